@@ -1,0 +1,144 @@
+"""k3s on the management VM over SSH, and the admin kubeconfig with its Kubernetes provider."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shlex
+
+import pulumi
+import pulumi_command as command
+import pulumi_kubernetes as kubernetes
+import yaml
+
+from components.host_script import host_command
+from components.kubeconfig import rename_k3s_kubeconfig
+from components.management_vm import ManagementVm
+from components.settings import K3sSettings
+
+# A booting VM refuses or drops SSH for a minute or two. 60 dials, each bounded at 10 seconds and
+# spaced by the provider's backoff (up to 5 seconds), wait about 5 to 15 minutes for it.
+SSH_DIAL_ATTEMPTS = 60
+SSH_DIAL_TIMEOUT_SECONDS = 10
+NODE_READY_BOUND_SECONDS = 300
+
+
+def render_k3s_config(address: str) -> str:
+    """/etc/rancher/k3s/config.yaml: no traefik (the lab brings its own ingress, if any), the VM's
+    address in the API server certificate, and the admin kubeconfig readable by root only."""
+    return yaml.safe_dump(
+        {"disable": ["traefik"], "tls-san": [address], "write-kubeconfig-mode": "0600"},
+        sort_keys=True,
+    )
+
+
+class K3sNode(pulumi.ComponentResource):
+    """Host ready, guest agent, k3s config, k3s at the pinned version, node Ready, kubeconfig.
+
+    The first step trusts the VM's SSH host key on first use and prints it; every later step pins
+    it, so another machine answering at the VM's address is refused. A re-created VM re-runs
+    every step, the first one included, and so is pinned anew. No step has a delete command:
+    nothing here ever uninstalls k3s or removes its data.
+    """
+
+    connection: pulumi.Output[command.remote.ConnectionArgs]
+    """SSH to the VM as the cloud-init user, with the host key pinned."""
+    kubeconfig: pulumi.Output[str]
+    """Admin kubeconfig (secret), server at the VM's address, names = the VM's name."""
+    provider: kubernetes.Provider
+
+    def __init__(
+        self,
+        name: str,
+        vm: ManagementVm,
+        k3s: K3sSettings,
+        ci_user: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("homelab:index:K3sNode", name, None, opts)
+
+        def connection(host_key: pulumi.Input[str] | None) -> command.remote.ConnectionArgs:
+            return command.remote.ConnectionArgs(
+                host=vm.address,
+                user=ci_user,
+                private_key=pulumi.Output.secret(k3s.ssh_private_key) if k3s.ssh_private_key else None,
+                host_key=host_key,
+                dial_error_limit=SSH_DIAL_ATTEMPTS,
+                per_dial_timeout=SSH_DIAL_TIMEOUT_SECONDS,
+            )
+
+        config_text = render_k3s_config(vm.address)
+        config_digest = hashlib.sha256(config_text.encode()).hexdigest()
+
+        host_ready = host_command(
+            f"{name}-host-ready",
+            "host_ready.sh",
+            [],
+            connection=connection(None),
+            triggers=[vm.instance_key],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[vm]),
+        )
+        pinned = connection(host_ready.stdout.apply(str.strip))
+
+        def step(
+            step_name: str,
+            script: str,
+            args: list[str],
+            *,
+            after: pulumi.Resource,
+            triggers: list[pulumi.Input[object]],
+            secret_stdout: bool = False,
+        ) -> command.remote.Command:
+            return host_command(
+                f"{name}-{step_name}",
+                script,
+                args,
+                connection=pinned,
+                triggers=[vm.instance_key, *triggers],
+                secret_stdout=secret_stdout,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[after]),
+            )
+
+        guest_agent = step("guest-agent", "guest_agent.sh", [], after=host_ready, triggers=[])
+        config_b64 = base64.b64encode(config_text.encode()).decode()
+        k3s_config = step("k3s-config", "k3s_config.sh", [config_b64], after=guest_agent, triggers=[])
+        k3s_install = step("k3s-install", "k3s_install.sh", [k3s.version], after=k3s_config, triggers=[])
+        # A new version or config restarts k3s: wait for the node again after either.
+        node_ready = step(
+            "node-ready",
+            "node_ready.sh",
+            [str(NODE_READY_BOUND_SECONDS)],
+            after=k3s_install,
+            triggers=[k3s.version, config_digest],
+        )
+        read_kubeconfig = step(
+            "read-kubeconfig", "read_kubeconfig.sh", [], after=node_ready, triggers=[], secret_stdout=True
+        )
+
+        self.connection = pulumi.Output.from_input(pinned)
+        self.kubeconfig = pulumi.Output.secret(
+            read_kubeconfig.stdout.apply(lambda text: rename_k3s_kubeconfig(text, vm.address, vm.name))
+        )
+        self.provider = kubernetes.Provider(
+            f"{name}-kubernetes",
+            kubeconfig=self.kubeconfig,
+            # k3s renews its client certificates, which changes the kubeconfig; only a new VM is a
+            # new cluster whose objects must all be created again.
+            cluster_identifier=vm.instance_key.apply(lambda key: f"{vm.name}/{key}"),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+        if k3s.kubeconfig_path is not None:
+            path = shlex.quote(str(k3s.kubeconfig_path))
+            directory = shlex.quote(str(k3s.kubeconfig_path.parent))
+            command.local.Command(
+                f"{name}-kubeconfig-file",
+                create=f"umask 077 && mkdir -p {directory} && cat > {path} && chmod 0600 {path}",
+                delete=f"rm -f {path}",
+                stdin=self.kubeconfig,
+                add_previous_output_in_env=False,
+                logging=command.local.Logging.STDERR,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+
+        self.register_outputs({"kubeconfig": self.kubeconfig})

@@ -1,0 +1,143 @@
+"""The management VM on Proxmox VE, created from the Ubuntu cloud image."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_proxmoxve as proxmoxve
+
+from components.settings import ImageSettings, ProxmoxSettings, VmSettings
+
+# The image has no qemu-guest-agent until the k3s component installs it, so the provider must not
+# wait for the agent to report an address (15 minutes by default); the bound caps any other
+# agent call.
+AGENT_TIMEOUT = "1m"
+IMAGE_DOWNLOAD_TIMEOUT_SECONDS = 1800
+# Import needs the `import` content type on the image storage and Proxmox VE 8.4 or newer.
+IMPORT_CONTENT_TYPE = "import"
+
+
+class ManagementVm(pulumi.ComponentResource):
+    """The cloud image on the node's image storage, and the VM imported from it.
+
+    The VM holds the management cluster's only state: it is protected (by Pulumi and by Proxmox's
+    own delete lock), and a new cloud image changes the download only. Rebuilding from a new
+    image is deliberate: docs/operations.md.
+    """
+
+    vm_id: int
+    name: str
+    address: str
+    instance_key: pulumi.Output[str]
+    """Changes exactly when the VM is re-created, so host steps re-run on a new machine."""
+
+    def __init__(
+        self,
+        name: str,
+        proxmox: ProxmoxSettings,
+        vm: VmSettings,
+        image: ImageSettings,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("homelab:index:ManagementVm", name, None, opts)
+
+        provider = proxmoxve.Provider(
+            f"{name}-proxmox",
+            endpoint=proxmox.endpoint,
+            api_token=pulumi.Output.secret(f"{proxmox.api_token_id}={proxmox.api_token_secret}"),
+            insecure=proxmox.insecure,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+        self.image = proxmoxve.download.File(
+            f"{name}-image",
+            node_name=proxmox.node,
+            datastore_id=image.storage,
+            content_type=IMPORT_CONTENT_TYPE,
+            url=image.url,
+            file_name=image.file_name,
+            checksum=image.sha256,
+            checksum_algorithm="sha256",
+            # The URL names a dated serial whose checksum is pinned: a different upstream size
+            # must fail loudly, not re-download behind the user's back and cascade into the VM.
+            overwrite=False,
+            upload_timeout=IMAGE_DOWNLOAD_TIMEOUT_SECONDS,
+            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        )
+
+        network_device = proxmoxve.VmLegacyNetworkDeviceArgs(bridge=vm.bridge, model="virtio", vlan_id=vm.vlan_tag)
+        self.vm = proxmoxve.VmLegacy(
+            f"{name}-vm",
+            node_name=proxmox.node,
+            vm_id=vm.vm_id,
+            name=vm.name,
+            description="Kubernetes management cluster (k3s), managed by the lab-mgmt Pulumi program.",
+            on_boot=True,
+            started=True,
+            protection=vm.protected,
+            operating_system=proxmoxve.VmLegacyOperatingSystemArgs(type="l26"),
+            cpu=proxmoxve.VmLegacyCpuArgs(cores=vm.cores, type="x86-64-v2-AES"),
+            memory=proxmoxve.VmLegacyMemoryArgs(dedicated=vm.memory_mib),
+            network_devices=[network_device],
+            scsi_hardware="virtio-scsi-pci",
+            disks=[
+                proxmoxve.VmLegacyDiskArgs(
+                    interface="scsi0",
+                    datastore_id=vm.disk_storage,
+                    import_from=self.image.id,
+                    file_format="raw",
+                    size=vm.disk_gib,
+                )
+            ],
+            boot_orders=["scsi0"],
+            serial_devices=[proxmoxve.VmLegacySerialDeviceArgs(device="socket")],
+            vga=proxmoxve.VmLegacyVgaArgs(type="serial0"),
+            agent=proxmoxve.VmLegacyAgentArgs(
+                enabled=True,
+                timeout=AGENT_TIMEOUT,
+                wait_for_ip=proxmoxve.VmLegacyAgentWaitForIpArgs(disabled=True),
+            ),
+            initialization=proxmoxve.VmLegacyInitializationArgs(
+                datastore_id=vm.disk_storage,
+                interface="ide2",
+                user_account=proxmoxve.VmLegacyInitializationUserAccountArgs(
+                    username=vm.ci_user,
+                    keys=list(vm.ssh_public_keys),
+                ),
+                ip_configs=[
+                    proxmoxve.VmLegacyInitializationIpConfigArgs(
+                        ipv4=proxmoxve.VmLegacyInitializationIpConfigIpv4Args(
+                            address=str(vm.address),
+                            gateway=str(vm.gateway),
+                        )
+                    )
+                ],
+                dns=proxmoxve.VmLegacyInitializationDnsArgs(servers=list(vm.dns_servers)),
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=provider,
+                protect=vm.protected,
+                # The VMID is fixed, so a replacement must delete the old VM before creating the new.
+                delete_before_replace=True,
+                # A changed import source replaces the VM; a new image is for future builds only.
+                ignore_changes=[] if vm.rebuild_from_image else ["disks[0].importFrom"],
+            ),
+        )
+
+        self.vm_id = vm.vm_id
+        self.name = vm.name
+        self.address = str(vm.address.ip)
+        # Proxmox assigns a random MAC when it creates the VM; the VMID alone survives a rebuild.
+        self.instance_key = pulumi.Output.all(self.vm.id, self.vm.network_devices).apply(
+            lambda args: _instance_key(args[0], args[1])
+        )
+        self.register_outputs({"vmId": self.vm_id, "address": self.address, "instanceKey": self.instance_key})
+
+
+def _instance_key(vm_id: str, network_devices: list[Any] | None) -> str:
+    first = (network_devices or [{}])[0]
+    # A typed output object from the engine, a plain dict where no type information was applied.
+    mac = first.get("macAddress") if type(first) is dict else first.mac_address
+    return f"{vm_id}/{mac or ''}"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Brings k3s to exactly the version $1: installs it when absent, re-runs the installer of that
+# version when another one is installed (an in-place upgrade that keeps all data), and does
+# nothing when it is already there. Never uninstalls.
+set -euo pipefail
+
+version="$1"
+installed=""
+if command -v k3s >/dev/null 2>&1; then
+  installed="$(k3s --version | awk 'NR == 1 { print $3 }')"
+fi
+if [ "$installed" = "$version" ]; then
+  echo "k3s $version already installed"
+  exit 0
+fi
+
+installer="$(mktemp)"
+trap 'rm -f "$installer"' EXIT
+# The installer at the same tag as the binary, not the floating get.k3s.io script.
+curl -sSfL --retry 5 -o "$installer" "https://raw.githubusercontent.com/k3s-io/k3s/${version/+/%2B}/install.sh"
+INSTALL_K3S_VERSION="$version" sh "$installer"
+echo "k3s $version installed (previously: ${installed:-none})"

@@ -1,0 +1,435 @@
+"""Every setting of the program, read once from the stack config and validated up front.
+
+A bad value stops `pulumi preview` before any resource is registered, with one line per problem
+that names the config key, what is wrong and what is expected.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pulumi
+
+PROJECT = "lab-mgmt"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+VMID_RANGE = (100, 999_999_999)
+CORES_RANGE = (1, 64)
+MEMORY_MIB_RANGE = (1024, 262_144)
+DISK_GIB_RANGE = (10, 4096)
+VLAN_RANGE = (1, 4094)
+GENERATION_RANGE = (1, 1_000_000)
+
+# The forms each upstream uses for its releases; anything else (empty, "latest", a branch) is refused.
+K3S_VERSION = re.compile(r"^v\d+\.\d+\.\d+\+k3s\d+$")
+V_SEMVER = re.compile(r"^v\d+\.\d+\.\d+$")
+BARE_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+TOKEN_ID = re.compile(r"^[^@!\s]+@[^@!\s]+![A-Za-z][A-Za-z0-9._-]*$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+SSH_KEY_TYPES = (
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com",
+    "sk-ecdsa-sha2-nistp256@openssh.com",
+)
+
+
+class SettingsError(ValueError):
+    """The stack config has one or more bad values; the message lists every one."""
+
+
+@dataclass(frozen=True)
+class ProxmoxSettings:
+    endpoint: str
+    insecure: bool
+    api_token_id: str
+    api_token_secret: str
+    node: str
+
+
+@dataclass(frozen=True)
+class VmSettings:
+    vm_id: int
+    name: str
+    cores: int
+    memory_mib: int
+    disk_gib: int
+    bridge: str
+    vlan_tag: int | None
+    address: ipaddress.IPv4Interface
+    gateway: ipaddress.IPv4Address
+    dns_servers: tuple[str, ...]
+    disk_storage: str
+    protected: bool
+    rebuild_from_image: bool
+    ci_user: str
+    ssh_public_keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ImageSettings:
+    url: str
+    sha256: str
+    storage: str
+
+    @property
+    def file_name(self) -> str:
+        """Proxmox imports only files named *.qcow2 (the Ubuntu .img is qcow2); the serial in the
+        URL's path keeps names of two image builds apart."""
+        parts = [p for p in urlparse(self.url).path.split("/") if p]
+        stem = parts[-1].rsplit(".", 1)[0]
+        serial = next((p for p in reversed(parts[:-1]) if p.isdigit()), None)
+        return f"{stem}-{serial}.qcow2" if serial else f"{stem}.qcow2"
+
+
+@dataclass(frozen=True)
+class K3sSettings:
+    version: str
+    ssh_private_key: str | None
+    kubeconfig_path: Path | None
+
+
+@dataclass(frozen=True)
+class ProviderVersions:
+    """The five Cluster API Operator providers, in the order the operator wants upgrades done."""
+
+    core: str
+    bootstrap: str
+    control_plane: str
+    infrastructure: str
+    ipam: str
+
+
+@dataclass(frozen=True)
+class WorkloadCluster:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ClusterApiSettings:
+    cert_manager_version: str
+    operator_version: str
+    providers: ProviderVersions
+    capmox_token_id: str
+    capmox_token_secret: str
+    readonly_token_generation: int
+    workload_clusters: tuple[WorkloadCluster, ...]
+
+    @property
+    def capmox_secret_name(self) -> str:
+        """The operator never re-reads its configSecret, so new credentials need a Secret of a new
+        name; a digest of the token gives one, the same on every run while the token is the same.
+        40 bits of a digest of a 122-bit random secret reveal nothing usable about it."""
+        digest = hashlib.sha256(f"{self.capmox_token_id}\n{self.capmox_token_secret}".encode())
+        return f"capmox-credentials-{digest.hexdigest()[:10]}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    proxmox: ProxmoxSettings
+    vm: VmSettings
+    image: ImageSettings
+    k3s: K3sSettings
+    cluster_api: ClusterApiSettings
+
+
+class _Reader:
+    """Reads raw config values and collects every problem instead of stopping at the first.
+
+    A bad or missing value is recorded and replaced by a neutral stand-in, so that the readers
+    stay simple; parse_settings raises before any stand-in can be used.
+    """
+
+    def __init__(self, raw: Mapping[str, str]) -> None:
+        self._raw = raw
+        self.problems: list[str] = []
+
+    def fail(self, key: str, message: str) -> None:
+        self.problems.append(f"{PROJECT}:{key}: {message}")
+
+    def optional(self, key: str) -> str | None:
+        value = self._raw.get(key, "").strip()
+        return value or None
+
+    def text(self, key: str) -> str:
+        value = self.optional(key)
+        if value is None:
+            self.fail(key, "is required but not set")
+            return ""
+        return value
+
+    def integer(self, key: str, bounds: tuple[int, int], what: str) -> int:
+        value = self.text(key)
+        if not re.fullmatch(r"-?\d+", value):
+            if value:
+                self.fail(key, f"{value!r} is not a whole number")
+            return bounds[0]
+        number = int(value)
+        if not bounds[0] <= number <= bounds[1]:
+            self.fail(key, f"{number} is outside the {what} range {bounds[0]}..{bounds[1]}")
+        return number
+
+    def boolean(self, key: str) -> bool:
+        value = self.text(key)
+        if value.lower() not in ("true", "false"):
+            if value:
+                self.fail(key, f"{value!r} is not true or false")
+            return False
+        return value.lower() == "true"
+
+    def matching(self, key: str, pattern: re.Pattern[str], expected: str) -> str:
+        value = self.text(key)
+        if value and not pattern.match(value):
+            self.fail(key, f"{value!r} is not {expected}")
+        return value
+
+    def version(self, key: str, pattern: re.Pattern[str], example: str) -> str:
+        value = self.text(key)
+        if value.lower() in ("latest", "stable", "main", "master"):
+            self.fail(key, f"{value!r} floats; pin a release of the form {example}")
+        elif value and not pattern.match(value):
+            self.fail(key, f"{value!r} is not a release of the form {example}")
+        return value
+
+    def https_url(self, key: str) -> str:
+        value = self.text(key)
+        url = urlparse(value)
+        if value and (url.scheme != "https" or not url.hostname):
+            self.fail(key, f"{value!r} is not an https:// URL")
+        return value
+
+    def string_list(self, key: str, *, required: bool = True) -> tuple[str, ...] | None:
+        """The list, or None when it is missing or not a list (the problem is recorded)."""
+        value = self.text(key) if required else self.optional(key) or "[]"
+        if not value:
+            return None
+        try:
+            items = json.loads(value)
+        except ValueError:
+            items = None
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            self.fail(
+                key,
+                f"{value!r} is not a list of strings; give one entry each "
+                f"(pulumi config set --path '{key}[0]' ...), not one comma-separated string",
+            )
+            return None
+        return tuple(i.strip() for i in items)
+
+
+def _is_ssh_public_key(line: str) -> bool:
+    parts = line.split()
+    if len(parts) < 2 or parts[0] not in SSH_KEY_TYPES:
+        return False
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except binascii.Error:
+        return False
+    # The blob starts with its own key type; a pasted fragment or a mismatched type fails here.
+    return blob[4 : 4 + len(parts[0])] == parts[0].encode()
+
+
+def _read_proxmox(r: _Reader) -> ProxmoxSettings:
+    return ProxmoxSettings(
+        endpoint=r.https_url("proxmoxEndpoint"),
+        insecure=r.boolean("proxmoxInsecure"),
+        api_token_id=r.matching("proxmoxApiTokenId", TOKEN_ID, "an API token id of the form user@realm!tokenname"),
+        api_token_secret=r.text("proxmoxApiTokenSecret"),
+        node=r.matching("proxmoxNode", DNS_LABEL, "a Proxmox node name"),
+    )
+
+
+def _read_address(r: _Reader) -> ipaddress.IPv4Interface | None:
+    text = r.text("vmAddress")
+    if not text:
+        return None
+    if "/" not in text:
+        r.fail("vmAddress", f"{text!r} has no prefix length; expected e.g. 192.168.4.21/24")
+        return None
+    try:
+        address = ipaddress.IPv4Interface(text)
+    except ValueError:
+        r.fail("vmAddress", f"{text!r} is not an IPv4 address with a prefix length, e.g. 192.168.4.21/24")
+        return None
+    if address.network.prefixlen < 31 and address.ip in (
+        address.network.network_address,
+        address.network.broadcast_address,
+    ):
+        r.fail("vmAddress", f"{text!r} is the network or broadcast address of its subnet")
+    return address
+
+
+def _read_gateway(r: _Reader, address: ipaddress.IPv4Interface | None) -> ipaddress.IPv4Address:
+    text = r.text("vmGateway")
+    try:
+        gateway = ipaddress.IPv4Address(text)
+    except ValueError:
+        if text:
+            r.fail("vmGateway", f"{text!r} is not an IPv4 address")
+        return ipaddress.IPv4Address(0)
+    if address is not None and gateway not in address.network:
+        r.fail("vmGateway", f"{gateway} is outside the VM's subnet {address.network}")
+    return gateway
+
+
+def _read_list(r: _Reader, key: str, what: str, valid: Callable[[str], bool]) -> tuple[str, ...]:
+    items = r.string_list(key)
+    if items == ():
+        r.fail(key, f"is empty; give at least one {what}")
+    for item in items or ():
+        if not valid(item):
+            r.fail(key, f"{item[:40]!r} is not {what}")
+    return items or ()
+
+
+def _is_ip_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_vm(r: _Reader) -> VmSettings:
+    vlan_text = r.optional("vmVlanTag") or "0"
+    vlan = int(vlan_text) if vlan_text.isdigit() else -1
+    if vlan != 0 and not VLAN_RANGE[0] <= vlan <= VLAN_RANGE[1]:
+        r.fail("vmVlanTag", f"{vlan_text!r} is not a VLAN id {VLAN_RANGE[0]}..{VLAN_RANGE[1]} (0 for untagged)")
+    protected = r.boolean("vmProtected")
+    rebuild = r.boolean("vmRebuildFromImage")
+    if rebuild and protected:
+        r.fail(
+            "vmRebuildFromImage",
+            "true needs vmProtected=false applied in an earlier `pulumi up` (see docs/operations.md)",
+        )
+    address = _read_address(r)
+    return VmSettings(
+        vm_id=r.integer("vmId", VMID_RANGE, "Proxmox VMID"),
+        name=r.matching("vmName", DNS_LABEL, "a DNS label (lower case letters, digits, '-')"),
+        cores=r.integer("vmCores", CORES_RANGE, "cores"),
+        memory_mib=r.integer("vmMemoryMib", MEMORY_MIB_RANGE, "memory MiB"),
+        disk_gib=r.integer("vmDiskGib", DISK_GIB_RANGE, "disk GiB"),
+        bridge=r.matching("vmBridge", NAME, "a Linux bridge name"),
+        vlan_tag=vlan or None,
+        address=address or ipaddress.IPv4Interface("192.0.2.1/24"),
+        gateway=_read_gateway(r, address),
+        dns_servers=_read_list(r, "vmDnsServers", "an IP address of a DNS server", _is_ip_address),
+        disk_storage=r.matching("vmDiskStorage", NAME, "a storage id"),
+        protected=protected,
+        rebuild_from_image=rebuild,
+        ci_user=r.matching("ciUser", re.compile(r"^[a-z_][a-z0-9_-]*$"), "a Linux user name"),
+        ssh_public_keys=_read_list(r, "sshPublicKeys", "an OpenSSH public key line", _is_ssh_public_key),
+    )
+
+
+def _read_image(r: _Reader) -> ImageSettings:
+    url = r.https_url("imageUrl")
+    if url.startswith("https://") and not urlparse(url).path.endswith((".img", ".qcow2")):
+        r.fail("imageUrl", f"{url!r} is not a cloud image file (.img or .qcow2)")
+    return ImageSettings(
+        url=url,
+        sha256=r.matching("imageSha256", SHA256, "a sha256 digest (64 lower-case hex characters)"),
+        storage=r.matching("imageStorage", NAME, "a storage id"),
+    )
+
+
+def _read_kubeconfig_path(r: _Reader) -> Path | None:
+    text = r.optional("kubeconfigPath")
+    if text is None:
+        return None
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        r.fail("kubeconfigPath", f"{text!r} is not an absolute path")
+    elif path.resolve() == REPO_ROOT or REPO_ROOT in path.resolve().parents:
+        r.fail("kubeconfigPath", f"{text!r} is inside this repository; a kubeconfig must never be committed")
+    return path
+
+
+def _read_k3s(r: _Reader) -> K3sSettings:
+    private_key = r.optional("sshPrivateKey")
+    if private_key is not None and "PRIVATE KEY" not in private_key:
+        r.fail("sshPrivateKey", "is not a private key in PEM/OpenSSH form (give the key file's whole content)")
+    return K3sSettings(
+        version=r.version("k3sVersion", K3S_VERSION, "v1.35.8+k3s1"),
+        ssh_private_key=private_key,
+        kubeconfig_path=_read_kubeconfig_path(r),
+    )
+
+
+def _read_workload_clusters(r: _Reader) -> tuple[WorkloadCluster, ...]:
+    clusters = []
+    for entry in r.string_list("workloadClusters", required=False) or ():
+        namespace, _, name = entry.partition("/")
+        if not (DNS_LABEL.match(namespace) and DNS_LABEL.match(name)):
+            r.fail("workloadClusters", f"{entry!r} is not of the form namespace/name")
+        clusters.append(WorkloadCluster(namespace, name))
+    if len({c.name for c in clusters}) != len(clusters):
+        r.fail("workloadClusters", "names a cluster twice; each cluster name must be unique")
+    return tuple(clusters)
+
+
+def _read_cluster_api(r: _Reader) -> ClusterApiSettings:
+    return ClusterApiSettings(
+        cert_manager_version=r.version("certManagerVersion", V_SEMVER, "v1.21.2"),
+        operator_version=r.version("capiOperatorVersion", BARE_SEMVER, "0.28.0"),
+        providers=ProviderVersions(
+            core=r.version("capiCoreVersion", V_SEMVER, "v1.12.11"),
+            bootstrap=r.version("capiBootstrapVersion", V_SEMVER, "v1.12.11"),
+            control_plane=r.version("capiControlPlaneVersion", V_SEMVER, "v1.12.11"),
+            infrastructure=r.version("capmoxVersion", V_SEMVER, "v0.9.1"),
+            ipam=r.version("ipamInClusterVersion", V_SEMVER, "v1.1.1"),
+        ),
+        capmox_token_id=r.matching("capmoxTokenId", TOKEN_ID, "an API token id of the form user@realm!tokenname"),
+        capmox_token_secret=r.text("capmoxTokenSecret"),
+        readonly_token_generation=r.integer("readonlyTokenGeneration", GENERATION_RANGE, "token generation"),
+        workload_clusters=_read_workload_clusters(r),
+    )
+
+
+def parse_settings(raw: Mapping[str, str]) -> Settings:
+    """Build the settings from raw config strings (keys without the project prefix)."""
+    r = _Reader(raw)
+    settings = Settings(
+        proxmox=_read_proxmox(r),
+        vm=_read_vm(r),
+        image=_read_image(r),
+        k3s=_read_k3s(r),
+        cluster_api=_read_cluster_api(r),
+    )
+    if r.problems:
+        raise SettingsError("invalid stack configuration:\n  " + "\n  ".join(r.problems))
+    return settings
+
+
+# Every key the program reads: the ones in Pulumi.yaml's schema and the optional secret sshPrivateKey.
+KEYS = (
+    *("proxmoxEndpoint", "proxmoxInsecure", "proxmoxApiTokenId", "proxmoxApiTokenSecret", "proxmoxNode"),
+    *("vmId", "vmName", "vmCores", "vmMemoryMib", "vmDiskGib", "vmBridge", "vmVlanTag", "vmAddress"),
+    *("vmGateway", "vmDnsServers", "vmDiskStorage", "vmProtected", "vmRebuildFromImage"),
+    *("imageStorage", "imageUrl", "imageSha256", "ciUser", "sshPublicKeys", "sshPrivateKey"),
+    *("k3sVersion", "kubeconfigPath", "certManagerVersion", "capiOperatorVersion", "capiCoreVersion"),
+    *("capiBootstrapVersion", "capiControlPlaneVersion", "capmoxVersion", "ipamInClusterVersion"),
+    *("capmoxTokenId", "capmoxTokenSecret", "readonlyTokenGeneration", "workloadClusters"),
+)
+
+
+def load_settings() -> Settings:
+    """Read the stack's config once. Secret values are read as plain text for validation only;
+    every component wraps them in pulumi.Output.secret before they reach a resource."""
+    config = pulumi.Config(PROJECT)
+    return parse_settings({key: value for key in KEYS if (value := config.get(key)) is not None})

@@ -1,0 +1,275 @@
+"""Runs the whole program (__main__.py) under the Pulumi SDK's mocks and records its graph.
+
+A run takes the stack config the Pulumi CLI would give the program: the defaults of Pulumi.yaml,
+then Pulumi.lab.yaml, then the dummy secrets the README sets with `pulumi config set --secret`,
+then per-test overrides. Every registered resource is recorded with its type, name, inputs,
+parent, dependencies, provider and options. The mock monitor does not apply
+additional_secret_outputs, and numbers come back as floats; both are accounted for here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import runpy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from pulumi.runtime import rpc
+from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.settings import ROOT
+from pulumi.runtime.sync_await import _sync_await
+
+REPO = Path(__file__).resolve().parent.parent
+PROJECT = "lab-mgmt"
+STACK = "lab"
+
+SECRET_KEYS = ("proxmoxApiTokenSecret", "capmoxTokenSecret", "sshPrivateKey")
+DUMMY_SECRETS = {
+    "proxmoxApiTokenSecret": "11111111-2222-4333-8444-555555555555",
+    "capmoxTokenSecret": "66666666-7777-4888-9999-aaaaaaaaaaaa",
+    "sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nZHVtbXk=\n-----END OPENSSH PRIVATE KEY-----\n",
+}
+
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE8sY2Fr3y0Q0pq6o2m9r9hX9sJ1Wl0a3b4c5d6e7f8g"
+SA_TOKEN = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJyZWFkb25seSJ9.c2lnbmF0dXJl"
+CA_DATA = "TFMwdExTMUNSVWRKVGlCRFJWSlVTVVpKUTBGVVJTMHRMUzB0Q2c9PQ=="
+K3S_KUBECONFIG = f"""apiVersion: v1
+clusters:
+- cluster:
+    certificate-authority-data: {CA_DATA}
+    server: https://127.0.0.1:6443
+  name: default
+contexts:
+- context:
+    cluster: default
+    user: default
+  name: default
+current-context: default
+kind: Config
+preferences: {{}}
+users:
+- name: default
+  user:
+    client-certificate-data: Y2xpZW50LWNlcnQ=
+    client-key-data: Y2xpZW50LWtleQ==
+"""
+WORKLOAD_KUBECONFIG = K3S_KUBECONFIG.replace("https://127.0.0.1:6443", "https://192.168.4.40:6443")
+
+SECRET = "__secret__"
+UNKNOWN = "__unknown__"
+
+
+def stack_config(overrides: Mapping[str, Any] | None = None, unset: tuple[str, ...] = ()) -> dict[str, str]:
+    """Config as the CLI passes it: full keys, every value a string (JSON for lists)."""
+    project = yaml.safe_load((REPO / "Pulumi.yaml").read_text())
+    values: dict[str, Any] = {k: v["default"] for k, v in project["config"].items() if "default" in v}
+    stack = yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text())["config"]
+    values.update({k.split(":", 1)[1]: v for k, v in stack.items()})
+    values.update(DUMMY_SECRETS)
+    values.update(overrides or {})
+    for key in unset:
+        values.pop(key, None)
+    return {f"{PROJECT}:{k}": _scalar(v) for k, v in values.items()}
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _plain(value: Any) -> Any:
+    """Deserialized RPC values to plain data: secrets as {SECRET: value}, unknowns as UNKNOWN,
+    whole floats as ints."""
+    if rpc.is_rpc_secret(value):
+        return {SECRET: _plain(rpc.unwrap_rpc_secret(value))}
+    if isinstance(value, pulumi.output.Unknown) or value == rpc.UNKNOWN:
+        return UNKNOWN
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def unsecret(value: Any) -> Any:
+    """The value with every secret marker stripped."""
+    if isinstance(value, dict):
+        if set(value) == {SECRET}:
+            return unsecret(value[SECRET])
+        return {k: unsecret(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unsecret(v) for v in value]
+    return value
+
+
+def contains_plain(value: Any, needle: str) -> bool:
+    """Whether `needle` occurs anywhere in `value` outside a secret."""
+    if isinstance(value, dict):
+        if set(value) == {SECRET}:
+            return False
+        return any(contains_plain(v, needle) for v in value.values())
+    if isinstance(value, list):
+        return any(contains_plain(v, needle) for v in value)
+    return isinstance(value, str) and needle in value
+
+
+@dataclass
+class Resource:
+    type: str
+    name: str
+    urn: str
+    parent: str
+    provider: str
+    dependencies: list[str]
+    inputs: dict[str, Any]
+    protect: bool
+    ignore_changes: list[str]
+    replace_on_changes: list[str]
+    additional_secret_outputs: list[str]
+    delete_before_replace: bool
+
+    @property
+    def plain(self) -> dict[str, Any]:
+        plain: dict[str, Any] = unsecret(self.inputs)
+        return plain
+
+
+@dataclass
+class Run:
+    resources: dict[tuple[str, str], Resource] = field(default_factory=dict)
+    outputs: dict[str, tuple[Any, bool]] = field(default_factory=dict)
+
+    def get(self, type_: str, name: str) -> Resource:
+        return self.resources[(type_, name)]
+
+    def of_type(self, type_: str) -> list[Resource]:
+        return sorted((r for r in self.resources.values() if r.type == type_), key=lambda r: r.name)
+
+    def by_urn(self, urn: str) -> Resource:
+        return next(r for r in self.resources.values() if r.urn == urn)
+
+    def names(self) -> set[tuple[str, str]]:
+        return set(self.resources)
+
+    def depends_on(self, dependent: Resource, dependency: Resource) -> bool:
+        """Directly or through other recorded resources."""
+        seen: set[str] = set()
+        todo = list(dependent.dependencies)
+        while todo:
+            urn = todo.pop()
+            if urn == dependency.urn:
+                return True
+            if urn in seen:
+                continue
+            seen.add(urn)
+            todo.extend(next((r.dependencies for r in self.resources.values() if r.urn == urn), []))
+        return False
+
+
+def changed(before: Run, after: Run) -> set[tuple[str, str]]:
+    """Resources added, removed, or registered with other inputs or options between two runs."""
+    keys = before.names() | after.names()
+    result = set()
+    for key in keys:
+        a, b = before.resources.get(key), after.resources.get(key)
+        if a is None or b is None:
+            result.add(key)
+            continue
+        fields_a = (a.inputs, a.protect, a.ignore_changes, a.provider, sorted(a.dependencies))
+        fields_b = (b.inputs, b.protect, b.ignore_changes, b.provider, sorted(b.dependencies))
+        if fields_a != fields_b:
+            result.add(key)
+    return result
+
+
+class _Mocks(pulumi.runtime.Mocks):
+    def __init__(self, previous_outputs: Mapping[str, Any] | None) -> None:
+        self.previous_outputs = dict(previous_outputs or {})
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        outputs = dict(args.inputs)
+        if args.typ == "command:remote:Command":
+            outputs["stdout"] = {
+                "host-ready": HOST_KEY + "\n",
+                "read-kubeconfig": K3S_KUBECONFIG,
+            }.get(args.name.split("-", 1)[1], "")
+            outputs["stderr"] = ""
+        elif args.typ == "pulumi:pulumi:StackReference":
+            outputs["outputs"] = self.previous_outputs
+            outputs["secretOutputNames"] = []
+        elif args.typ == "kubernetes:core/v1:Secret":
+            if outputs.get("type") == "kubernetes.io/service-account-token":
+                outputs["data"] = {"token": base64.b64encode(SA_TOKEN.encode()).decode(), "ca.crt": CA_DATA}
+            elif args.resource_id:
+                outputs["data"] = {"value": base64.b64encode(WORKLOAD_KUBECONFIG.encode()).decode()}
+        elif args.typ == "proxmoxve:download/file:File":
+            inputs = args.inputs
+            return f"{inputs['datastoreId']}:{inputs['contentType']}/{inputs['fileName']}", outputs
+        return (args.resource_id or f"{args.name}-id"), outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], None]:
+        return {}, None
+
+
+class _RecordingMonitor(MockMonitor):
+    def __init__(self, mocks: _Mocks, run: Run) -> None:
+        super().__init__(mocks)
+        self.run = run
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - the gRPC method's name
+        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
+        obj = rpc.deserialize_properties(request.object) if request.object else {}
+        self.run.resources[(request.type, request.name)] = Resource(
+            type=request.type,
+            name=request.name,
+            urn=response.urn,
+            parent=request.parent,
+            provider=request.provider,
+            dependencies=sorted(request.dependencies),
+            inputs=_plain(obj),
+            protect=request.protect if request.HasField("protect") else False,
+            ignore_changes=list(request.ignoreChanges),
+            replace_on_changes=list(request.replaceOnChanges),
+            additional_secret_outputs=list(request.additionalSecretOutputs),
+            delete_before_replace=request.deleteBeforeReplace,
+        )
+        return response
+
+
+def run_program(
+    overrides: Mapping[str, Any] | None = None,
+    unset: tuple[str, ...] = (),
+    previous_outputs: Mapping[str, Any] | None = None,
+    preview: bool = False,
+) -> Run:
+    """Run __main__.py once with the lab stack's config changed by `overrides`/`unset`.
+    `previous_outputs` are the stack outputs of the last deployment, as a StackReference to the
+    stack itself sees them."""
+    run = Run()
+    mocks = _Mocks(previous_outputs)
+    ROOT.set(None)
+    pulumi.runtime.set_mocks(
+        mocks, project=PROJECT, stack=STACK, preview=preview, monitor=_RecordingMonitor(mocks, run)
+    )
+    config = stack_config(overrides, unset)
+    pulumi.runtime.set_all_config(config, [f"{PROJECT}:{k}" for k in SECRET_KEYS if f"{PROJECT}:{k}" in config])
+
+    def program() -> None:
+        runpy.run_path(str(REPO / "__main__.py"), run_name="__main__")
+
+    pulumi.runtime.test(program)()  # type: ignore[no-untyped-call]
+    root = ROOT.get()
+    for key, value in (getattr(root, "outputs", None) or {}).items():
+        out = pulumi.Output.from_input(value)
+        run.outputs[key] = (_sync_await(out.future()), _sync_await(out.is_secret()))
+    return run
