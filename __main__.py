@@ -2,14 +2,50 @@
 
 import pulumi
 
+from components.cluster_api import ClusterApi
 from components.k3s_node import K3sNode
 from components.management_vm import ManagementVm
+from components.readonly_access import ReadOnlyAccess
 from components.settings import load_settings
+from components.workload_cluster import WorkloadClusterAccess
 
 settings = load_settings()
 
+# This stack's own outputs from its last deployment: the upgrade check compares against them.
+last_deployment = pulumi.StackReference(
+    "last-deployment",
+    stack_name=f"{pulumi.get_organization() or 'organization'}/{pulumi.get_project()}/{pulumi.get_stack()}",
+)
+
 vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image)
 k3s = K3sNode("mgmt", vm, settings.k3s, settings.vm.ci_user)
+cluster_api = ClusterApi(
+    "mgmt",
+    k3s,
+    settings.cluster_api,
+    proxmox_url=settings.proxmox.endpoint,
+    # A stack that was never deployed has no outputs at all.
+    deployed_versions=last_deployment.outputs.apply(lambda outputs: (outputs or {}).get("providerVersions")),
+)
+readonly = ReadOnlyAccess(
+    "mgmt-readonly",
+    k3s.provider,
+    k3s.kubeconfig,
+    context_name=f"{settings.vm.name}-ro",
+    token_generation=settings.cluster_api.readonly_token_generation,
+)
+workload_clusters = {
+    cluster.name: WorkloadClusterAccess(
+        cluster, k3s.provider, token_generation=settings.cluster_api.readonly_token_generation
+    )
+    for cluster in settings.cluster_api.workload_clusters
+}
 
 pulumi.export("vmAddress", vm.address)
 pulumi.export("kubeconfig", k3s.kubeconfig)
+pulumi.export("readonlyKubeconfig", readonly.kubeconfig)
+pulumi.export(
+    "workloadReadonlyKubeconfigs",
+    pulumi.Output.secret({name: access.kubeconfig for name, access in workload_clusters.items()}),
+)
+pulumi.export("providerVersions", cluster_api.provider_versions)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import shlex
+from collections.abc import Sequence
 
 import pulumi
 import pulumi_command as command
@@ -41,7 +42,7 @@ class K3sNode(pulumi.ComponentResource):
     nothing here ever uninstalls k3s or removes its data.
     """
 
-    connection: pulumi.Output[command.remote.ConnectionArgs]
+    connection: command.remote.ConnectionArgs
     """SSH to the VM as the cloud-init user, with the host key pinned."""
     kubeconfig: pulumi.Output[str]
     """Admin kubeconfig (secret), server at the VM's address, names = the VM's name."""
@@ -78,44 +79,28 @@ class K3sNode(pulumi.ComponentResource):
             triggers=[vm.instance_key],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[vm]),
         )
-        pinned = connection(host_ready.stdout.apply(str.strip))
+        self.connection = connection(host_ready.stdout.apply(str.strip))
+        self._instance_key = vm.instance_key
 
-        def step(
-            step_name: str,
-            script: str,
-            args: list[str],
-            *,
-            after: pulumi.Resource,
-            triggers: list[pulumi.Input[object]],
-            secret_stdout: bool = False,
-        ) -> command.remote.Command:
-            return host_command(
-                f"{name}-{step_name}",
-                script,
-                args,
-                connection=pinned,
-                triggers=[vm.instance_key, *triggers],
-                secret_stdout=secret_stdout,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[after]),
-            )
-
-        guest_agent = step("guest-agent", "guest_agent.sh", [], after=host_ready, triggers=[])
+        guest_agent = self.host_step(f"{name}-guest-agent", "guest_agent.sh", [], after=host_ready, parent=self)
         config_b64 = base64.b64encode(config_text.encode()).decode()
-        k3s_config = step("k3s-config", "k3s_config.sh", [config_b64], after=guest_agent, triggers=[])
-        k3s_install = step("k3s-install", "k3s_install.sh", [k3s.version], after=k3s_config, triggers=[])
+        k3s_config = self.host_step(f"{name}-k3s-config", "k3s_config.sh", [config_b64], after=guest_agent, parent=self)
+        k3s_install = self.host_step(
+            f"{name}-k3s-install", "k3s_install.sh", [k3s.version], after=k3s_config, parent=self
+        )
         # A new version or config restarts k3s: wait for the node again after either.
-        node_ready = step(
-            "node-ready",
+        node_ready = self.host_step(
+            f"{name}-node-ready",
             "node_ready.sh",
             [str(NODE_READY_BOUND_SECONDS)],
             after=k3s_install,
             triggers=[k3s.version, config_digest],
+            parent=self,
         )
-        read_kubeconfig = step(
-            "read-kubeconfig", "read_kubeconfig.sh", [], after=node_ready, triggers=[], secret_stdout=True
+        read_kubeconfig = self.host_step(
+            f"{name}-read-kubeconfig", "read_kubeconfig.sh", [], after=node_ready, parent=self, secret_stdout=True
         )
 
-        self.connection = pulumi.Output.from_input(pinned)
         self.kubeconfig = pulumi.Output.secret(
             read_kubeconfig.stdout.apply(lambda text: rename_k3s_kubeconfig(text, vm.address, vm.name))
         )
@@ -142,3 +127,26 @@ class K3sNode(pulumi.ComponentResource):
             )
 
         self.register_outputs({"kubeconfig": self.kubeconfig})
+
+    def host_step(
+        self,
+        name: str,
+        script: str,
+        args: list[str],
+        *,
+        after: pulumi.Resource,
+        parent: pulumi.Resource,
+        triggers: Sequence[pulumi.Input[object]] = (),
+        secret_stdout: bool = False,
+    ) -> command.remote.Command:
+        """A script run on this node over the pinned connection, after `after`; it runs again
+        on a new VM and when `triggers` change."""
+        return host_command(
+            name,
+            script,
+            args,
+            connection=self.connection,
+            triggers=[self._instance_key, *triggers],
+            secret_stdout=secret_stdout,
+            opts=pulumi.ResourceOptions(parent=parent, depends_on=[after]),
+        )

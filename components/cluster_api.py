@@ -1,0 +1,194 @@
+"""cert-manager, the Cluster API Operator and its five providers on the management cluster."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.k3s_node import K3sNode
+from components.settings import ClusterApiSettings, ProviderVersions
+
+CERT_MANAGER_REPO = "https://charts.jetstack.io"
+CERT_MANAGER_NAMESPACE = "cert-manager"
+OPERATOR_REPO = "https://kubernetes-sigs.github.io/cluster-api-operator"
+OPERATOR_NAMESPACE = "capi-operator-system"
+RELEASE_TIMEOUT_SECONDS = 600
+OPERATOR_READY_BOUND_SECONDS = 300
+PROVIDER_READY_TIMEOUT = "15m"
+PROVIDER_API_VERSION = "operator.cluster.x-k8s.io/v1alpha2"
+
+
+@dataclass(frozen=True)
+class Provider:
+    config_key: str
+    """The setting that pins its version; also how errors and the stack output name it."""
+    kind: str
+    name: str
+    namespace: str
+
+
+# In the order the operator wants upgrades applied: core first.
+PROVIDERS = (
+    Provider("capiCoreVersion", "CoreProvider", "cluster-api", "capi-system"),
+    Provider("capiBootstrapVersion", "BootstrapProvider", "kubeadm", "capi-kubeadm-bootstrap-system"),
+    Provider("capiControlPlaneVersion", "ControlPlaneProvider", "kubeadm", "capi-kubeadm-control-plane-system"),
+    Provider("capmoxVersion", "InfrastructureProvider", "proxmox", "capmox-system"),
+    Provider("ipamInClusterVersion", "IPAMProvider", "in-cluster", "capi-ipam-in-cluster-system"),
+)
+INFRASTRUCTURE = PROVIDERS[3]
+
+
+class UpgradeOrderError(RuntimeError):
+    """More than one provider version changed in one run."""
+
+
+def provider_versions(versions: ProviderVersions) -> dict[str, str]:
+    """Config key -> version, in PROVIDERS order."""
+    by_kind = {
+        "CoreProvider": versions.core,
+        "BootstrapProvider": versions.bootstrap,
+        "ControlPlaneProvider": versions.control_plane,
+        "InfrastructureProvider": versions.infrastructure,
+        "IPAMProvider": versions.ipam,
+    }
+    return {p.config_key: by_kind[p.kind] for p in PROVIDERS}
+
+
+def check_upgrade_order(deployed: Mapping[str, str] | None, wanted: Mapping[str, str]) -> dict[str, str]:
+    """The operator upgrades providers one at a time, core first. A run that would change the
+    version of more than one installed provider is refused, naming them; a fresh install (no
+    versions deployed yet) or a newly added provider is not an upgrade."""
+    deployed = deployed or {}
+    bumped = [key for key, version in wanted.items() if key in deployed and deployed[key] != version]
+    if len(bumped) > 1:
+        changes = ", ".join(f"{key} {deployed[key]} -> {wanted[key]}" for key in bumped)
+        raise UpgradeOrderError(
+            f"this run would upgrade {len(bumped)} Cluster API providers at once ({changes}); "
+            f"the operator upgrades one at a time: set {bumped[0]} alone, run `pulumi up`, then the next"
+        )
+    return dict(wanted)
+
+
+class ClusterApi(pulumi.ComponentResource):
+    """cert-manager and cluster-api-operator as Helm releases, the provider namespaces, the CAPMOX
+    credentials Secret, and the five provider CRs, each waited on until Ready."""
+
+    provider_versions: pulumi.Output[dict[str, str]]
+    """Config key -> provider version, as deployed; read back by the next run's upgrade check."""
+
+    def __init__(
+        self,
+        name: str,
+        k3s: K3sNode,
+        settings: ClusterApiSettings,
+        *,
+        proxmox_url: str,
+        deployed_versions: pulumi.Input[Mapping[str, str] | None],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("homelab:index:ClusterApi", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, provider=k3s.provider)
+
+        cert_manager = kubernetes.helm.v3.Release(
+            f"{name}-cert-manager",
+            name="cert-manager",
+            chart="cert-manager",
+            version=settings.cert_manager_version,
+            repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=CERT_MANAGER_REPO),
+            namespace=CERT_MANAGER_NAMESPACE,
+            create_namespace=True,
+            values={"crds": {"enabled": True}},
+            timeout=RELEASE_TIMEOUT_SECONDS,
+            opts=child,
+        )
+        # Provider CRs in the chart's values would become Helm hooks (cluster-api-operator #1052)
+        # and would clash with the ones below: the values stay empty.
+        operator = kubernetes.helm.v3.Release(
+            f"{name}-capi-operator",
+            name="capi-operator",
+            chart="cluster-api-operator",
+            version=settings.operator_version,
+            repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=OPERATOR_REPO),
+            namespace=OPERATOR_NAMESPACE,
+            create_namespace=True,
+            values={},
+            timeout=RELEASE_TIMEOUT_SECONDS,
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[cert_manager])),
+        )
+        operator_ready = k3s.host_step(
+            f"{name}-operator-ready",
+            "operator_ready.sh",
+            [str(OPERATOR_READY_BOUND_SECONDS)],
+            after=operator,
+            triggers=[settings.cert_manager_version, settings.operator_version],
+            parent=self,
+        )
+
+        namespaces = {
+            p.namespace: kubernetes.core.v1.Namespace(
+                f"{name}-ns-{p.namespace}", metadata={"name": p.namespace}, opts=child
+            )
+            for p in PROVIDERS
+        }
+        credentials = kubernetes.core.v1.Secret(
+            f"{name}-capmox-credentials",
+            metadata={"name": settings.capmox_secret_name, "namespace": INFRASTRUCTURE.namespace},
+            type="Opaque",
+            # The operator reads it once; new credentials come as a new Secret (its name follows
+            # the token), and immutability keeps anyone from editing this one in place.
+            immutable=True,
+            data=pulumi.Output.secret(
+                {
+                    "PROXMOX_URL": _b64(proxmox_url.rstrip("/")),
+                    "PROXMOX_TOKEN": _b64(settings.capmox_token_id),
+                    "PROXMOX_SECRET": _b64(settings.capmox_token_secret),
+                }
+            ),
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[namespaces[INFRASTRUCTURE.namespace]])
+            ),
+        )
+
+        wanted = provider_versions(settings.providers)
+        # Resolves only if the run upgrades at most one provider; every CR's version waits on it,
+        # so a refused run sends no CR at all.
+        self.provider_versions = pulumi.Output.from_input(deployed_versions).apply(
+            lambda deployed: check_upgrade_order(deployed, wanted)
+        )
+        for p in PROVIDERS:
+            spec: dict[str, pulumi.Input[object]] = {"version": self.provider_versions[p.config_key]}
+            depends_on: list[pulumi.Resource] = [operator_ready, namespaces[p.namespace]]
+            if p is INFRASTRUCTURE:
+                spec["configSecret"] = {"name": settings.capmox_secret_name}
+                depends_on.append(credentials)
+            kubernetes.apiextensions.CustomResource(
+                f"{name}-{p.kind.removesuffix('Provider').lower()}-{p.name}",
+                api_version=PROVIDER_API_VERSION,
+                kind=p.kind,
+                metadata={
+                    "name": p.name,
+                    "namespace": p.namespace,
+                    # Done when the provider's Deployment is Available, which Ready mirrors.
+                    "annotations": {"pulumi.com/waitFor": "condition=Ready"},
+                },
+                spec=spec,
+                opts=pulumi.ResourceOptions.merge(
+                    child,
+                    pulumi.ResourceOptions(
+                        depends_on=depends_on,
+                        custom_timeouts=pulumi.CustomTimeouts(
+                            create=PROVIDER_READY_TIMEOUT, update=PROVIDER_READY_TIMEOUT
+                        ),
+                    ),
+                ),
+            )
+
+        self.register_outputs({"providerVersions": self.provider_versions})
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()

@@ -1,0 +1,135 @@
+"""A read-only account on a cluster, and a kubeconfig that uses its token."""
+
+from __future__ import annotations
+
+import base64
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.kubeconfig import cluster_endpoint, token_kubeconfig
+
+ACCOUNT = "capi-readonly"
+ACCOUNT_NAMESPACE = "kube-system"
+READ_VERBS = ["get", "list", "watch"]
+
+
+def _read(api_groups: list[str], resources: list[str]) -> kubernetes.rbac.v1.PolicyRuleArgs:
+    return kubernetes.rbac.v1.PolicyRuleArgs(api_groups=api_groups, resources=resources, verbs=READ_VERBS)
+
+
+# What an operator needs to diagnose the lab, read-only. RBAC has no partial wildcards in API
+# groups, so the Cluster API groups are listed one by one. No rule names `secrets`, and `*` on
+# the non-core groups cannot reach them: Secrets live in the core group only.
+READONLY_RULES = [
+    _read(
+        [""],
+        [
+            "configmaps",
+            "endpoints",
+            "events",
+            "limitranges",
+            "namespaces",
+            "nodes",
+            "persistentvolumeclaims",
+            "persistentvolumes",
+            "pods",
+            "pods/log",
+            "replicationcontrollers",
+            "resourcequotas",
+            "serviceaccounts",
+            "services",
+        ],
+    ),
+    _read(["apps"], ["daemonsets", "deployments", "replicasets", "statefulsets"]),
+    _read(["batch"], ["cronjobs", "jobs"]),
+    _read(["events.k8s.io"], ["events"]),
+    _read(["apiextensions.k8s.io"], ["customresourcedefinitions"]),
+    _read(
+        [
+            "cluster.x-k8s.io",
+            "addons.cluster.x-k8s.io",
+            "bootstrap.cluster.x-k8s.io",
+            "controlplane.cluster.x-k8s.io",
+            "infrastructure.cluster.x-k8s.io",
+            "ipam.cluster.x-k8s.io",
+            "runtime.cluster.x-k8s.io",
+            "clusterctl.cluster.x-k8s.io",
+            "operator.cluster.x-k8s.io",
+            "cert-manager.io",
+            "helm.cattle.io",
+        ],
+        ["*"],
+    ),
+]
+
+
+class ReadOnlyAccess(pulumi.ComponentResource):
+    """ClusterRole `capi-readonly` (get, list, watch; no secrets), a service account bound to it,
+    a long-lived token for it, and a kubeconfig (secret) with that token.
+
+    The token lives until its Secret is deleted: bumping `token_generation` creates a token
+    Secret of a new name and deletes the old one, which revokes the old token.
+    """
+
+    kubeconfig: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        provider: kubernetes.Provider,
+        admin_kubeconfig: pulumi.Input[str],
+        *,
+        context_name: str,
+        token_generation: int,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("homelab:index:ReadOnlyAccess", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, provider=provider)
+
+        role = kubernetes.rbac.v1.ClusterRole(
+            f"{name}-role",
+            metadata={"name": ACCOUNT},
+            rules=READONLY_RULES,
+            opts=child,
+        )
+        account = kubernetes.core.v1.ServiceAccount(
+            f"{name}-account",
+            metadata={"name": ACCOUNT, "namespace": ACCOUNT_NAMESPACE},
+            opts=child,
+        )
+        kubernetes.rbac.v1.ClusterRoleBinding(
+            f"{name}-binding",
+            metadata={"name": ACCOUNT},
+            role_ref=kubernetes.rbac.v1.RoleRefArgs(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=ACCOUNT
+            ),
+            subjects=[kubernetes.rbac.v1.SubjectArgs(kind="ServiceAccount", name=ACCOUNT, namespace=ACCOUNT_NAMESPACE)],
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[role, account])),
+        )
+        token = kubernetes.core.v1.Secret(
+            f"{name}-token",
+            metadata={
+                "name": f"{ACCOUNT}-token-{token_generation}",
+                "namespace": ACCOUNT_NAMESPACE,
+                "annotations": {"kubernetes.io/service-account.name": ACCOUNT},
+            },
+            type="kubernetes.io/service-account-token",
+            # The token controller fills the Secret in only once the account exists.
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[account], additional_secret_outputs=["data"])
+            ),
+        )
+
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(admin_kubeconfig, token.data).apply(
+                lambda args: _readonly_kubeconfig(args[0], args[1], context_name)
+            )
+        )
+        self.register_outputs({"kubeconfig": self.kubeconfig})
+
+
+def _readonly_kubeconfig(admin_kubeconfig: str, token_data: dict[str, str], context_name: str) -> str:
+    server, ca_data = cluster_endpoint(admin_kubeconfig)
+    token = base64.b64decode(token_data["token"]).decode()
+    return token_kubeconfig(server, ca_data, token, context_name)

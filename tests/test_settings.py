@@ -1,0 +1,391 @@
+"""The stack config is read once, validated up front, and turned into immutable typed settings.
+
+A bad value must stop the whole program before any resource is registered, with one line per
+problem that names the config key (`lab-mgmt:<key>: <what is wrong>`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import harness
+import pytest
+
+from components.settings import ProviderVersions, Settings, SettingsError, parse_settings
+
+PREFIX = f"{harness.PROJECT}:"
+STACK_TYPE = "pulumi:pulumi:Stack"
+IMAGE_URL = "https://cloud-images.ubuntu.com/noble/20260926/noble-server-cloudimg-amd64.img"
+SHA = "6a81c37564db9b1ee84e141922625e1d7c5b389b99bb3c572e0243607d5bb4d2"
+
+
+def lab_raw(**overrides: str) -> dict[str, str]:
+    """The lab stack's config as parse_settings takes it: keys without the project prefix."""
+    raw = {key.removeprefix(PREFIX): value for key, value in harness.stack_config().items()}
+    raw.update(overrides)
+    return raw
+
+
+def problems(error: BaseException) -> list[str]:
+    """The problem lines of a SettingsError's message (the first line is a heading)."""
+    lines = [line.strip() for line in str(error).splitlines()[1:]]
+    assert lines, f"no problem listed in {str(error)!r}"
+    assert all(line.startswith(PREFIX) for line in lines), lines
+    return lines
+
+
+def record_runs(monkeypatch: pytest.MonkeyPatch) -> list[harness.Run]:
+    """Collects every harness.Run that run_program records into, also when the program raises
+    (run_program returns its Run only on success)."""
+    runs: list[harness.Run] = []
+    real_run = harness.Run
+
+    def recording_run() -> harness.Run:
+        run = real_run()
+        runs.append(run)
+        return run
+
+    monkeypatch.setattr(harness, "Run", recording_run)
+    return runs
+
+
+def failing_run(
+    monkeypatch: pytest.MonkeyPatch, overrides: Mapping[str, Any], unset: tuple[str, ...] = ()
+) -> tuple[pytest.ExceptionInfo[SettingsError], harness.Run]:
+    """Runs the whole program, which must raise SettingsError; returns the error and the Run that
+    recorded every resource registered before it."""
+    runs = record_runs(monkeypatch)
+    with pytest.raises(SettingsError) as error:
+        harness.run_program(overrides=overrides, unset=unset)
+    assert len(runs) == 1, "harness.run_program no longer records into a harness.Run"
+    return error, runs[0]
+
+
+def registered_by_program(run: harness.Run) -> set[tuple[str, str]]:
+    """What the program registered: every recorded resource but the stack the runtime registers
+    before the program starts."""
+    return run.names() - {(STACK_TYPE, f"{harness.PROJECT}-{harness.STACK}")}
+
+
+def test_recording_sees_the_resources_of_a_good_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guards the checks below: an empty recording means nothing registered, not a blind recorder."""
+    runs = record_runs(monkeypatch)
+    returned = harness.run_program()
+    assert runs == [returned]
+    assert (STACK_TYPE, f"{harness.PROJECT}-{harness.STACK}") in returned.names()
+    assert registered_by_program(returned)
+
+
+BAD_INPUTS: list[Any] = [
+    pytest.param({}, ("proxmoxNode",), "proxmoxNode", "is required but not set", id="missing-proxmoxNode"),
+    pytest.param(
+        {},
+        ("proxmoxApiTokenSecret",),
+        "proxmoxApiTokenSecret",
+        "is required but not set",
+        id="missing-proxmoxApiTokenSecret",
+    ),
+    pytest.param({"vmId": 99}, (), "vmId", "99 is outside the Proxmox VMID range 100..999999999", id="vmId-99"),
+    pytest.param(
+        {"vmId": 1_000_000_000},
+        (),
+        "vmId",
+        "1000000000 is outside the Proxmox VMID range 100..999999999",
+        id="vmId-too-big",
+    ),
+    pytest.param({"vmId": "abc"}, (), "vmId", "'abc' is not a whole number", id="vmId-abc"),
+    pytest.param({"vmAddress": "192.168.4.21"}, (), "vmAddress", "no prefix length", id="vmAddress-no-prefix"),
+    pytest.param(
+        {"vmAddress": "192.168.4.300/24"},
+        (),
+        "vmAddress",
+        "is not an IPv4 address with a prefix length",
+        id="vmAddress-octet-300",
+    ),
+    pytest.param(
+        {"vmAddress": "not-an-ip/24"},
+        (),
+        "vmAddress",
+        "is not an IPv4 address with a prefix length",
+        id="vmAddress-text",
+    ),
+    pytest.param(
+        {"vmGateway": "192.168.5.1"},
+        (),
+        "vmGateway",
+        "192.168.5.1 is outside the VM's subnet 192.168.4.0/24",
+        id="vmGateway-other-subnet",
+    ),
+    pytest.param(
+        {"vmDnsServers": "8.8.8.8, 2.2.2.2"},
+        (),
+        "vmDnsServers",
+        "is not a list of strings",
+        id="vmDnsServers-one-string",
+    ),
+    pytest.param(
+        {"vmDnsServers": ["8.8.8.8", "dns.google"]},
+        (),
+        "vmDnsServers",
+        "'dns.google' is not an IP address",
+        id="vmDnsServers-hostname",
+    ),
+    pytest.param(
+        {"imageUrl": IMAGE_URL.replace("https://", "http://")},
+        (),
+        "imageUrl",
+        "is not an https:// URL",
+        id="imageUrl-http",
+    ),
+    pytest.param({"imageSha256": SHA[:8]}, (), "imageSha256", "is not a sha256 digest", id="imageSha256-short"),
+    pytest.param({"imageSha256": SHA.upper()}, (), "imageSha256", "is not a sha256 digest", id="imageSha256-uppercase"),
+    pytest.param({"imageSha256": "z" * 64}, (), "imageSha256", "is not a sha256 digest", id="imageSha256-nonhex"),
+    pytest.param({"imageSha256": SHA[:63]}, (), "imageSha256", "is not a sha256 digest", id="imageSha256-63-chars"),
+    pytest.param({"k3sVersion": ""}, (), "k3sVersion", "is required but not set", id="k3sVersion-empty"),
+    pytest.param({"k3sVersion": "latest"}, (), "k3sVersion", "'latest' floats", id="k3sVersion-latest"),
+    pytest.param(
+        {"k3sVersion": "v1.35.8"},
+        (),
+        "k3sVersion",
+        "'v1.35.8' is not a release of the form v1.35.8+k3s1",
+        id="k3sVersion-no-k3s-suffix",
+    ),
+    pytest.param(
+        {"certManagerVersion": "1.21.2"},
+        (),
+        "certManagerVersion",
+        "'1.21.2' is not a release of the form v1.21.2",
+        id="certManagerVersion-no-v",
+    ),
+    pytest.param(
+        {"capiOperatorVersion": "v0.28.0"},
+        (),
+        "capiOperatorVersion",
+        "'v0.28.0' is not a release of the form 0.28.0",
+        id="capiOperatorVersion-with-v",
+    ),
+    pytest.param({"capiCoreVersion": "latest"}, (), "capiCoreVersion", "'latest' floats", id="capiCoreVersion-latest"),
+    pytest.param(
+        {"capmoxVersion": "0.9.1"},
+        (),
+        "capmoxVersion",
+        "'0.9.1' is not a release of the form v0.9.1",
+        id="capmoxVersion-no-v",
+    ),
+    pytest.param({"vmCores": 0}, (), "vmCores", "0 is outside the cores range 1..64", id="vmCores-0"),
+    pytest.param({"vmCores": -1}, (), "vmCores", "-1 is outside the cores range 1..64", id="vmCores-negative"),
+    pytest.param({"vmCores": 1000}, (), "vmCores", "1000 is outside the cores range 1..64", id="vmCores-1000"),
+    pytest.param(
+        {"vmMemoryMib": 0}, (), "vmMemoryMib", "0 is outside the memory MiB range 1024..262144", id="vmMemoryMib-0"
+    ),
+    pytest.param(
+        {"vmMemoryMib": 10_000_000},
+        (),
+        "vmMemoryMib",
+        "10000000 is outside the memory MiB range 1024..262144",
+        id="vmMemoryMib-too-big",
+    ),
+    pytest.param({"vmDiskGib": 0}, (), "vmDiskGib", "0 is outside the disk GiB range 10..4096", id="vmDiskGib-0"),
+    pytest.param({"vmDiskGib": "30G"}, (), "vmDiskGib", "'30G' is not a whole number", id="vmDiskGib-unit"),
+    pytest.param(
+        {"vmDiskGib": 100_000},
+        (),
+        "vmDiskGib",
+        "100000 is outside the disk GiB range 10..4096",
+        id="vmDiskGib-too-big",
+    ),
+    pytest.param(
+        {"proxmoxEndpoint": "http://192.168.0.8:8006/"},
+        (),
+        "proxmoxEndpoint",
+        "is not an https:// URL",
+        id="proxmoxEndpoint-http",
+    ),
+    pytest.param(
+        {"proxmoxEndpoint": "192.168.0.8:8006"},
+        (),
+        "proxmoxEndpoint",
+        "is not an https:// URL",
+        id="proxmoxEndpoint-no-scheme",
+    ),
+    pytest.param({"vmVlanTag": 5000}, (), "vmVlanTag", "'5000' is not a VLAN id 1..4094", id="vmVlanTag-5000"),
+    pytest.param(
+        {"sshPublicKeys": ["not a key"]},
+        (),
+        "sshPublicKeys",
+        "'not a key' is not an OpenSSH public key line",
+        id="sshPublicKeys-garbage",
+    ),
+    pytest.param(
+        {"proxmoxApiTokenId": "root@pam"},
+        (),
+        "proxmoxApiTokenId",
+        "is not an API token id of the form user@realm!tokenname",
+        id="proxmoxApiTokenId-no-token-name",
+    ),
+    pytest.param(
+        {"vmRebuildFromImage": True, "vmProtected": True},
+        (),
+        "vmRebuildFromImage",
+        "needs vmProtected=false",
+        id="rebuild-while-protected",
+    ),
+    pytest.param(
+        {"kubeconfigPath": "kube.yaml"}, (), "kubeconfigPath", "is not an absolute path", id="kubeconfigPath-relative"
+    ),
+    pytest.param(
+        {"kubeconfigPath": str(harness.REPO / "kube.yaml")},
+        (),
+        "kubeconfigPath",
+        "is inside this repository",
+        id="kubeconfigPath-in-repo",
+    ),
+    pytest.param(
+        {"workloadClusters": ["lab1"]},
+        (),
+        "workloadClusters",
+        "'lab1' is not of the form namespace/name",
+        id="workloadClusters-no-namespace",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "unset", "key", "fragment"), BAD_INPUTS)
+def test_bad_input_stops_the_program_before_any_resource(
+    monkeypatch: pytest.MonkeyPatch, overrides: dict[str, Any], unset: tuple[str, ...], key: str, fragment: str
+) -> None:
+    error, run = failing_run(monkeypatch, overrides, unset)
+    [line] = problems(error.value)
+    assert line.startswith(f"{PREFIX}{key}: "), line
+    assert fragment in line, line
+    assert registered_by_program(run) == set()
+    assert any(entry.name == "load_settings" for entry in error.traceback)
+
+
+def test_every_problem_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    overrides = {
+        "vmId": 99,
+        "vmCores": 0,
+        "vmAddress": "192.168.4.21",
+        "imageSha256": SHA[:63],
+        "k3sVersion": "latest",
+        "capmoxVersion": "0.9.1",
+        "workloadClusters": ["lab1"],
+    }
+    error, run = failing_run(monkeypatch, overrides, unset=("proxmoxNode",))
+    lines = problems(error.value)
+    keys = sorted(line.removeprefix(PREFIX).split(":", 1)[0] for line in lines)
+    assert keys == sorted([*overrides, "proxmoxNode"])
+    assert registered_by_program(run) == set()
+
+
+def test_problems_at_once_through_parse_settings() -> None:
+    raw = lab_raw(vmGateway="192.168.5.1", vmDiskGib="30G", proxmoxEndpoint="http://192.168.0.8:8006/")
+    del raw["capmoxTokenSecret"]
+    with pytest.raises(SettingsError) as error:
+        parse_settings(raw)
+    assert problems(error.value) == [
+        "lab-mgmt:proxmoxEndpoint: 'http://192.168.0.8:8006/' is not an https:// URL",
+        "lab-mgmt:vmDiskGib: '30G' is not a whole number",
+        "lab-mgmt:vmGateway: 192.168.5.1 is outside the VM's subnet 192.168.4.0/24",
+        "lab-mgmt:capmoxTokenSecret: is required but not set",
+    ]
+
+
+@pytest.fixture
+def lab() -> Settings:
+    return parse_settings(lab_raw())
+
+
+def test_lab_vm(lab: Settings) -> None:
+    vm = lab.vm
+    assert vm.vm_id == 201
+    assert vm.name == "lab-mgmt"
+    assert vm.cores == 2
+    assert vm.memory_mib == 4096
+    assert vm.disk_gib == 30
+    assert vm.bridge == "vmbr0"
+    assert vm.vlan_tag == 4
+    assert vm.address == ipaddress.IPv4Interface("192.168.4.21/24")
+    assert str(vm.address) == "192.168.4.21/24"
+    assert vm.gateway == ipaddress.IPv4Address("192.168.4.8")
+    assert vm.dns_servers == ("8.8.8.8", "2.2.2.2")
+    assert vm.disk_storage == "local-lvm"
+    assert vm.protected is True
+    assert vm.rebuild_from_image is False
+    assert vm.ci_user == "ubuntu"
+    assert len(vm.ssh_public_keys) == 1
+    assert vm.ssh_public_keys[0].startswith("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5")
+
+
+def test_lab_proxmox_and_image(lab: Settings) -> None:
+    assert lab.proxmox.endpoint == "https://192.168.0.8:8006/"
+    assert lab.proxmox.insecure is True
+    assert lab.proxmox.api_token_id == "pulumi@pve!lab-mgmt"
+    assert lab.proxmox.node == "pv1-1"
+    assert lab.image.url == IMAGE_URL
+    assert lab.image.sha256 == SHA
+    assert lab.image.storage == "local"
+    assert lab.image.file_name.endswith(".qcow2")
+    assert "20260926" in lab.image.file_name
+
+
+def test_image_file_name_follows_the_serial() -> None:
+    other = parse_settings(lab_raw(imageUrl=IMAGE_URL.replace("20260926", "20261010")))
+    assert "20261010" in other.image.file_name
+    assert other.image.file_name != parse_settings(lab_raw()).image.file_name
+
+
+def test_lab_versions(lab: Settings) -> None:
+    assert lab.k3s.version == "v1.35.8+k3s1"
+    assert lab.k3s.kubeconfig_path is None
+    capi = lab.cluster_api
+    assert capi.cert_manager_version == "v1.21.2"
+    assert capi.operator_version == "0.28.0"
+    assert capi.providers == ProviderVersions(
+        core="v1.12.11",
+        bootstrap="v1.12.11",
+        control_plane="v1.12.11",
+        infrastructure="v0.9.1",
+        ipam="v1.1.1",
+    )
+    assert capi.capmox_token_id == "capmox@pve!capi"
+    assert capi.readonly_token_generation == 1
+    assert capi.workload_clusters == ()
+
+
+def test_kubeconfig_path_outside_the_repo_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "lab-mgmt.yaml"
+    assert not path.resolve().is_relative_to(harness.REPO)
+    assert parse_settings(lab_raw(kubeconfigPath=str(path))).k3s.kubeconfig_path == path
+
+
+def test_capmox_secret_name_is_a_stable_digest_of_the_token() -> None:
+    secret = harness.DUMMY_SECRETS["capmoxTokenSecret"]
+    first = parse_settings(lab_raw()).cluster_api.capmox_secret_name
+    again = parse_settings(lab_raw()).cluster_api.capmox_secret_name
+    rotated = parse_settings(lab_raw(capmoxTokenSecret="12345678-1234-4234-8234-123456789abc"))
+    assert first == again
+    assert rotated.cluster_api.capmox_secret_name != first
+    assert secret not in first
+    assert secret.replace("-", "") not in first
+    # A Kubernetes object name: a DNS label.
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", first), first
+
+
+def test_settings_are_immutable(lab: Settings) -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lab.vm.cores = 4  # type: ignore[misc]
+    parts: list[Any] = [lab, lab.proxmox, lab.vm, lab.image, lab.k3s, lab.cluster_api, lab.cluster_api.providers]
+    for part in parts:
+        for field in dataclasses.fields(part):
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                setattr(part, field.name, None)
+    assert lab.vm.cores == 2
+    assert isinstance(lab.vm.dns_servers, tuple)
+    assert isinstance(lab.vm.ssh_public_keys, tuple)
