@@ -136,8 +136,7 @@ class ManagementVm(pulumi.ComponentResource):
         self.register_outputs({"vmId": self.vm_id, "address": self.address, "instanceKey": self.instance_key})
 
 
-def _instance_key(vm_id: str, network_devices: list[Any] | None) -> str:
-    first = (network_devices or [{}])[0]
-    # A typed output object from the engine, a plain dict where no type information was applied.
-    mac = first.get("macAddress") if type(first) is dict else first.mac_address
+def _instance_key(vm_id: str, network_devices: list[dict[str, Any]] | None) -> str:
+    # Output types are dicts keyed by the Python property names.
+    mac = (network_devices or [{}])[0].get("mac_address")
     return f"{vm_id}/{mac or ''}"

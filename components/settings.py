@@ -166,6 +166,11 @@ class _Reader:
         value = self._raw.get(key, "").strip()
         return value or None
 
+    def verbatim(self, key: str) -> str | None:
+        """Unstripped, for a key file whose last newline belongs to its format."""
+        value = self._raw.get(key, "")
+        return value if value.strip() else None
+
     def text(self, key: str) -> str:
         value = self.optional(key)
         if value is None:
@@ -361,7 +366,7 @@ def _read_kubeconfig_path(r: _Reader) -> Path | None:
 
 
 def _read_k3s(r: _Reader) -> K3sSettings:
-    private_key = r.optional("sshPrivateKey")
+    private_key = r.verbatim("sshPrivateKey")
     if private_key is not None and "PRIVATE KEY" not in private_key:
         r.fail("sshPrivateKey", "is not a private key in PEM/OpenSSH form (give the key file's whole content)")
     return K3sSettings(

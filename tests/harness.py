@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import runpy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,6 +60,8 @@ users:
     client-key-data: Y2xpZW50LWtleQ==
 """
 WORKLOAD_KUBECONFIG = K3S_KUBECONFIG.replace("https://127.0.0.1:6443", "https://192.168.4.40:6443")
+
+VM_MAC = "BC:24:11:4A:00:01"
 
 SECRET = "__secret__"
 UNKNOWN = "__unknown__"
@@ -176,8 +179,31 @@ class Run:
         return False
 
 
+def _without(inputs: dict[str, Any], path: str) -> dict[str, Any]:
+    """A copy of `inputs` without the property at an ignoreChanges path like `disks[0].importFrom`."""
+    steps = [int(p) if p.isdigit() else p for p in re.split(r"\.|\[|\]\.?", path) if p]
+    copy: Any = json.loads(json.dumps(inputs))
+    node = copy
+    for step in steps[:-1]:
+        try:
+            node = node[step]
+        except (KeyError, IndexError, TypeError):
+            return dict(copy)
+    if isinstance(node, dict):
+        node.pop(steps[-1], None)
+    return dict(copy)
+
+
+def _effective_inputs(resource: Resource, ignore_changes: list[str]) -> dict[str, Any]:
+    inputs = resource.inputs
+    for path in ignore_changes:
+        inputs = _without(inputs, path)
+    return inputs
+
+
 def changed(before: Run, after: Run) -> set[tuple[str, str]]:
-    """Resources added, removed, or registered with other inputs or options between two runs."""
+    """Resources that the engine would add, remove, or update between two runs: other inputs
+    (minus the paths the new run's ignoreChanges keeps from the old state) or other options."""
     keys = before.names() | after.names()
     result = set()
     for key in keys:
@@ -185,16 +211,17 @@ def changed(before: Run, after: Run) -> set[tuple[str, str]]:
         if a is None or b is None:
             result.add(key)
             continue
-        fields_a = (a.inputs, a.protect, a.ignore_changes, a.provider, sorted(a.dependencies))
-        fields_b = (b.inputs, b.protect, b.ignore_changes, b.provider, sorted(b.dependencies))
+        fields_a = (_effective_inputs(a, b.ignore_changes), a.protect, a.ignore_changes, a.provider)
+        fields_b = (_effective_inputs(b, b.ignore_changes), b.protect, b.ignore_changes, b.provider)
         if fields_a != fields_b:
             result.add(key)
     return result
 
 
 class _Mocks(pulumi.runtime.Mocks):
-    def __init__(self, previous_outputs: Mapping[str, Any] | None) -> None:
+    def __init__(self, previous_outputs: Mapping[str, Any] | None, vm_mac: str) -> None:
         self.previous_outputs = dict(previous_outputs or {})
+        self.vm_mac = vm_mac
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         outputs = dict(args.inputs)
@@ -212,6 +239,9 @@ class _Mocks(pulumi.runtime.Mocks):
                 outputs["data"] = {"token": base64.b64encode(SA_TOKEN.encode()).decode(), "ca.crt": CA_DATA}
             elif args.resource_id:
                 outputs["data"] = {"value": base64.b64encode(WORKLOAD_KUBECONFIG.encode()).decode()}
+        elif args.typ == "proxmoxve:index/vmLegacy:VmLegacy":
+            # Proxmox picks the MAC address when it creates the VM.
+            outputs["networkDevices"] = [{**nic, "macAddress": self.vm_mac} for nic in outputs["networkDevices"]]
         elif args.typ == "proxmoxve:download/file:File":
             inputs = args.inputs
             return f"{inputs['datastoreId']}:{inputs['contentType']}/{inputs['fileName']}", outputs
@@ -250,13 +280,14 @@ def run_program(
     overrides: Mapping[str, Any] | None = None,
     unset: tuple[str, ...] = (),
     previous_outputs: Mapping[str, Any] | None = None,
+    vm_mac: str = VM_MAC,
     preview: bool = False,
 ) -> Run:
     """Run __main__.py once with the lab stack's config changed by `overrides`/`unset`.
     `previous_outputs` are the stack outputs of the last deployment, as a StackReference to the
-    stack itself sees them."""
+    stack itself sees them; a different `vm_mac` stands for a re-created VM."""
     run = Run()
-    mocks = _Mocks(previous_outputs)
+    mocks = _Mocks(previous_outputs, vm_mac)
     ROOT.set(None)
     pulumi.runtime.set_mocks(
         mocks, project=PROJECT, stack=STACK, preview=preview, monitor=_RecordingMonitor(mocks, run)

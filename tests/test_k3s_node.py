@@ -1,0 +1,194 @@
+"""k3s over SSH: the commands, their order and triggers, the pinned host key, secrets, the
+Kubernetes provider's identity, and what each kind of change re-runs."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import shlex
+from typing import Any
+
+import pytest
+import yaml
+from harness import (
+    DUMMY_SECRETS,
+    HOST_KEY,
+    K3S_KUBECONFIG,
+    SECRET,
+    Run,
+    changed,
+    contains_plain,
+    run_program,
+)
+
+import components.k3s_node
+from components.host_script import SCRIPTS_DIR
+
+COMMAND = "command:remote:Command"
+K8S_PROVIDER = ("pulumi:providers:kubernetes", "mgmt-kubernetes")
+STEPS = ["host-ready", "guest-agent", "k3s-config", "k3s-install", "node-ready", "read-kubeconfig"]
+SCRIPTS = {
+    "host-ready": "host_ready.sh",
+    "guest-agent": "guest_agent.sh",
+    "k3s-config": "k3s_config.sh",
+    "k3s-install": "k3s_install.sh",
+    "node-ready": "node_ready.sh",
+    "read-kubeconfig": "read_kubeconfig.sh",
+}
+INSTANCE = "mgmt-vm-id/BC:24:11:4A:00:01"
+K3S_CONFIG = {"disable": ["traefik"], "tls-san": ["192.168.4.21"], "write-kubeconfig-mode": "0600"}
+HOST_STEPS = {(COMMAND, f"mgmt-{step}") for step in STEPS}
+
+
+@pytest.fixture(scope="module")
+def lab() -> Run:
+    return run_program()
+
+
+def step(run: Run, name: str) -> dict[str, Any]:
+    return run.get(COMMAND, f"mgmt-{name}").plain
+
+
+def argv(run: Run, name: str) -> list[str]:
+    """The command line of a host step: sudo bash -c <script> <script name> args..."""
+    return shlex.split(step(run, name)["create"])
+
+
+def test_every_step_runs_its_own_script_as_root(lab: Run) -> None:
+    for name, script in SCRIPTS.items():
+        words = argv(lab, name)
+        assert words[:3] == ["sudo", "bash", "-c"]
+        assert words[3] == (SCRIPTS_DIR / script).read_text()
+        assert words[4] == script
+
+
+def test_step_arguments(lab: Run) -> None:
+    assert argv(lab, "host-ready")[5:] == []
+    assert argv(lab, "guest-agent")[5:] == []
+    (config_b64,) = argv(lab, "k3s-config")[5:]
+    assert yaml.safe_load(base64.b64decode(config_b64)) == K3S_CONFIG
+    assert argv(lab, "k3s-install")[5:] == ["v1.35.8+k3s1"]
+    assert argv(lab, "node-ready")[5:] == ["300"]
+    assert argv(lab, "read-kubeconfig")[5:] == []
+
+
+def test_steps_run_in_order(lab: Run) -> None:
+    for earlier, later in itertools.pairwise(STEPS):
+        assert lab.depends_on(lab.get(COMMAND, f"mgmt-{later}"), lab.get(COMMAND, f"mgmt-{earlier}")), later
+    vm = lab.get("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
+    assert lab.depends_on(lab.get(COMMAND, "mgmt-host-ready"), vm)
+
+
+def test_triggers_are_explicit_and_deterministic(lab: Run) -> None:
+    digest = hashlib.sha256(yaml.safe_dump(K3S_CONFIG, sort_keys=True).encode()).hexdigest()
+    expected = {name: [INSTANCE] for name in STEPS}
+    expected["node-ready"] = [INSTANCE, "v1.35.8+k3s1", digest]
+    assert {name: step(lab, name)["triggers"] for name in STEPS} == expected
+
+
+def test_first_contact_records_the_host_key_and_every_later_step_pins_it(lab: Run) -> None:
+    assert "hostKey" not in step(lab, "host-ready")["connection"]
+    for name in [*STEPS[1:], "operator-ready"]:
+        assert step(lab, name)["connection"]["hostKey"] == HOST_KEY, name
+
+
+def test_connection(lab: Run) -> None:
+    connection = step(lab, "guest-agent")["connection"]
+    assert connection == {
+        "host": "192.168.4.21",
+        "port": 22,
+        "user": "ubuntu",
+        "privateKey": DUMMY_SECRETS["sshPrivateKey"],
+        "hostKey": HOST_KEY,
+        "dialErrorLimit": 60,
+        "perDialTimeout": 10,
+    }
+
+
+def test_private_key_is_secret_and_never_plain(lab: Run) -> None:
+    for name in STEPS:
+        assert set(lab.get(COMMAND, f"mgmt-{name}").inputs["connection"]) == {SECRET}
+    for resource in lab.resources.values():
+        assert not contains_plain(resource.inputs, "ZHVtbXk="), resource.name
+
+
+def test_ssh_agent_is_used_when_no_private_key_is_set() -> None:
+    run = run_program(unset=("sshPrivateKey",))
+    assert "privateKey" not in step(run, "guest-agent")["connection"]
+
+
+def test_nothing_secret_is_sent_back_or_logged(lab: Run) -> None:
+    for name in STEPS:
+        inputs = step(lab, name)
+        assert inputs["addPreviousOutputInEnv"] is False, name
+        # No step undoes anything on the host, whatever happens to the resource.
+        assert "delete" not in inputs, name
+        assert "environment" not in inputs, name
+    kubeconfig = lab.get(COMMAND, "mgmt-read-kubeconfig")
+    assert "stdout" in kubeconfig.additional_secret_outputs
+    assert kubeconfig.plain["logging"] == "stderr"
+
+
+def test_kubeconfig_output_is_secret_and_renamed(lab: Run) -> None:
+    text, secret = lab.outputs["kubeconfig"]
+    assert secret is True
+    doc = yaml.safe_load(text)
+    assert doc["current-context"] == "lab-mgmt"
+    assert doc["clusters"][0]["cluster"]["server"] == "https://192.168.4.21:6443"
+    assert doc["users"][0]["user"] == yaml.safe_load(K3S_KUBECONFIG)["users"][0]["user"]
+
+
+def test_kubernetes_provider_has_a_stable_identity_and_a_secret_kubeconfig(lab: Run) -> None:
+    provider = lab.get(*K8S_PROVIDER)
+    assert set(provider.inputs["kubeconfig"]) == {SECRET}
+    # The identity follows the VM instance only: renewed client certificates (a new kubeconfig
+    # text) update the provider in place instead of replacing every object on it.
+    assert provider.plain["clusterIdentifier"] == f"lab-mgmt/{INSTANCE}"
+
+
+def test_kubernetes_objects_use_the_explicit_provider(lab: Run) -> None:
+    provider = lab.get(*K8S_PROVIDER)
+    k8s = [r for r in lab.resources.values() if r.type.startswith("kubernetes:")]
+    assert k8s
+    for resource in k8s:
+        assert resource.provider.startswith(provider.urn + "::"), resource.name
+
+
+def test_a_second_run_re_runs_nothing(lab: Run) -> None:
+    assert changed(lab, run_program()) == set()
+
+
+def test_k3s_bump_reruns_the_install_and_the_wait_only(lab: Run) -> None:
+    bumped = run_program({"k3sVersion": "v1.35.9+k3s1"})
+    assert changed(lab, bumped) == {(COMMAND, "mgmt-k3s-install"), (COMMAND, "mgmt-node-ready")}
+    assert argv(bumped, "k3s-install")[5:] == ["v1.35.9+k3s1"]
+
+
+def test_k3s_config_change_reruns_the_config_step_and_the_wait_only(lab: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    render = components.k3s_node.render_k3s_config
+    monkeypatch.setattr(components.k3s_node, "render_k3s_config", lambda address: render(address) + "debug: true\n")
+    assert changed(lab, run_program()) == {(COMMAND, "mgmt-k3s-config"), (COMMAND, "mgmt-node-ready")}
+
+
+def test_a_new_vm_reruns_every_host_step_and_is_a_new_cluster(lab: Run) -> None:
+    rebuilt = run_program(vm_mac="BC:24:11:4A:00:02")
+    touched = changed(lab, rebuilt)
+    assert {*HOST_STEPS, (COMMAND, "mgmt-operator-ready"), K8S_PROVIDER} <= touched
+    assert rebuilt.get(*K8S_PROVIDER).plain["clusterIdentifier"] == "lab-mgmt/mgmt-vm-id/BC:24:11:4A:00:02"
+
+
+def test_kubeconfig_file_is_written_only_when_asked(lab: Run, tmp_path_factory: pytest.TempPathFactory) -> None:
+    assert lab.of_type("command:local:Command") == []
+    path = tmp_path_factory.mktemp("home") / "kube dir" / "lab-mgmt.yaml"
+    run = run_program({"kubeconfigPath": str(path)})
+    (writer,) = run.of_type("command:local:Command")
+    quoted = shlex.quote(str(path))
+    assert writer.plain["create"] == (
+        f"umask 077 && mkdir -p {shlex.quote(str(path.parent))} && cat > {quoted} && chmod 0600 {quoted}"
+    )
+    assert writer.plain["delete"] == f"rm -f {quoted}"
+    assert set(writer.inputs["stdin"]) == {SECRET}
+    assert writer.plain["stdin"] == run.outputs["kubeconfig"][0]
+    assert writer.plain["logging"] == "stderr"
+    assert writer.plain["addPreviousOutputInEnv"] is False

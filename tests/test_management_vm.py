@@ -1,0 +1,153 @@
+"""The cloud image and the management VM: the spec's `qm create` line, protection, and what an
+image bump touches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from harness import DUMMY_SECRETS, SECRET, Resource, Run, changed, contains_plain, run_program
+
+VM = ("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
+IMAGE = ("proxmoxve:download/file:File", "mgmt-image")
+PROXMOX = ("pulumi:providers:proxmoxve", "mgmt-proxmox")
+IMAGE_FILE_ID = "local:import/noble-server-cloudimg-amd64-20260926.qcow2"
+NEXT_IMAGE = {
+    "imageUrl": "https://cloud-images.ubuntu.com/noble/20261020/noble-server-cloudimg-amd64.img",
+    "imageSha256": "0123456789abcdef" * 4,
+}
+UNPROTECTED = {"vmProtected": False}
+REBUILD = {"vmProtected": False, "vmRebuildFromImage": True}
+
+
+@pytest.fixture(scope="module")
+def lab() -> Run:
+    return run_program()
+
+
+def test_image_is_downloaded_for_import_with_its_checksum(lab: Run) -> None:
+    assert lab.get(*IMAGE).plain == {
+        "nodeName": "pv1-1",
+        "datastoreId": "local",
+        "contentType": "import",
+        "url": "https://cloud-images.ubuntu.com/noble/20260926/noble-server-cloudimg-amd64.img",
+        # Proxmox imports only *.qcow2 names; the serial keeps two image builds apart.
+        "fileName": "noble-server-cloudimg-amd64-20260926.qcow2",
+        "checksum": "6a81c37564db9b1ee84e141922625e1d7c5b389b99bb3c572e0243607d5bb4d2",
+        "checksumAlgorithm": "sha256",
+        "overwrite": False,
+        "uploadTimeout": 1800,
+    }
+
+
+def test_vm_matches_the_qm_create_line(lab: Run) -> None:
+    assert lab.get(*VM).plain == {
+        "nodeName": "pv1-1",
+        "vmId": 201,  # qm create 201
+        "name": "lab-mgmt",  # --name lab-mgmt
+        "description": "Kubernetes management cluster (k3s), managed by the lab-mgmt Pulumi program.",
+        "onBoot": True,
+        "started": True,  # then started
+        "protection": True,
+        "operatingSystem": {"type": "l26"},
+        "cpu": {"cores": 2, "type": "x86-64-v2-AES"},  # --cores 2
+        "memory": {"dedicated": 4096},  # --memory 4096
+        "networkDevices": [{"bridge": "vmbr0", "model": "virtio", "vlanId": 4}],  # --net0 virtio,bridge=vmbr0,tag=4
+        "scsiHardware": "virtio-scsi-pci",  # --scsihw virtio-scsi-pci
+        # --scsi0 local-lvm:0,import-from=<image>, then resized to 30G
+        "disks": [
+            {
+                "interface": "scsi0",
+                "datastoreId": "local-lvm",
+                "importFrom": IMAGE_FILE_ID,
+                "fileFormat": "raw",
+                "size": 30,
+            }
+        ],
+        "bootOrders": ["scsi0"],  # --boot order=scsi0
+        "serialDevices": [{"device": "socket"}],  # --serial0 socket
+        "vga": {"type": "serial0"},  # --vga serial0
+        # --agent 1, without waiting for an agent the image does not have yet
+        "agent": {"enabled": True, "timeout": "1m", "waitForIp": {"disabled": True}},
+        "initialization": {
+            "datastoreId": "local-lvm",  # --ide2 local-lvm:cloudinit
+            "interface": "ide2",
+            "userAccount": {  # --ciuser ubuntu --sshkeys <key>
+                "username": "ubuntu",
+                "keys": [lab.get(*VM).plain["initialization"]["userAccount"]["keys"][0]],
+            },
+            "ipConfigs": [{"ipv4": {"address": "192.168.4.21/24", "gateway": "192.168.4.8"}}],  # --ipconfig0
+            "dns": {"servers": ["8.8.8.8", "2.2.2.2"]},  # --nameserver, a list end to end
+        },
+    }
+    assert lab.get(*VM).plain["initialization"]["userAccount"]["keys"][0].startswith("ssh-ed25519 AAAA")
+
+
+def test_vm_is_imported_from_the_download(lab: Run) -> None:
+    vm, image = lab.get(*VM), lab.get(*IMAGE)
+    assert image.urn in vm.dependencies
+    assert vm.plain["disks"][0]["importFrom"] == IMAGE_FILE_ID
+
+
+def test_everything_proxmox_goes_through_the_explicit_provider(lab: Run) -> None:
+    provider = lab.get(*PROXMOX)
+    assert provider.plain == {
+        "endpoint": "https://192.168.0.8:8006/",
+        "insecure": "true",  # provider settings travel as strings
+        "apiToken": f"pulumi@pve!lab-mgmt={DUMMY_SECRETS['proxmoxApiTokenSecret']}",
+    }
+    for key in (VM, IMAGE):
+        assert lab.get(*key).provider.startswith(provider.urn + "::")
+
+
+def test_api_token_is_secret_wherever_it_appears(lab: Run) -> None:
+    assert set(lab.get(*PROXMOX).inputs["apiToken"]) == {SECRET}
+    for resource in lab.resources.values():
+        assert not contains_plain(resource.inputs, DUMMY_SECRETS["proxmoxApiTokenSecret"]), resource.name
+    for value, secret in lab.outputs.values():
+        assert secret or DUMMY_SECRETS["proxmoxApiTokenSecret"] not in str(value)
+
+
+def test_vm_is_protected_and_ignores_a_new_image(lab: Run) -> None:
+    vm = lab.get(*VM)
+    assert vm.protect is True
+    assert vm.plain["protection"] is True
+    assert vm.ignore_changes == ["disks[0].importFrom"]
+    # The VMID is fixed: a deliberate rebuild must delete the old VM first.
+    assert vm.delete_before_replace is True
+
+
+def test_a_second_run_registers_identical_inputs(lab: Run) -> None:
+    assert changed(lab, run_program()) == set()
+
+
+def test_bumping_the_image_changes_the_download_only(lab: Run) -> None:
+    bumped = run_program(NEXT_IMAGE)
+    assert changed(lab, bumped) == {IMAGE}
+    assert bumped.get(*IMAGE).plain["fileName"] == "noble-server-cloudimg-amd64-20261020.qcow2"
+
+
+def test_lifting_protection_touches_the_vm_in_place_only() -> None:
+    before, after = run_program(), run_program(UNPROTECTED)
+    assert changed(before, after) == {VM}
+    vm = after.get(*VM)
+    assert (vm.protect, vm.plain["protection"], vm.ignore_changes) == (False, False, ["disks[0].importFrom"])
+
+
+def test_a_deliberate_rebuild_follows_the_new_image() -> None:
+    unprotected = run_program(UNPROTECTED)
+    rebuilt = run_program({**REBUILD, **NEXT_IMAGE})
+    vm = rebuilt.get(*VM)
+    assert vm.ignore_changes == []
+    assert vm.plain["disks"][0]["importFrom"] == "local:import/noble-server-cloudimg-amd64-20261020.qcow2"
+    assert {VM, IMAGE} <= changed(unprotected, rebuilt)
+
+
+def _host_command_triggers(run: Run) -> list[Any]:
+    host_ready: Resource = run.get("command:remote:Command", "mgmt-host-ready")
+    return list(host_ready.plain["triggers"])
+
+
+def test_instance_key_names_this_vm_instance(lab: Run) -> None:
+    assert _host_command_triggers(lab) == ["mgmt-vm-id/BC:24:11:4A:00:01"]
+    assert _host_command_triggers(run_program(vm_mac="BC:24:11:4A:00:02")) == ["mgmt-vm-id/BC:24:11:4A:00:02"]
