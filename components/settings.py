@@ -199,7 +199,7 @@ class _Reader:
 
     def matching(self, key: str, pattern: re.Pattern[str], expected: str) -> str:
         value = self.text(key)
-        if value and not pattern.match(value):
+        if value and not pattern.fullmatch(value):
             self.fail(key, f"{value!r} is not {expected}")
         return value
 
@@ -207,7 +207,7 @@ class _Reader:
         value = self.text(key)
         if value.lower() in ("latest", "stable", "main", "master"):
             self.fail(key, f"{value!r} floats; pin a release of the form {example}")
-        elif value and not pattern.match(value):
+        elif value and not pattern.fullmatch(value):
             self.fail(key, f"{value!r} is not a release of the form {example}")
         return value
 
@@ -289,6 +289,8 @@ def _read_gateway(r: _Reader, address: ipaddress.IPv4Interface | None) -> ipaddr
         return ipaddress.IPv4Address(0)
     if address is not None and gateway not in address.network:
         r.fail("vmGateway", f"{gateway} is outside the VM's subnet {address.network}")
+    elif address is not None and gateway == address.ip:
+        r.fail("vmGateway", f"{gateway} is the VM's own address")
     return gateway
 
 
@@ -312,7 +314,7 @@ def _is_ip_address(text: str) -> bool:
 
 def _read_vm(r: _Reader) -> VmSettings:
     vlan_text = r.optional("vmVlanTag") or "0"
-    vlan = int(vlan_text) if vlan_text.isdigit() else -1
+    vlan = int(vlan_text) if re.fullmatch(r"[0-9]+", vlan_text) else -1
     if vlan != 0 and not VLAN_RANGE[0] <= vlan <= VLAN_RANGE[1]:
         r.fail("vmVlanTag", f"{vlan_text!r} is not a VLAN id {VLAN_RANGE[0]}..{VLAN_RANGE[1]} (0 for untagged)")
     protected = r.boolean("vmProtected")
@@ -357,7 +359,11 @@ def _read_kubeconfig_path(r: _Reader) -> Path | None:
     text = r.optional("kubeconfigPath")
     if text is None:
         return None
-    path = Path(text).expanduser()
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:
+        r.fail("kubeconfigPath", f"{text!r} names the home directory of an unknown user")
+        return None
     if not path.is_absolute():
         r.fail("kubeconfigPath", f"{text!r} is not an absolute path")
     elif path.resolve() == REPO_ROOT or REPO_ROOT in path.resolve().parents:
@@ -380,7 +386,7 @@ def _read_workload_clusters(r: _Reader) -> tuple[WorkloadCluster, ...]:
     clusters = []
     for entry in r.string_list("workloadClusters", required=False) or ():
         namespace, _, name = entry.partition("/")
-        if not (DNS_LABEL.match(namespace) and DNS_LABEL.match(name)):
+        if not (DNS_LABEL.fullmatch(namespace) and DNS_LABEL.fullmatch(name)):
             r.fail("workloadClusters", f"{entry!r} is not of the form namespace/name")
         clusters.append(WorkloadCluster(namespace, name))
     if len({c.name for c in clusters}) != len(clusters):

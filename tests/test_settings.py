@@ -252,6 +252,22 @@ BAD_INPUTS: list[Any] = [
         "'lab1' is not of the form namespace/name",
         id="workloadClusters-no-namespace",
     ),
+    pytest.param(
+        {"workloadClusters": ["ns\n/lab1"]},
+        (),
+        "workloadClusters",
+        "is not of the form namespace/name",
+        id="workloadClusters-trailing-newline",
+    ),
+    pytest.param({"vmVlanTag": "\u00b2"}, (), "vmVlanTag", "is not a VLAN id", id="vmVlanTag-superscript-digit"),
+    pytest.param(
+        {"kubeconfigPath": "~nosuchuser-lab-mgmt/kube.yaml"},
+        (),
+        "kubeconfigPath",
+        "home directory of an unknown user",
+        id="kubeconfigPath-unknown-user",
+    ),
+    pytest.param({"vmGateway": "192.168.4.21"}, (), "vmGateway", "is the VM's own address", id="vmGateway-own-address"),
 ]
 
 
