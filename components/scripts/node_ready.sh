@@ -7,7 +7,7 @@ deadline=$((SECONDS + bound_seconds))
 
 # Right after a (re)start the node object may not exist yet, and `kubectl wait --all` fails at once
 # when nothing matches: poll for it first, within the same bound.
-until k3s kubectl get nodes -o name 2>/dev/null | grep -q .; do
+until [ -n "$(k3s kubectl get nodes -o name --request-timeout=10s 2>/dev/null)" ]; do
   if [ "$SECONDS" -ge "$deadline" ]; then
     echo "no node registered within ${bound_seconds}s" >&2
     exit 1
