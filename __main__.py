@@ -24,8 +24,11 @@ cluster_api = ClusterApi(
     k3s,
     settings.cluster_api,
     proxmox_url=settings.proxmox.endpoint,
-    # A stack that was never deployed has no outputs at all.
-    deployed_versions=last_deployment.outputs.apply(lambda outputs: (outputs or {}).get("providerVersions")),
+    # The outputs as a whole are secret (the kubeconfigs are); the versions are not. A stack that
+    # was never deployed has no outputs at all.
+    deployed_versions=pulumi.Output.unsecret(
+        last_deployment.outputs.apply(lambda outputs: (outputs or {}).get("providerVersions"))
+    ),
 )
 readonly = ReadOnlyAccess(
     "mgmt-readonly",

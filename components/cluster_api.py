@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as kubernetes
@@ -93,30 +94,40 @@ class ClusterApi(pulumi.ComponentResource):
         super().__init__("homelab:index:ClusterApi", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=k3s.provider)
 
-        cert_manager = kubernetes.helm.v3.Release(
-            f"{name}-cert-manager",
-            name="cert-manager",
-            chart="cert-manager",
+        def release(
+            release_name: str, chart: str, repo: str, namespace: str, values: dict[str, object], **extra: Any
+        ) -> kubernetes.helm.v3.Release:
+            """A real Helm release (hooks run, `helm list` shows it) that Pulumi waits on."""
+            return kubernetes.helm.v3.Release(
+                f"{name}-{release_name}",
+                name=release_name,
+                chart=chart,
+                repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=repo),
+                namespace=namespace,
+                create_namespace=True,
+                values=values,
+                timeout=RELEASE_TIMEOUT_SECONDS,
+                **extra,
+            )
+
+        cert_manager = release(
+            "cert-manager",
+            "cert-manager",
+            CERT_MANAGER_REPO,
+            CERT_MANAGER_NAMESPACE,
+            {"crds": {"enabled": True}},
             version=settings.cert_manager_version,
-            repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=CERT_MANAGER_REPO),
-            namespace=CERT_MANAGER_NAMESPACE,
-            create_namespace=True,
-            values={"crds": {"enabled": True}},
-            timeout=RELEASE_TIMEOUT_SECONDS,
             opts=child,
         )
         # Provider CRs in the chart's values would become Helm hooks (cluster-api-operator #1052)
         # and would clash with the ones below: the values stay empty.
-        operator = kubernetes.helm.v3.Release(
-            f"{name}-capi-operator",
-            name="capi-operator",
-            chart="cluster-api-operator",
+        operator = release(
+            "capi-operator",
+            "cluster-api-operator",
+            OPERATOR_REPO,
+            OPERATOR_NAMESPACE,
+            {},
             version=settings.operator_version,
-            repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=OPERATOR_REPO),
-            namespace=OPERATOR_NAMESPACE,
-            create_namespace=True,
-            values={},
-            timeout=RELEASE_TIMEOUT_SECONDS,
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[cert_manager])),
         )
         operator_ready = k3s.host_step(

@@ -10,6 +10,7 @@ additional_secret_outputs, and numbers come back as floats; both are accounted f
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import re
 import runpy
@@ -20,7 +21,7 @@ from typing import Any
 
 import pulumi
 import yaml
-from pulumi.runtime import rpc
+from pulumi.runtime import rpc, settings
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.settings import ROOT
 from pulumi.runtime.sync_await import _sync_await
@@ -279,14 +280,17 @@ class _RecordingMonitor(MockMonitor):
 def run_program(
     overrides: Mapping[str, Any] | None = None,
     unset: tuple[str, ...] = (),
+    *,
     previous_outputs: Mapping[str, Any] | None = None,
     vm_mac: str = VM_MAC,
     preview: bool = False,
+    record: Run | None = None,
 ) -> Run:
     """Run __main__.py once with the lab stack's config changed by `overrides`/`unset`.
     `previous_outputs` are the stack outputs of the last deployment, as a StackReference to the
-    stack itself sees them; a different `vm_mac` stands for a re-created VM."""
-    run = Run()
+    stack itself sees them; a different `vm_mac` stands for a re-created VM. Pass `record` to
+    keep what a run that raises registered before it failed."""
+    run = record if record is not None else Run()
     mocks = _Mocks(previous_outputs, vm_mac)
     ROOT.set(None)
     pulumi.runtime.set_mocks(
@@ -298,7 +302,15 @@ def run_program(
     def program() -> None:
         runpy.run_path(str(REPO / "__main__.py"), run_name="__main__")
 
-    pulumi.runtime.test(program)()  # type: ignore[no-untyped-call]
+    try:
+        pulumi.runtime.test(program)()  # type: ignore[no-untyped-call]
+    except BaseException:
+        # A failed run leaves futures holding its error; collect them now, so that asyncio does
+        # not report them ("Future exception was never retrieved") at the end of the session.
+        ROOT.set(None)
+        settings.configure(settings.Settings(project=None, stack=None))
+        gc.collect()
+        raise
     root = ROOT.get()
     for key, value in (getattr(root, "outputs", None) or {}).items():
         out = pulumi.Output.from_input(value)

@@ -39,31 +39,15 @@ def problems(error: BaseException) -> list[str]:
     return lines
 
 
-def record_runs(monkeypatch: pytest.MonkeyPatch) -> list[harness.Run]:
-    """Collects every harness.Run that run_program records into, also when the program raises
-    (run_program returns its Run only on success)."""
-    runs: list[harness.Run] = []
-    real_run = harness.Run
-
-    def recording_run() -> harness.Run:
-        run = real_run()
-        runs.append(run)
-        return run
-
-    monkeypatch.setattr(harness, "Run", recording_run)
-    return runs
-
-
 def failing_run(
-    monkeypatch: pytest.MonkeyPatch, overrides: Mapping[str, Any], unset: tuple[str, ...] = ()
+    overrides: Mapping[str, Any], unset: tuple[str, ...] = ()
 ) -> tuple[pytest.ExceptionInfo[SettingsError], harness.Run]:
     """Runs the whole program, which must raise SettingsError; returns the error and the Run that
     recorded every resource registered before it."""
-    runs = record_runs(monkeypatch)
+    run = harness.Run()
     with pytest.raises(SettingsError) as error:
-        harness.run_program(overrides=overrides, unset=unset)
-    assert len(runs) == 1, "harness.run_program no longer records into a harness.Run"
-    return error, runs[0]
+        harness.run_program(overrides=overrides, unset=unset, record=run)
+    return error, run
 
 
 def registered_by_program(run: harness.Run) -> set[tuple[str, str]]:
@@ -72,11 +56,11 @@ def registered_by_program(run: harness.Run) -> set[tuple[str, str]]:
     return run.names() - {(STACK_TYPE, f"{harness.PROJECT}-{harness.STACK}")}
 
 
-def test_recording_sees_the_resources_of_a_good_run(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_recording_sees_the_resources_of_a_good_run() -> None:
     """Guards the checks below: an empty recording means nothing registered, not a blind recorder."""
-    runs = record_runs(monkeypatch)
-    returned = harness.run_program()
-    assert runs == [returned]
+    recorded = harness.Run()
+    returned = harness.run_program(record=recorded)
+    assert returned is recorded
     assert (STACK_TYPE, f"{harness.PROJECT}-{harness.STACK}") in returned.names()
     assert registered_by_program(returned)
 
@@ -273,9 +257,9 @@ BAD_INPUTS: list[Any] = [
 
 @pytest.mark.parametrize(("overrides", "unset", "key", "fragment"), BAD_INPUTS)
 def test_bad_input_stops_the_program_before_any_resource(
-    monkeypatch: pytest.MonkeyPatch, overrides: dict[str, Any], unset: tuple[str, ...], key: str, fragment: str
+    overrides: dict[str, Any], unset: tuple[str, ...], key: str, fragment: str
 ) -> None:
-    error, run = failing_run(monkeypatch, overrides, unset)
+    error, run = failing_run(overrides, unset)
     [line] = problems(error.value)
     assert line.startswith(f"{PREFIX}{key}: "), line
     assert fragment in line, line
@@ -283,7 +267,7 @@ def test_bad_input_stops_the_program_before_any_resource(
     assert any(entry.name == "load_settings" for entry in error.traceback)
 
 
-def test_every_problem_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_problem_is_reported_at_once() -> None:
     overrides = {
         "vmId": 99,
         "vmCores": 0,
@@ -293,7 +277,7 @@ def test_every_problem_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> N
         "capmoxVersion": "0.9.1",
         "workloadClusters": ["lab1"],
     }
-    error, run = failing_run(monkeypatch, overrides, unset=("proxmoxNode",))
+    error, run = failing_run(overrides, unset=("proxmoxNode",))
     lines = problems(error.value)
     keys = sorted(line.removeprefix(PREFIX).split(":", 1)[0] for line in lines)
     assert keys == sorted([*overrides, "proxmoxNode"])
