@@ -13,7 +13,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -57,7 +57,7 @@ class ProxmoxSettings:
     endpoint: str
     insecure: bool
     api_token_id: str
-    api_token_secret: str
+    api_token_secret: str = field(repr=False)
     node: str
 
 
@@ -99,7 +99,7 @@ class ImageSettings:
 @dataclass(frozen=True)
 class K3sSettings:
     version: str
-    ssh_private_key: str | None
+    ssh_private_key: str | None = field(repr=False)
     kubeconfig_path: Path | None
 
 
@@ -126,7 +126,7 @@ class ClusterApiSettings:
     operator_version: str
     providers: ProviderVersions
     capmox_token_id: str
-    capmox_token_secret: str
+    capmox_token_secret: str = field(repr=False)
     readonly_token_generation: int
     workload_clusters: tuple[WorkloadCluster, ...]
 

@@ -389,3 +389,10 @@ def test_settings_are_immutable(lab: Settings) -> None:
     assert lab.vm.cores == 2
     assert isinstance(lab.vm.dns_servers, tuple)
     assert isinstance(lab.vm.ssh_public_keys, tuple)
+
+
+def test_settings_never_print_a_secret(lab: Settings) -> None:
+    text = repr(lab)
+    for key in ("proxmoxApiTokenSecret", "capmoxTokenSecret", "sshPrivateKey"):
+        assert harness.DUMMY_SECRETS[key].strip() not in text, key
+    assert "pulumi@pve!lab-mgmt" in text  # the repr itself is still there to read
