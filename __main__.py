@@ -14,7 +14,7 @@ settings = load_settings()
 # This stack's own outputs from its last deployment: the upgrade check compares against them.
 last_deployment = pulumi.StackReference(
     "last-deployment",
-    stack_name=f"{pulumi.get_organization() or 'organization'}/{pulumi.get_project()}/{pulumi.get_stack()}",
+    stack_name=f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}",
 )
 
 vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image)

@@ -27,6 +27,8 @@ PROVIDER_API_VERSION = "operator.cluster.x-k8s.io/v1alpha2"
 class Provider:
     config_key: str
     """The setting that pins its version; also how errors and the stack output name it."""
+    setting: str
+    """Its field in ProviderVersions."""
     kind: str
     name: str
     namespace: str
@@ -34,11 +36,17 @@ class Provider:
 
 # In the order the operator wants upgrades applied: core first.
 PROVIDERS = (
-    Provider("capiCoreVersion", "CoreProvider", "cluster-api", "capi-system"),
-    Provider("capiBootstrapVersion", "BootstrapProvider", "kubeadm", "capi-kubeadm-bootstrap-system"),
-    Provider("capiControlPlaneVersion", "ControlPlaneProvider", "kubeadm", "capi-kubeadm-control-plane-system"),
-    Provider("capmoxVersion", "InfrastructureProvider", "proxmox", "capmox-system"),
-    Provider("ipamInClusterVersion", "IPAMProvider", "in-cluster", "capi-ipam-in-cluster-system"),
+    Provider("capiCoreVersion", "core", "CoreProvider", "cluster-api", "capi-system"),
+    Provider("capiBootstrapVersion", "bootstrap", "BootstrapProvider", "kubeadm", "capi-kubeadm-bootstrap-system"),
+    Provider(
+        "capiControlPlaneVersion",
+        "control_plane",
+        "ControlPlaneProvider",
+        "kubeadm",
+        "capi-kubeadm-control-plane-system",
+    ),
+    Provider("capmoxVersion", "infrastructure", "InfrastructureProvider", "proxmox", "capmox-system"),
+    Provider("ipamInClusterVersion", "ipam", "IPAMProvider", "in-cluster", "capi-ipam-in-cluster-system"),
 )
 INFRASTRUCTURE = PROVIDERS[3]
 
@@ -49,14 +57,7 @@ class UpgradeOrderError(RuntimeError):
 
 def provider_versions(versions: ProviderVersions) -> dict[str, str]:
     """Config key -> version, in PROVIDERS order."""
-    by_kind = {
-        "CoreProvider": versions.core,
-        "BootstrapProvider": versions.bootstrap,
-        "ControlPlaneProvider": versions.control_plane,
-        "InfrastructureProvider": versions.infrastructure,
-        "IPAMProvider": versions.ipam,
-    }
-    return {p.config_key: by_kind[p.kind] for p in PROVIDERS}
+    return {p.config_key: getattr(versions, p.setting) for p in PROVIDERS}
 
 
 def check_upgrade_order(deployed: Mapping[str, str] | None, wanted: Mapping[str, str]) -> dict[str, str]:

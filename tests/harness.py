@@ -294,7 +294,12 @@ def run_program(
     mocks = _Mocks(previous_outputs, vm_mac)
     ROOT.set(None)
     pulumi.runtime.set_mocks(
-        mocks, project=PROJECT, stack=STACK, preview=preview, monitor=_RecordingMonitor(mocks, run)
+        mocks,
+        project=PROJECT,
+        stack=STACK,
+        organization="organization",  # what the CLI passes for a local backend
+        preview=preview,
+        monitor=_RecordingMonitor(mocks, run),
     )
     config = stack_config(overrides, unset)
     pulumi.runtime.set_all_config(config, [f"{PROJECT}:{k}" for k in SECRET_KEYS if f"{PROJECT}:{k}" in config])
