@@ -16,6 +16,7 @@ AGENT_TIMEOUT = "1m"
 IMAGE_DOWNLOAD_TIMEOUT_SECONDS = 1800
 # Import needs the `import` content type on the image storage and Proxmox VE 8.4 or newer.
 IMPORT_CONTENT_TYPE = "import"
+IMPORT_SOURCE = "disks[0].importFrom"
 
 
 class ManagementVm(pulumi.ComponentResource):
@@ -23,7 +24,8 @@ class ManagementVm(pulumi.ComponentResource):
 
     The VM holds the management cluster's only state: it is protected (by Pulumi and by Proxmox's
     own delete lock), and a new cloud image changes the download only. Rebuilding from a new
-    image is deliberate: docs/operations.md.
+    image is deliberate (docs/operations.md): with the locks lifted and `vmRebuildFromImage` on,
+    a new image replaces the VM.
     """
 
     vm_id: int
@@ -121,8 +123,12 @@ class ManagementVm(pulumi.ComponentResource):
                 protect=vm.protected,
                 # The VMID is fixed, so a replacement must delete the old VM before creating the new.
                 delete_before_replace=True,
-                # A changed import source replaces the VM; a new image is for future builds only.
-                ignore_changes=[] if vm.rebuild_from_image else ["disks[0].importFrom"],
+                # The provider reads a disk's import source only when it creates the VM: a changed
+                # source is an in-place update that sends Proxmox nothing (bpg provider PR #2568).
+                # So a new image is for future builds only, unless a rebuild is allowed, and then
+                # the new source must replace the VM to take effect at all.
+                ignore_changes=[] if vm.rebuild_from_image else [IMPORT_SOURCE],
+                replace_on_changes=[IMPORT_SOURCE] if vm.rebuild_from_image else [],
             ),
         )
 

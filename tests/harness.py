@@ -180,9 +180,27 @@ class Run:
         return False
 
 
+def _steps(path: str) -> list[int | str]:
+    """A property path like `disks[0].importFrom` as keys and indices."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"\.|\[|\]\.?", path) if p]
+
+
+_MISSING = object()
+
+
+def _value_at(inputs: dict[str, Any], path: str) -> Any:
+    node: Any = inputs
+    for step in _steps(path):
+        try:
+            node = node[step]
+        except (KeyError, IndexError, TypeError):
+            return _MISSING
+    return node
+
+
 def _without(inputs: dict[str, Any], path: str) -> dict[str, Any]:
     """A copy of `inputs` without the property at an ignoreChanges path like `disks[0].importFrom`."""
-    steps = [int(p) if p.isdigit() else p for p in re.split(r"\.|\[|\]\.?", path) if p]
+    steps = _steps(path)
     copy: Any = json.loads(json.dumps(inputs))
     node = copy
     for step in steps[:-1]:
@@ -219,10 +237,25 @@ def changed(before: Run, after: Run) -> set[tuple[str, str]]:
     return result
 
 
+def replaced(before: Run, after: Run) -> set[tuple[str, str]]:
+    """Resources that the engine would replace because a property named in the new run's
+    replaceOnChanges changed. The mocks know no provider's ForceNew properties: this is only what
+    the program asks for itself."""
+    result = set()
+    for key in before.names() & after.names():
+        a, b = before.resources[key], after.resources[key]
+        if any(_value_at(a.inputs, path) != _value_at(b.inputs, path) for path in b.replace_on_changes):
+            result.add(key)
+    return result
+
+
 class _Mocks(pulumi.runtime.Mocks):
-    def __init__(self, previous_outputs: Mapping[str, Any] | None, vm_mac: str) -> None:
+    def __init__(
+        self, previous_outputs: Mapping[str, Any] | None, vm_mac: str, live_outputs: Mapping[str, Mapping[str, Any]]
+    ) -> None:
         self.previous_outputs = dict(previous_outputs or {})
         self.vm_mac = vm_mac
+        self.live_outputs = live_outputs
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         outputs = dict(args.inputs)

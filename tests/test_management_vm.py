@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from harness import DUMMY_SECRETS, SECRET, Resource, Run, changed, contains_plain, run_program
+from harness import DUMMY_SECRETS, SECRET, Resource, Run, changed, contains_plain, replaced, run_program
 
 VM = ("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
 IMAGE = ("proxmoxve:download/file:File", "mgmt-image")
@@ -134,13 +134,28 @@ def test_lifting_protection_touches_the_vm_in_place_only() -> None:
     assert (vm.protect, vm.plain["protection"], vm.ignore_changes) == (False, False, ["disks[0].importFrom"])
 
 
-def test_a_deliberate_rebuild_follows_the_new_image() -> None:
+def test_a_new_image_never_replaces_the_vm_unless_a_rebuild_is_allowed(lab: Run) -> None:
+    assert lab.get(*VM).replace_on_changes == []
+    assert replaced(lab, run_program(NEXT_IMAGE)) == set()
+    assert replaced(run_program(UNPROTECTED), run_program({**UNPROTECTED, **NEXT_IMAGE})) == set()
+
+
+def test_a_deliberate_rebuild_replaces_the_vm_from_the_new_image() -> None:
+    """The provider reads a disk's import source only at creation; changing it in place would
+    send Proxmox nothing. The rebuild must therefore be a replacement."""
     unprotected = run_program(UNPROTECTED)
     rebuilt = run_program({**REBUILD, **NEXT_IMAGE})
     vm = rebuilt.get(*VM)
     assert vm.ignore_changes == []
+    assert vm.replace_on_changes == ["disks[0].importFrom"]
+    assert vm.protect is False
     assert vm.plain["disks"][0]["importFrom"] == "local:import/noble-server-cloudimg-amd64-20261020.qcow2"
+    assert replaced(unprotected, rebuilt) == {VM}
     assert {VM, IMAGE} <= changed(unprotected, rebuilt)
+
+
+def test_allowing_a_rebuild_without_a_new_image_replaces_nothing() -> None:
+    assert replaced(run_program(UNPROTECTED), run_program(REBUILD)) == set()
 
 
 def _host_command_triggers(run: Run) -> list[Any]:
