@@ -2,7 +2,7 @@
 
 import pulumi
 
-from components.cluster_api import ClusterApi
+from components.cluster_api import ClusterApi, own_stack_reference_name
 from components.k3s_node import K3sNode
 from components.management_vm import ManagementVm
 from components.readonly_access import ReadOnlyAccess
@@ -14,7 +14,7 @@ settings = load_settings()
 # This stack's own outputs from its last deployment: the upgrade check compares against them.
 last_deployment = pulumi.StackReference(
     "last-deployment",
-    stack_name=f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}",
+    stack_name=own_stack_reference_name(pulumi.get_organization(), pulumi.get_project(), pulumi.get_stack()),
 )
 
 vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -75,12 +76,25 @@ def check_upgrade_order(deployed: Mapping[str, str] | None, wanted: Mapping[str,
     return dict(wanted)
 
 
+# The organization that every self-managed (DIY: file or object store) backend reports.
+DIY_ORGANIZATION = "organization"
+
+
+def own_stack_reference_name(organization: str, project: str, stack: str) -> str:
+    """How this stack names itself in a StackReference, on every backend. A DIY backend in its
+    older layout (state made before project-scoped stacks) refuses `organization/project/stack`
+    as a stack name, while a bare name means this project's stack in both of its layouts. Pulumi
+    Cloud reads a bare name in the user's default organization, which need not be the stack's."""
+    return stack if organization == DIY_ORGANIZATION else f"{organization}/{project}/{stack}"
+
+
 class ClusterApi(pulumi.ComponentResource):
     """cert-manager and cluster-api-operator as Helm releases, the provider namespaces, the CAPMOX
     credentials Secret, and the five provider CRs, each waited on until Ready."""
 
     provider_versions: pulumi.Output[dict[str, str]]
-    """Config key -> provider version, as deployed; read back by the next run's upgrade check."""
+    """Config key -> provider version, as deployed and Ready; read back by the next run's upgrade
+    check."""
 
     def __init__(
         self,
@@ -146,20 +160,20 @@ class ClusterApi(pulumi.ComponentResource):
             )
             for p in PROVIDERS
         }
+        credentials_data = {
+            "PROXMOX_URL": proxmox_url.rstrip("/"),
+            "PROXMOX_TOKEN": settings.capmox_token_id,
+            "PROXMOX_SECRET": settings.capmox_token_secret,
+        }
+        credentials_name = credentials_secret_name(credentials_data)
         credentials = kubernetes.core.v1.Secret(
             f"{name}-capmox-credentials",
-            metadata={"name": settings.capmox_secret_name, "namespace": INFRASTRUCTURE.namespace},
+            metadata={"name": credentials_name, "namespace": INFRASTRUCTURE.namespace},
             type="Opaque",
             # The operator reads it once; new credentials come as a new Secret (its name follows
-            # the token), and immutability keeps anyone from editing this one in place.
+            # its content), and immutability keeps anyone from editing this one in place.
             immutable=True,
-            data=pulumi.Output.secret(
-                {
-                    "PROXMOX_URL": _b64(proxmox_url.rstrip("/")),
-                    "PROXMOX_TOKEN": _b64(settings.capmox_token_id),
-                    "PROXMOX_SECRET": _b64(settings.capmox_token_secret),
-                }
-            ),
+            data=pulumi.Output.secret({key: _b64(value) for key, value in credentials_data.items()}),
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=[namespaces[INFRASTRUCTURE.namespace]])
             ),
@@ -168,16 +182,17 @@ class ClusterApi(pulumi.ComponentResource):
         wanted = provider_versions(settings.providers)
         # Resolves only if the run upgrades at most one provider; every CR's version waits on it,
         # so a refused run sends no CR at all.
-        self.provider_versions = pulumi.Output.from_input(deployed_versions).apply(
+        checked_versions = pulumi.Output.from_input(deployed_versions).apply(
             lambda deployed: check_upgrade_order(deployed, wanted)
         )
+        ready_versions: dict[str, pulumi.Output[str]] = {}
         for p in PROVIDERS:
-            spec: dict[str, pulumi.Input[object]] = {"version": self.provider_versions[p.config_key]}
+            spec: dict[str, pulumi.Input[object]] = {"version": checked_versions[p.config_key]}
             depends_on: list[pulumi.Resource] = [operator_ready, namespaces[p.namespace]]
             if p is INFRASTRUCTURE:
-                spec["configSecret"] = {"name": settings.capmox_secret_name}
+                spec["configSecret"] = {"name": credentials_name}
                 depends_on.append(credentials)
-            kubernetes.apiextensions.CustomResource(
+            provider_cr = kubernetes.apiextensions.CustomResource(
                 f"{name}-{p.kind.removesuffix('Provider').lower()}-{p.name}",
                 api_version=PROVIDER_API_VERSION,
                 kind=p.kind,
@@ -198,8 +213,27 @@ class ClusterApi(pulumi.ComponentResource):
                     ),
                 ),
             )
+            # Read back from the CR, whose outputs exist only once it was Ready: a provider that
+            # failed or timed out leaves the stack's last Ready versions for the next check.
+            ready_versions[p.config_key] = _live_spec(provider_cr).apply(lambda live: str(live["version"]))
+        self.provider_versions = pulumi.Output.all(**ready_versions)
 
         self.register_outputs({"providerVersions": self.provider_versions})
+
+
+def credentials_secret_name(data: Mapping[str, str]) -> str:
+    """The operator never re-reads its configSecret, so changed credentials (URL, token id or
+    secret) need a Secret of a new name; a digest of everything the Secret holds gives one, the
+    same on every run while the content is the same. 40 bits of a digest that includes a 122-bit
+    random secret reveal nothing usable about it."""
+    canonical = "\n".join(f"{key}={data[key]}" for key in sorted(data))
+    return f"capmox-credentials-{hashlib.sha256(canonical.encode()).hexdigest()[:10]}"
+
+
+def _live_spec(resource: kubernetes.apiextensions.CustomResource) -> pulumi.Output[dict[str, Any]]:
+    # A CustomResource has an output for every property it was given; its type declares none.
+    spec: pulumi.Output[dict[str, Any]] = resource.spec  # type: ignore[attr-defined]
+    return spec
 
 
 def _b64(text: str) -> str:

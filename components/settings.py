@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import ipaddress
 import json
 import re
@@ -129,14 +128,6 @@ class ClusterApiSettings:
     capmox_token_secret: str = field(repr=False)
     readonly_token_generation: int
     workload_clusters: tuple[WorkloadCluster, ...]
-
-    @property
-    def capmox_secret_name(self) -> str:
-        """The operator never re-reads its configSecret, so new credentials need a Secret of a new
-        name; a digest of the token gives one, the same on every run while the token is the same.
-        40 bits of a digest of a 122-bit random secret reveal nothing usable about it."""
-        digest = hashlib.sha256(f"{self.capmox_token_id}\n{self.capmox_token_secret}".encode())
-        return f"capmox-credentials-{digest.hexdigest()[:10]}"
 
 
 @dataclass(frozen=True)

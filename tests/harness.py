@@ -279,6 +279,7 @@ class _Mocks(pulumi.runtime.Mocks):
         elif args.typ == "proxmoxve:download/file:File":
             inputs = args.inputs
             return f"{inputs['datastoreId']}:{inputs['contentType']}/{inputs['fileName']}", outputs
+        outputs.update(self.live_outputs.get(args.name, {}))
         return (args.resource_id or f"{args.name}-id"), outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], None]:
@@ -309,6 +310,25 @@ class _RecordingMonitor(MockMonitor):
         )
         return response
 
+    def ReadResource(self, request: Any) -> Any:  # noqa: N802 - the gRPC method's name
+        """A read (a StackReference, a `get`) is part of the graph too; it has no options."""
+        response = super().ReadResource(request)  # type: ignore[no-untyped-call]
+        self.run.resources[(request.type, request.name)] = Resource(
+            type=request.type,
+            name=request.name,
+            urn=response.urn,
+            parent=request.parent,
+            provider=request.provider,
+            dependencies=sorted(request.dependencies),
+            inputs=_plain(rpc.deserialize_properties(request.properties)),
+            protect=False,
+            ignore_changes=[],
+            replace_on_changes=[],
+            additional_secret_outputs=list(request.additionalSecretOutputs),
+            delete_before_replace=False,
+        )
+        return response
+
 
 def run_program(
     overrides: Mapping[str, Any] | None = None,
@@ -316,21 +336,25 @@ def run_program(
     *,
     previous_outputs: Mapping[str, Any] | None = None,
     vm_mac: str = VM_MAC,
+    live_outputs: Mapping[str, Mapping[str, Any]] | None = None,
+    organization: str = "organization",
     preview: bool = False,
     record: Run | None = None,
 ) -> Run:
     """Run __main__.py once with the lab stack's config changed by `overrides`/`unset`.
     `previous_outputs` are the stack outputs of the last deployment, as a StackReference to the
-    stack itself sees them; a different `vm_mac` stands for a re-created VM. Pass `record` to
-    keep what a run that raises registered before it failed."""
+    stack itself sees them; a different `vm_mac` stands for a re-created VM; `live_outputs` (by
+    resource name) are what the cloud reports back beyond the inputs. `organization` is what the
+    CLI passes: `organization` for a self-managed (DIY) backend. Pass `record` to keep what a run
+    that raises registered before it failed."""
     run = record if record is not None else Run()
-    mocks = _Mocks(previous_outputs, vm_mac)
+    mocks = _Mocks(previous_outputs, vm_mac, live_outputs or {})
     ROOT.set(None)
     pulumi.runtime.set_mocks(
         mocks,
         project=PROJECT,
         stack=STACK,
-        organization="organization",  # what the CLI passes for a local backend
+        organization=organization,
         preview=preview,
         monitor=_RecordingMonitor(mocks, run),
     )

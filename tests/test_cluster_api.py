@@ -15,9 +15,13 @@ import harness
 import pytest
 from pulumi.runtime import rpc
 
-from components.cluster_api import UpgradeOrderError, check_upgrade_order
+from components.cluster_api import (
+    UpgradeOrderError,
+    check_upgrade_order,
+    credentials_secret_name,
+    own_stack_reference_name,
+)
 from components.host_script import script_command
-from components.settings import ClusterApiSettings, parse_settings
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 COMMAND = "command:remote:Command"
@@ -85,6 +89,11 @@ LAB_VERSIONS = {p.config_key: p.version for p in PROVIDERS}
 PROVIDER_NAMESPACES = {p.namespace for p in PROVIDERS}
 NEW_TOKEN = "bbbbbbbb-cccc-4ddd-8eee-ffffffffffff"
 OTHER_TOKEN_ID = "other@pve!capi"
+LAB_CREDENTIALS = {
+    "PROXMOX_URL": "https://192.168.0.8:8006",
+    "PROXMOX_TOKEN": "capmox@pve!capi",
+    "PROXMOX_SECRET": harness.DUMMY_SECRETS["capmoxTokenSecret"],
+}
 
 
 def b64decode(text: str) -> str:
@@ -95,10 +104,9 @@ def b64encode(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def cluster_api_settings(**overrides: Any) -> ClusterApiSettings:
-    """The lab stack's Cluster API settings, as the program reads them, with `overrides`."""
-    raw = {key.removeprefix(f"{harness.PROJECT}:"): value for key, value in harness.stack_config().items()}
-    return dataclasses.replace(parse_settings(raw).cluster_api, **overrides)
+def capmox_secret_name(**changes: str) -> str:
+    """The credentials Secret's name for the lab's CAPMOX credentials with `changes`."""
+    return credentials_secret_name({**LAB_CREDENTIALS, **changes})
 
 
 def secret_stack_output(value: Any) -> dict[str, Any]:
@@ -200,7 +208,7 @@ def test_provider_cr(run: harness.Run, expected: ExpectedProvider) -> None:
     assert inputs["spec"]["version"] == expected.version
     assert "fetchConfig" not in inputs["spec"]
     if expected is INFRASTRUCTURE:
-        assert inputs["spec"]["configSecret"] == {"name": cluster_api_settings().capmox_secret_name}
+        assert inputs["spec"]["configSecret"] == {"name": capmox_secret_name()}
         assert set(inputs["spec"]) == {"version", "configSecret"}
     else:
         assert set(inputs["spec"]) == {"version"}
@@ -257,29 +265,39 @@ def test_does_not_wait_for_the_helm_releases(run: harness.Run, key: tuple[str, s
 
 def test_capmox_credentials_secret(run: harness.Run) -> None:
     secret = run.get(*CREDENTIALS)
-    assert secret.plain["metadata"] == {
-        "name": cluster_api_settings().capmox_secret_name,
-        "namespace": "capmox-system",
-    }
+    assert secret.plain["metadata"] == {"name": capmox_secret_name(), "namespace": "capmox-system"}
     assert secret.plain["immutable"] is True
     assert set(secret.inputs["data"]) == {harness.SECRET}, "the data must be sent as a secret"
     data = secret.plain["data"]
     assert set(data) == {"PROXMOX_URL", "PROXMOX_TOKEN", "PROXMOX_SECRET"}
-    assert {key: b64decode(value) for key, value in data.items()} == {
-        "PROXMOX_URL": "https://192.168.0.8:8006",
-        "PROXMOX_TOKEN": "capmox@pve!capi",
-        "PROXMOX_SECRET": harness.DUMMY_SECRETS["capmoxTokenSecret"],
-    }
+    assert {key: b64decode(value) for key, value in data.items()} == LAB_CREDENTIALS
     assert run.depends_on(secret, run.get(NAMESPACE, "mgmt-ns-capmox-system"))
 
 
-def test_capmox_secret_name_follows_the_token_but_does_not_reveal_it() -> None:
-    name = cluster_api_settings().capmox_secret_name
-    assert name.startswith("capmox-credentials-")
-    assert len(name.removeprefix("capmox-credentials-")) == 10
-    assert cluster_api_settings(capmox_token_secret=NEW_TOKEN).capmox_secret_name != name
-    assert cluster_api_settings(capmox_token_id=OTHER_TOKEN_ID).capmox_secret_name != name
+def test_capmox_secret_name_follows_everything_the_secret_holds_but_reveals_nothing() -> None:
+    name = capmox_secret_name()
+    assert re.fullmatch(r"capmox-credentials-[0-9a-f]{10}", name), name
+    assert capmox_secret_name() == name, "the same content must give the same name on every run"
+    changed_names = {
+        capmox_secret_name(PROXMOX_SECRET=NEW_TOKEN),
+        capmox_secret_name(PROXMOX_TOKEN=OTHER_TOKEN_ID),
+        capmox_secret_name(PROXMOX_URL="https://pve.lab.example:8006"),
+    }
+    assert len(changed_names) == 3
+    assert name not in changed_names
     assert harness.DUMMY_SECRETS["capmoxTokenSecret"] not in name
+
+
+def test_a_new_proxmox_url_reaches_capmox_through_a_new_secret(redeploy: harness.Run) -> None:
+    """The operator never re-reads its configSecret: a Secret re-created under the same name
+    would leave CAPMOX on the old URL."""
+    moved = harness.run_program(
+        overrides={"proxmoxEndpoint": "https://pve.lab.example:8006/"},
+        previous_outputs={"providerVersions": provider_version_outputs(redeploy)},
+    )
+    new_name = capmox_secret_name(PROXMOX_URL="https://pve.lab.example:8006")
+    assert moved.get(*CREDENTIALS).plain["metadata"]["name"] == new_name
+    assert moved.get(*INFRASTRUCTURE.key).plain["spec"]["configSecret"] == {"name": new_name}
 
 
 @pytest.mark.parametrize(
@@ -341,7 +359,7 @@ def test_rotating_the_capmox_token_makes_a_new_secret_and_repoints_the_provider(
         previous_outputs={"providerVersions": provider_version_outputs(redeploy)},
     )
     assert harness.changed(redeploy, rotated) == {CREDENTIALS, INFRASTRUCTURE.key}
-    new_name = cluster_api_settings(capmox_token_secret=NEW_TOKEN).capmox_secret_name
+    new_name = capmox_secret_name(PROXMOX_SECRET=NEW_TOKEN)
     old_name = redeploy.get(*CREDENTIALS).plain["metadata"]["name"]
     assert new_name != old_name
     assert rotated.get(*CREDENTIALS).plain["metadata"]["name"] == new_name
@@ -448,6 +466,14 @@ def test_provider_versions_output(run: harness.Run) -> None:
     assert is_secret is False
 
 
+def test_provider_versions_are_read_back_from_the_provider_crs() -> None:
+    """The output must mean "deployed and Ready": it comes from each CR's outputs, which exist
+    only once the CR was Ready, not from the settings, which the engine stores at once."""
+    live = harness.run_program(live_outputs={"mgmt-core-cluster-api": {"spec": {"version": "v1.12.10"}}})
+    value, _ = live.outputs["providerVersions"]
+    assert value == {**LAB_VERSIONS, "capiCoreVersion": "v1.12.10"}
+
+
 def test_provider_versions_stay_plain_after_a_real_deployment() -> None:
     """A real last deployment has secret outputs (the kubeconfigs); providerVersions and the CRs'
     versions must not become secret because of them."""
@@ -457,3 +483,23 @@ def test_provider_versions_stay_plain_after_a_real_deployment() -> None:
     assert is_secret is False
     for p in PROVIDERS:
         assert after.get(*p.key).inputs["spec"] == after.get(*p.key).plain["spec"], p.kind
+
+
+# --- the stack's reference to itself -----------------------------------------------------------
+
+
+def _self_reference(run: harness.Run) -> str:
+    name: str = run.get("pulumi:pulumi:StackReference", "last-deployment").plain["name"]
+    return name
+
+
+def test_self_reference_is_a_bare_stack_name_on_a_diy_backend(run: harness.Run) -> None:
+    """A file backend in the layout from before project-scoped stacks rejects
+    `organization/lab-mgmt/lab`; a bare name works in both layouts."""
+    assert _self_reference(run) == "lab"
+    assert "/" not in own_stack_reference_name("organization", "lab-mgmt", "lab")
+
+
+def test_self_reference_is_fully_qualified_on_pulumi_cloud() -> None:
+    """A bare name would be looked up in the user's default organization, not the stack's."""
+    assert _self_reference(harness.run_program(organization="acme")) == "acme/lab-mgmt/lab"

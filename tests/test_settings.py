@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -363,19 +362,6 @@ def test_kubeconfig_path_outside_the_repo_is_kept(tmp_path: Path) -> None:
     path = tmp_path / "lab-mgmt.yaml"
     assert not path.resolve().is_relative_to(harness.REPO)
     assert parse_settings(lab_raw(kubeconfigPath=str(path))).k3s.kubeconfig_path == path
-
-
-def test_capmox_secret_name_is_a_stable_digest_of_the_token() -> None:
-    secret = harness.DUMMY_SECRETS["capmoxTokenSecret"]
-    first = parse_settings(lab_raw()).cluster_api.capmox_secret_name
-    again = parse_settings(lab_raw()).cluster_api.capmox_secret_name
-    rotated = parse_settings(lab_raw(capmoxTokenSecret="12345678-1234-4234-8234-123456789abc"))
-    assert first == again
-    assert rotated.cluster_api.capmox_secret_name != first
-    assert secret not in first
-    assert secret.replace("-", "") not in first
-    # A Kubernetes object name: a DNS label.
-    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", first), first
 
 
 def test_settings_are_immutable(lab: Settings) -> None:
