@@ -12,6 +12,10 @@ from components.kubeconfig import cluster_endpoint, token_kubeconfig
 ACCOUNT = "capi-readonly"
 ACCOUNT_NAMESPACE = "kube-system"
 READ_VERBS = ["get", "list", "watch"]
+# A waitFor JSONPath without a value is met once the path exists (pulumi-kubernetes
+# provider/pkg/jsonpath); it also replaces the provider's built-in 5-second token wait.
+TOKEN_PRESENT = "jsonpath={.data.token}"
+TOKEN_TIMEOUT = "5m"
 
 
 def _read(api_groups: list[str], resources: list[str]) -> kubernetes.rbac.v1.PolicyRuleArgs:
@@ -112,12 +116,22 @@ class ReadOnlyAccess(pulumi.ComponentResource):
             metadata={
                 "name": f"{ACCOUNT}-token-{token_generation}",
                 "namespace": ACCOUNT_NAMESPACE,
-                "annotations": {"kubernetes.io/service-account.name": ACCOUNT},
+                "annotations": {
+                    "kubernetes.io/service-account.name": ACCOUNT,
+                    # The provider's own wait for a token Secret gives up after 5 seconds, which a
+                    # fresh, busy k3s's token controller can miss; wait for the token itself.
+                    "pulumi.com/waitFor": TOKEN_PRESENT,
+                },
             },
             type="kubernetes.io/service-account-token",
             # The token controller fills the Secret in only once the account exists.
             opts=pulumi.ResourceOptions.merge(
-                child, pulumi.ResourceOptions(depends_on=[account], additional_secret_outputs=["data"])
+                child,
+                pulumi.ResourceOptions(
+                    depends_on=[account],
+                    additional_secret_outputs=["data"],
+                    custom_timeouts=pulumi.CustomTimeouts(create=TOKEN_TIMEOUT, update=TOKEN_TIMEOUT),
+                ),
             ),
         )
 

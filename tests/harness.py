@@ -141,6 +141,7 @@ class Resource:
     replace_on_changes: list[str]
     additional_secret_outputs: list[str]
     delete_before_replace: bool
+    custom_timeouts: dict[str, str] = field(default_factory=dict)
 
     @property
     def plain(self) -> dict[str, Any]:
@@ -307,6 +308,9 @@ class _RecordingMonitor(MockMonitor):
             replace_on_changes=list(request.replaceOnChanges),
             additional_secret_outputs=list(request.additionalSecretOutputs),
             delete_before_replace=request.deleteBeforeReplace,
+            custom_timeouts={
+                op: value for op in ("create", "update", "delete") if (value := getattr(request.customTimeouts, op))
+            },
         )
         return response
 

@@ -205,6 +205,7 @@ def test_provider_cr(run: harness.Run, expected: ExpectedProvider) -> None:
     assert inputs["metadata"]["name"] == expected.name
     assert inputs["metadata"]["namespace"] == expected.namespace
     assert inputs["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Ready"
+    assert cr.custom_timeouts == {"create": "15m", "update": "15m"}
     assert inputs["spec"]["version"] == expected.version
     assert "fetchConfig" not in inputs["spec"]
     if expected is INFRASTRUCTURE:

@@ -203,7 +203,13 @@ def test_token_secret(run: harness.Run) -> None:
     token = run.get(SECRET, "mgmt-readonly-token")
     assert token.plain["type"] == TOKEN_TYPE
     assert token.plain["metadata"]["namespace"] == account.plain["metadata"]["namespace"]
-    assert token.plain["metadata"]["annotations"] == {ACCOUNT_ANNOTATION: account.plain["metadata"]["name"]}
+    assert token.plain["metadata"]["annotations"] == {
+        ACCOUNT_ANNOTATION: account.plain["metadata"]["name"],
+        # The provider's built-in wait for a token Secret lasts 5 seconds; this waits for the
+        # token itself, bounded by the timeouts below.
+        "pulumi.com/waitFor": "jsonpath={.data.token}",
+    }
+    assert token.custom_timeouts == {"create": "5m", "update": "5m"}
     assert token.plain["metadata"]["name"] == "capi-readonly-token-1"
     # The token controller fills the Secret in only once the account exists.
     assert run.depends_on(token, account)
