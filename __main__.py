@@ -3,6 +3,7 @@
 import pulumi
 
 from components.cluster_api import ClusterApi, own_stack_reference_name
+from components.credentials import verify_tokens
 from components.k3s_node import K3sNode
 from components.management_vm import ManagementVm
 from components.readonly_access import ReadOnlyAccess
@@ -10,6 +11,8 @@ from components.settings import load_settings
 from components.workload_cluster import WorkloadClusterAccess
 
 settings = load_settings()
+if not settings.proxmox.skip_credentials_check:
+    verify_tokens(settings)
 
 # This stack's own outputs from its last deployment: the upgrade check compares against them.
 last_deployment = pulumi.StackReference(

@@ -14,8 +14,8 @@ ACCOUNT_NAMESPACE = "kube-system"
 READ_VERBS = ["get", "list", "watch"]
 # A waitFor JSONPath without a value is met once the path exists (pulumi-kubernetes
 # provider/pkg/jsonpath); it also replaces the provider's built-in 5-second token wait.
-TOKEN_PRESENT = "jsonpath={.data.token}"
-TOKEN_TIMEOUT = "5m"
+TOKEN_PRESENT = "jsonpath={.data.token}"  # noqa: S105 - a JSONPath, not a secret
+TOKEN_TIMEOUT = "5m"  # noqa: S105 - a duration
 
 
 def _read(api_groups: list[str], resources: list[str]) -> kubernetes.rbac.v1.PolicyRuleArgs:

@@ -33,6 +33,8 @@ K3S_VERSION = re.compile(r"^v\d+\.\d+\.\d+\+k3s\d+$")
 V_SEMVER = re.compile(r"^v\d+\.\d+\.\d+$")
 BARE_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# What `pveum user token add` prints as a token's secret.
+TOKEN_SECRET = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
 TOKEN_ID = re.compile(r"^[^@!\s]+@[^@!\s]+![A-Za-z][A-Za-z0-9._-]*$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -58,6 +60,7 @@ class ProxmoxSettings:
     api_token_id: str
     api_token_secret: str = field(repr=False)
     node: str
+    skip_credentials_check: bool
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,13 @@ class _Reader:
             self.fail(key, f"{value!r} is not a release of the form {example}")
         return value
 
+    def token_secret(self, key: str) -> str:
+        """A Proxmox API token secret; a bad one is refused without echoing it."""
+        value = self.text(key)
+        if value and not TOKEN_SECRET.fullmatch(value):
+            self.fail(key, "is not a Proxmox API token secret (the UUID that `pveum user token add` prints)")
+        return value
+
     def https_url(self, key: str) -> str:
         value = self.text(key)
         url = urlparse(value)
@@ -245,8 +255,9 @@ def _read_proxmox(r: _Reader) -> ProxmoxSettings:
         endpoint=r.https_url("proxmoxEndpoint"),
         insecure=r.boolean("proxmoxInsecure"),
         api_token_id=r.matching("proxmoxApiTokenId", TOKEN_ID, "an API token id of the form user@realm!tokenname"),
-        api_token_secret=r.text("proxmoxApiTokenSecret"),
+        api_token_secret=r.token_secret("proxmoxApiTokenSecret"),
         node=r.matching("proxmoxNode", DNS_LABEL, "a Proxmox node name"),
+        skip_credentials_check=r.boolean("skipCredentialsCheck"),
     )
 
 
@@ -397,7 +408,7 @@ def _read_cluster_api(r: _Reader) -> ClusterApiSettings:
             ipam=r.version("ipamInClusterVersion", V_SEMVER, "v1.1.1"),
         ),
         capmox_token_id=r.matching("capmoxTokenId", TOKEN_ID, "an API token id of the form user@realm!tokenname"),
-        capmox_token_secret=r.text("capmoxTokenSecret"),
+        capmox_token_secret=r.token_secret("capmoxTokenSecret"),
         readonly_token_generation=r.integer("readonlyTokenGeneration", GENERATION_RANGE, "token generation"),
         workload_clusters=_read_workload_clusters(r),
     )
@@ -427,6 +438,7 @@ KEYS = (
     *("k3sVersion", "kubeconfigPath", "certManagerVersion", "capiOperatorVersion", "capiCoreVersion"),
     *("capiBootstrapVersion", "capiControlPlaneVersion", "capmoxVersion", "ipamInClusterVersion"),
     *("capmoxTokenId", "capmoxTokenSecret", "readonlyTokenGeneration", "workloadClusters"),
+    "skipCredentialsCheck",
 )
 
 

@@ -10,11 +10,12 @@ additional_secret_outputs, and numbers come back as floats; both are accounted f
 from __future__ import annotations
 
 import base64
+import contextlib
 import gc
 import json
 import re
 import runpy
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.settings import ROOT
 from pulumi.runtime.sync_await import _sync_await
+
+from components import credentials
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = "lab-mgmt"
@@ -153,6 +156,8 @@ class Resource:
 class Run:
     resources: dict[tuple[str, str], Resource] = field(default_factory=dict)
     outputs: dict[str, tuple[Any, bool]] = field(default_factory=dict)
+    permission_calls: list[tuple[str, str, str, bool]] = field(default_factory=list)
+    """(endpoint, token id, token secret, insecure) of every token check the program made."""
 
     def get(self, type_: str, name: str) -> Resource:
         return self.resources[(type_, name)]
@@ -236,6 +241,40 @@ def changed(before: Run, after: Run) -> set[tuple[str, str]]:
         if fields_a != fields_b:
             result.add(key)
     return result
+
+
+# Every privilege either token is asked for, on `/`: what a correctly set up lab answers.
+FULL_PERMISSIONS: dict[str, dict[str, int]] = {
+    "/": dict.fromkeys(
+        (*credentials.PROGRAM_PRIVILEGES, *credentials.CAPMOX_ROOT_PRIVILEGES, *credentials.CAPMOX_PRIVILEGES), 1
+    )
+}
+TokenTable = Mapping[tuple[str, str], Mapping[str, Mapping[str, int]]]
+
+
+def configured_tokens(config: Mapping[str, str]) -> TokenTable:
+    """Both tokens exactly as the stack config has them, each with every privilege."""
+    return {
+        (config[f"{PROJECT}:{id_key}"], config[f"{PROJECT}:{secret_key}"]): FULL_PERMISSIONS
+        for id_key, secret_key in (
+            ("proxmoxApiTokenId", "proxmoxApiTokenSecret"),
+            ("capmoxTokenId", "capmoxTokenSecret"),
+        )
+        if f"{PROJECT}:{id_key}" in config and f"{PROJECT}:{secret_key}" in config
+    }
+
+
+def _permissions_table(run: Run, tokens: TokenTable) -> credentials.PermissionsReader:
+    """Stands in for the Proxmox API's permissions call, which must never leave this machine in
+    a test: answers from `tokens` (id, secret) -> permissions, a 401 for any other pair."""
+
+    def read(endpoint: str, token_id: str, token_secret: str, *, insecure: bool) -> credentials.Permissions:
+        run.permission_calls.append((endpoint, token_id, token_secret, insecure))
+        if (token_id, token_secret) not in tokens:
+            raise credentials.TokenRejectedError(f"{endpoint} rejected token {token_id}")
+        return tokens[(token_id, token_secret)]
+
+    return read
 
 
 def replaced(before: Run, after: Run) -> set[tuple[str, str]]:
@@ -334,6 +373,16 @@ class _RecordingMonitor(MockMonitor):
         return response
 
 
+@contextlib.contextmanager
+def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
+    original = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
 def run_program(
     overrides: Mapping[str, Any] | None = None,
     unset: tuple[str, ...] = (),
@@ -342,6 +391,7 @@ def run_program(
     vm_mac: str = VM_MAC,
     live_outputs: Mapping[str, Mapping[str, Any]] | None = None,
     organization: str = "organization",
+    tokens: TokenTable | None = None,
     preview: bool = False,
     record: Run | None = None,
 ) -> Run:
@@ -349,8 +399,10 @@ def run_program(
     `previous_outputs` are the stack outputs of the last deployment, as a StackReference to the
     stack itself sees them; a different `vm_mac` stands for a re-created VM; `live_outputs` (by
     resource name) are what the cloud reports back beyond the inputs. `organization` is what the
-    CLI passes: `organization` for a self-managed (DIY) backend. Pass `record` to keep what a run
-    that raises registered before it failed."""
+    CLI passes: `organization` for a self-managed (DIY) backend. `tokens` is what the Proxmox API
+    stand-in accepts, (id, secret) -> permissions (default: both configured tokens, with every
+    privilege). Pass `record` to keep what a run that raises
+    registered before it failed."""
     run = record if record is not None else Run()
     mocks = _Mocks(previous_outputs, vm_mac, live_outputs or {})
     ROOT.set(None)
@@ -369,7 +421,9 @@ def run_program(
         runpy.run_path(str(REPO / "__main__.py"), run_name="__main__")
 
     try:
-        pulumi.runtime.test(program)()  # type: ignore[no-untyped-call]
+        table = configured_tokens(config) if tokens is None else tokens
+        with _patched(credentials, "read_permissions", _permissions_table(run, table)):
+            pulumi.runtime.test(program)()  # type: ignore[no-untyped-call]
     except BaseException:
         # A failed run leaves futures holding its error; collect them now, so that asyncio does
         # not report them ("Future exception was never retrieved") at the end of the session.

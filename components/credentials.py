@@ -1,0 +1,145 @@
+"""Both Proxmox API tokens proven at preview: accepted, and holding the privileges they need.
+
+The CAPMOX token is used by nothing until the first workload cluster is built, so a typo or a
+missing privilege would otherwise surface weeks later. The proxmoxve provider has no data source
+or function that reports a token's permissions, so this asks the API itself: one
+`GET /access/permissions` per token, bounded in time, honouring `proxmoxInsecure`. No message
+ever contains a token secret.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from components.settings import PROJECT, Settings
+
+REQUEST_TIMEOUT_SECONDS = 10
+ROOT_PATH = "/"
+
+Permissions = Mapping[str, Mapping[str, int]]
+"""Path -> privilege -> propagate flag, as `GET /access/permissions` answers for the caller."""
+PermissionsReader = Callable[..., Permissions]
+
+# What this program's token does on `/`: the role the README creates, less VM.Monitor, which
+# Proxmox VE 9 dropped (its agent privileges are VM.GuestAgent.*), so neither is required here.
+PROGRAM_PRIVILEGES = (
+    *("Datastore.Allocate", "Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit"),
+    *("Pool.Audit", "Sys.Audit", "Sys.Console", "Sys.Modify", "SDN.Use"),
+    *("VM.Allocate", "VM.Audit", "VM.Clone", "VM.Config.CDROM", "VM.Config.Cloudinit", "VM.Config.CPU"),
+    *("VM.Config.Disk", "VM.Config.HWType", "VM.Config.Memory", "VM.Config.Network", "VM.Config.Options"),
+    *("VM.Console", "VM.Migrate", "VM.PowerMgmt"),
+)
+
+# CAPMOX's "Proxmox RBAC with least privileges" (cluster-api-provider-proxmox,
+# docs/advanced-setups.md): Sys.Audit on `/`; PVEVMAdmin on its VM pool, PVETemplateUser on its
+# template pool, PVESDNUser on its bridge, PVEDataStoreAdmin on the cloud-init ISO storage and
+# Datastore.AllocateSpace on the disk storage. Those paths are the owner's choice, so the
+# privileges of those roles that CAPMOX uses are required on some path, Sys.Audit on `/`.
+CAPMOX_ROOT_PRIVILEGES = ("Sys.Audit",)
+CAPMOX_PRIVILEGES = (
+    *("VM.Allocate", "VM.Audit", "VM.Clone", "VM.PowerMgmt", "VM.Config.CDROM", "VM.Config.Cloudinit"),
+    *("VM.Config.CPU", "VM.Config.Disk", "VM.Config.Memory", "VM.Config.Network", "VM.Config.Options"),
+    *("SDN.Use", "Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit"),
+)
+
+
+class CredentialsError(RuntimeError):
+    """A token is rejected, lacks privileges, or cannot be checked."""
+
+
+class TokenRejectedError(CredentialsError):
+    """The API answered 401: unknown token id, wrong secret, or an expired or disabled token."""
+
+
+@dataclass(frozen=True)
+class TokenCheck:
+    """One token and what it must hold."""
+
+    secret_key: str
+    """The config key of its secret: what the user fixes."""
+    token_id: str
+    token_secret: str
+    on_root: tuple[str, ...]
+    anywhere: tuple[str, ...] = ()
+
+
+def read_permissions(endpoint: str, token_id: str, token_secret: str, *, insecure: bool) -> Permissions:
+    """The token's effective permissions on every path, from the API at `endpoint`."""
+    url = f"{endpoint.rstrip('/')}/api2/json/access/permissions"
+    request = urllib.request.Request(  # noqa: S310 - the endpoint is validated as an https:// URL
+        url, headers={"Authorization": f"PVEAPIToken={token_id}={token_secret}"}
+    )
+    context = ssl.create_default_context()
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS, context=context) as response:  # noqa: S310
+            body = json.load(response)
+    except urllib.error.HTTPError as error:
+        error.close()  # it holds the open response
+        if error.code == 401:
+            raise TokenRejectedError(f"{endpoint} rejected token {token_id}") from None
+        raise CredentialsError(
+            f"{endpoint} answered HTTP {error.code} to the permissions call for {token_id}"
+        ) from None
+    except (OSError, ValueError) as error:
+        # URLError, TLS and timeout errors are OSErrors; their text names the cause, never a header.
+        raise CredentialsError(f"cannot check token {token_id} at {endpoint}: {error}") from None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, dict):
+        raise CredentialsError(f"{endpoint} answered the permissions call for {token_id} without a data object")
+    return data
+
+
+def missing_privileges(permissions: Permissions, check: TokenCheck) -> list[str]:
+    root = permissions.get(ROOT_PATH, {})
+    anywhere = {privilege for privileges in permissions.values() for privilege in privileges}
+    missing = [f"{privilege} on /" for privilege in check.on_root if privilege not in root]
+    missing += [privilege for privilege in check.anywhere if privilege not in anywhere]
+    return missing
+
+
+def token_checks(settings: Settings) -> tuple[TokenCheck, TokenCheck]:
+    return (
+        TokenCheck(
+            "proxmoxApiTokenSecret",
+            settings.proxmox.api_token_id,
+            settings.proxmox.api_token_secret,
+            on_root=PROGRAM_PRIVILEGES,
+        ),
+        TokenCheck(
+            "capmoxTokenSecret",
+            settings.cluster_api.capmox_token_id,
+            settings.cluster_api.capmox_token_secret,
+            on_root=CAPMOX_ROOT_PRIVILEGES,
+            anywhere=CAPMOX_PRIVILEGES,
+        ),
+    )
+
+
+def verify_tokens(settings: Settings) -> None:
+    """One API call per token; every problem of both tokens in one message."""
+    problems = []
+    for check in token_checks(settings):
+        where = f"{PROJECT}:{check.secret_key} (token {check.token_id})"
+        try:
+            permissions = read_permissions(
+                settings.proxmox.endpoint, check.token_id, check.token_secret, insecure=settings.proxmox.insecure
+            )
+        except TokenRejectedError:
+            problems.append(f"{where}: rejected by {settings.proxmox.endpoint}; check the token id and its secret")
+            continue
+        except CredentialsError as error:
+            problems.append(f"{where}: {error} (set {PROJECT}:skipCredentialsCheck true to skip this check)")
+            continue
+        missing = missing_privileges(permissions, check)
+        if missing:
+            problems.append(f"{where}: lacks {', '.join(missing)}")
+    if problems:
+        raise CredentialsError("Proxmox API tokens not usable:\n  " + "\n  ".join(problems))

@@ -1,0 +1,189 @@
+"""Both Proxmox API tokens proven at preview: their format, the one permissions call per token
+(wired under mocks, and for real over HTTPS against a loopback stand-in), and the messages,
+which name the key, the token id and what is missing, and never a secret."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import harness
+import pve_api_standin
+import pytest
+
+from components import credentials
+from components.credentials import CredentialsError, TokenRejectedError, read_permissions
+from components.settings import SettingsError, parse_settings
+
+PROGRAM_TOKEN = "pulumi@pve!lab-mgmt"
+CAPMOX_TOKEN = "capmox@pve!capi"
+PROGRAM_SECRET = harness.DUMMY_SECRETS["proxmoxApiTokenSecret"]
+CAPMOX_SECRET = harness.DUMMY_SECRETS["capmoxTokenSecret"]
+WRONG_SECRET = "deadbeef-0000-4000-8000-000000000000"
+
+
+def lab_raw(**overrides: str) -> dict[str, str]:
+    raw = {key.removeprefix(f"{harness.PROJECT}:"): value for key, value in harness.stack_config().items()}
+    return {**raw, **overrides}
+
+
+def failure(tokens: harness.TokenTable, **overrides: object) -> str:
+    """The message of a run that the token check stops, which must register nothing."""
+    record = harness.Run()
+    with pytest.raises(CredentialsError) as raised:
+        harness.run_program(overrides, tokens=tokens, record=record)
+    assert [key for key in record.resources if key[0] != "pulumi:pulumi:Stack"] == []
+    message = str(raised.value)
+    for secret in (PROGRAM_SECRET, CAPMOX_SECRET, WRONG_SECRET):
+        assert secret not in message
+    return message
+
+
+def without(privilege: str) -> dict[str, dict[str, int]]:
+    return {"/": {p: 1 for p in harness.FULL_PERMISSIONS["/"] if p != privilege}}
+
+
+# --- format ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("proxmoxApiTokenSecret", "truthy"), ("capmoxTokenSecret", "x y"), ("capmoxTokenSecret", PROGRAM_SECRET + "0")],
+)
+def test_a_token_secret_that_is_no_uuid_is_refused_without_echoing_it(key: str, value: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        parse_settings(lab_raw(**{key: value}))
+    assert f"lab-mgmt:{key}: is not a Proxmox API token secret" in str(raised.value)
+    assert value not in str(raised.value)
+
+
+def test_uuid_token_secrets_pass() -> None:
+    settings = parse_settings(lab_raw(proxmoxApiTokenSecret=PROGRAM_SECRET.upper()))
+    assert settings.proxmox.api_token_secret == PROGRAM_SECRET.upper()
+
+
+# --- wiring, under mocks -----------------------------------------------------------------------
+
+
+def test_each_token_is_checked_once_against_the_configured_endpoint() -> None:
+    run = harness.run_program()
+    assert run.permission_calls == [
+        ("https://192.168.0.8:8006/", PROGRAM_TOKEN, PROGRAM_SECRET, True),
+        ("https://192.168.0.8:8006/", CAPMOX_TOKEN, CAPMOX_SECRET, True),
+    ]
+
+
+def test_the_check_honours_proxmox_insecure() -> None:
+    run = harness.run_program({"proxmoxInsecure": False})
+    assert {call[3] for call in run.permission_calls} == {False}
+
+
+def test_a_rejected_capmox_token_stops_the_run_naming_it() -> None:
+    message = failure({(PROGRAM_TOKEN, PROGRAM_SECRET): harness.FULL_PERMISSIONS})
+    assert f"lab-mgmt:capmoxTokenSecret (token {CAPMOX_TOKEN}): rejected by https://192.168.0.8:8006/" in message
+    assert "proxmoxApiTokenSecret" not in message
+
+
+def test_a_missing_privilege_of_the_programs_token_is_named() -> None:
+    message = failure(
+        {
+            (PROGRAM_TOKEN, PROGRAM_SECRET): without("VM.Allocate"),
+            (CAPMOX_TOKEN, CAPMOX_SECRET): harness.FULL_PERMISSIONS,
+        }
+    )
+    assert message.endswith(f"lab-mgmt:proxmoxApiTokenSecret (token {PROGRAM_TOKEN}): lacks VM.Allocate on /")
+
+
+def test_both_tokens_problems_come_in_one_message() -> None:
+    message = failure({(PROGRAM_TOKEN, PROGRAM_SECRET): without("Sys.Modify")})
+    assert "proxmoxApiTokenSecret (token pulumi@pve!lab-mgmt): lacks Sys.Modify on /" in message
+    assert "capmoxTokenSecret (token capmox@pve!capi): rejected" in message
+
+
+def test_capmox_least_privilege_layout_passes() -> None:
+    """CAPMOX's documented least-privilege ACLs: Sys.Audit on `/`, the rest on its pools and
+    storages, whose paths are the owner's choice."""
+    least = {
+        "/": {"Sys.Audit": 0},
+        "/pool/capi": {p: 0 for p in credentials.CAPMOX_PRIVILEGES if not p.startswith("Datastore.")},
+        "/storage/capi_files": {"Datastore.AllocateTemplate": 0, "Datastore.Audit": 0, "Datastore.AllocateSpace": 0},
+    }
+    run = harness.run_program(
+        tokens={(PROGRAM_TOKEN, PROGRAM_SECRET): harness.FULL_PERMISSIONS, (CAPMOX_TOKEN, CAPMOX_SECRET): least}
+    )
+    assert len(run.permission_calls) == 2
+
+
+def test_capmox_token_without_sys_audit_on_root_fails() -> None:
+    nodes_only = {"/nodes": dict(harness.FULL_PERMISSIONS["/"])}
+    message = failure(
+        {(PROGRAM_TOKEN, PROGRAM_SECRET): harness.FULL_PERMISSIONS, (CAPMOX_TOKEN, CAPMOX_SECRET): nodes_only}
+    )
+    assert message.endswith(f"lab-mgmt:capmoxTokenSecret (token {CAPMOX_TOKEN}): lacks Sys.Audit on /")
+
+
+def test_the_check_can_be_skipped() -> None:
+    run = harness.run_program({"skipCredentialsCheck": True}, tokens={})
+    assert run.permission_calls == []
+    assert run.resources
+
+
+def test_an_unreachable_api_says_how_to_skip(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreachable(endpoint: str, token_id: str, token_secret: str, *, insecure: bool) -> credentials.Permissions:
+        raise CredentialsError(f"cannot check token {token_id} at {endpoint}: timed out")
+
+    settings = parse_settings(lab_raw())
+    monkeypatch.setattr(credentials, "read_permissions", unreachable)
+    with pytest.raises(CredentialsError) as raised:
+        credentials.verify_tokens(settings)
+    assert "set lab-mgmt:skipCredentialsCheck true to skip this check" in str(raised.value)
+
+
+# --- the real HTTPS call, against the loopback stand-in -----------------------------------------
+
+
+@pytest.fixture
+def standin(tmp_path: Path) -> Iterator[pve_api_standin.PveApiStandIn]:
+    tokens = {(PROGRAM_TOKEN, PROGRAM_SECRET): harness.FULL_PERMISSIONS}
+    with pve_api_standin.serve(tokens, tmp_path) as running:
+        yield running
+    assert running.unknown == [], "the program called the API for something the stand-in does not know"
+
+
+def test_permissions_are_read_over_https_in_one_call(standin: pve_api_standin.PveApiStandIn) -> None:
+    assert read_permissions(standin.url, PROGRAM_TOKEN, PROGRAM_SECRET, insecure=True) == harness.FULL_PERMISSIONS
+    assert standin.requests == [("GET", pve_api_standin.PERMISSIONS_PATH)]
+
+
+def test_a_wrong_secret_is_rejected_over_https(standin: pve_api_standin.PveApiStandIn) -> None:
+    with pytest.raises(TokenRejectedError) as raised:
+        read_permissions(standin.url, PROGRAM_TOKEN, WRONG_SECRET, insecure=True)
+    assert WRONG_SECRET not in str(raised.value)
+
+
+def test_a_self_signed_certificate_is_refused_unless_insecure(standin: pve_api_standin.PveApiStandIn) -> None:
+    with pytest.raises(CredentialsError) as raised:
+        read_permissions(standin.url, PROGRAM_TOKEN, PROGRAM_SECRET, insecure=False)
+    assert "CERTIFICATE_VERIFY_FAILED" in str(raised.value)
+    assert PROGRAM_SECRET not in str(raised.value)
+
+
+def test_a_silent_api_is_bounded_in_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)  # accepts the connection, never answers
+        monkeypatch.setattr(credentials, "REQUEST_TIMEOUT_SECONDS", 0.5)
+        with pytest.raises(CredentialsError) as raised:
+            read_permissions(
+                f"https://127.0.0.1:{listener.getsockname()[1]}/", PROGRAM_TOKEN, PROGRAM_SECRET, insecure=True
+            )
+    assert "timed out" in str(raised.value)
+
+
+def test_harness_never_lets_the_program_reach_the_lab() -> None:
+    """The mocks runs answer the permissions call themselves: the real function is restored
+    after each run and is never what a run called."""
+    run = harness.run_program()
+    assert credentials.read_permissions is read_permissions
+    assert run.permission_calls, "the run must have gone through the stand-in table"
