@@ -6,6 +6,11 @@ tmp_path/bin, first on PATH. Each one appends its invocation to a log (the varia
 sets for that one command, as NAME=value, then its name and arguments) and keeps what it changed
 (package installed, unit active, k3s version) in tmp_path/state, so that a second run sees what
 the first one did. bash, sh and coreutils are the real ones.
+
+python3 is real too, not a stand-in: the scripts use it to read YAML, as the VM's python3 does
+with python3-yaml (a dependency of cloud-init on Ubuntu). The machine's own python3 may lack
+PyYAML, so tmp_path/bin/python3 is a shim that execs the interpreter running the tests (the
+project's virtualenv, which has PyYAML). It is not logged: it changes nothing on the machine.
 """
 
 from __future__ import annotations
@@ -13,9 +18,11 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,8 +117,56 @@ INSTALLER
 """
 
 # Not on PATH until installed. `get nodes` prints the k3s-nodes state from poll k3s-node-from-poll.
+# A HelmChart NAME in kube-system exists while state helmchart.NAME does; helmchart.NAME.finalizer
+# is the helm-controller's finalizer, .unmanaged the annotation that makes the controller leave
+# the chart alone, .terminating a delete that a finalizer holds up. A delete the finalizer holds
+# up on a chart not annotated leaves helm-delete.NAME: the controller would uninstall the release.
+# Each HelmChart call also keeps, in seen.VERB.NAME, the manifest files k3s would see right then.
 K3S = r"""
+verb="${4:-}"
+name="${6:-}"
+chart="$STUB_STATE/helmchart.$name"
+seen() {
+  if [ -d "$K3S_MANIFESTS_DIR" ]; then find "$K3S_MANIFESTS_DIR" -type f -printf '%P\n' | sort; fi \
+    >"$STUB_STATE/seen.$verb.$name"
+}
+must_exist() {
+  if [ ! -e "$chart" ]; then
+    echo "Error from server (NotFound): helmcharts.helm.cattle.io \"$name\" not found" >&2
+    exit 1
+  fi
+}
 case "$*" in
+  "kubectl -n kube-system get helmchart $name --ignore-not-found -o name")
+    seen
+    if [ -e "$chart" ]; then echo "helmchart.helm.cattle.io/$name"; fi
+    ;;
+  "kubectl -n kube-system annotate helmchart $name helmcharts.helm.cattle.io/unmanaged=true --overwrite")
+    seen
+    must_exist
+    touch "$chart.unmanaged"
+    echo "helmchart.helm.cattle.io/$name annotated"
+    ;;
+  "kubectl -n kube-system patch helmchart $name --type=merge -p {\"metadata\":{\"finalizers\":null}}")
+    seen
+    must_exist
+    rm -f "$chart.finalizer"
+    # A chart already being deleted goes as soon as nothing holds it any more.
+    if [ -e "$chart.terminating" ]; then rm -f "$chart" "$chart".*; fi
+    echo "helmchart.helm.cattle.io/$name patched"
+    ;;
+  "kubectl -n kube-system delete helmchart $name --ignore-not-found --timeout=60s")
+    seen
+    [ -e "$chart" ] || exit 0
+    if [ -e "$chart.finalizer" ]; then
+      touch "$chart.terminating"
+      [ -e "$chart.unmanaged" ] || touch "$STUB_STATE/helm-delete.$name"
+      echo "error: timed out waiting for the condition on helmcharts/$name" >&2
+      exit 1
+    fi
+    rm -f "$chart" "$chart".*
+    echo "helmchart.helm.cattle.io \"$name\" deleted"
+    ;;
   --version) printf 'k3s version %s (1a2b3c4d)\ngo version go1.23.6\n' "$(state k3s-version '')" ;;
   "kubectl get nodes -o name --request-timeout=10s")
     polls=$(($(state k3s-node-polls 0) + 1))
@@ -208,11 +263,14 @@ class Host:
         self.host_key_file = root / "etc" / "ssh" / "ssh_host_ed25519_key.pub"
         self.k3s_config_file = root / "etc" / "rancher" / "k3s" / "config.yaml"
         self.kubeconfig_file = root / "etc" / "rancher" / "k3s" / "k3s.yaml"
+        self.manifests_dir = root / "var" / "lib" / "rancher" / "k3s" / "server" / "manifests"
+        self.handed_over_dir = self.manifests_dir.with_name("manifests-handed-over")
         for directory in (self.bin, self.lib, self.state, self.tmp):
             directory.mkdir()
         for name, body in STAND_INS.items():
             write_executable(self.bin / name, PRELUDE + body)
         write_executable(self.lib / "k3s", PRELUDE + K3S)
+        self.use_python()
         # The machine's own PATH finds bash and coreutils; a real k3s on it would make "k3s absent"
         # untestable (and must never be run), so directories holding one are left out.
         system_path = [
@@ -227,6 +285,7 @@ class Host:
             "HOST_KEY_FILE": str(self.host_key_file),
             "K3S_CONFIG_FILE": str(self.k3s_config_file),
             "K3S_KUBECONFIG_FILE": str(self.kubeconfig_file),
+            "K3S_MANIFESTS_DIR": str(self.manifests_dir),
             "STUB_LOG": str(self.log),
             "STUB_STATE": str(self.state),
             "STUB_BIN": str(self.bin),
@@ -235,6 +294,33 @@ class Host:
 
     def set(self, key: str, value: str | int = "") -> None:
         (self.state / key).write_text(str(value))
+
+    def use_python(self, *options: str) -> None:
+        """python3 on PATH: the tests' own interpreter, run with `options`."""
+        command = shlex.join([sys.executable, *options])
+        write_executable(self.bin / "python3", f'#!/bin/sh\nexec {command} "$@"\n')
+
+    def add_helmchart(self, name: str, *, unmanaged: bool = False, terminating: bool = False) -> None:
+        """A HelmChart in kube-system as the helm-controller leaves it: with its finalizer."""
+        self.set(f"helmchart.{name}")
+        self.set(f"helmchart.{name}.finalizer")
+        if unmanaged:
+            self.set(f"helmchart.{name}.unmanaged")
+        if terminating:
+            self.set(f"helmchart.{name}.terminating")
+
+    def helmcharts(self) -> frozenset[str]:
+        """The HelmCharts that exist in kube-system."""
+        names = (path.name.removeprefix("helmchart.") for path in self.state.glob("helmchart.*"))
+        return frozenset(name for name in names if "." not in name)
+
+    def helm_deletes(self) -> list[str]:
+        """The charts whose release the helm-controller would have uninstalled."""
+        return sorted(path.name for path in self.state.glob("helm-delete.*"))
+
+    def seen(self, verb: str, name: str) -> list[str]:
+        """The manifest files k3s would have seen at the HelmChart call `verb` on `name`."""
+        return (self.state / f"seen.{verb}.{name}").read_text().splitlines()
 
     def install_k3s(self, version: str) -> None:
         self.set("k3s-version", version)
@@ -283,6 +369,7 @@ def test_scripts_are_found() -> None:
         "node_ready.sh",
         "read_kubeconfig.sh",
         "operator_ready.sh",
+        "helmchart_handover.sh",
     }
 
 
@@ -412,6 +499,95 @@ def test_k3s_config_writes_changed_content_and_restarts_only_an_installed_k3s(
     assert host.k3s_config_file.read_text() == K3S_CONFIG
 
 
+# The lab's config.yaml came from an Ansible template: the same settings as K3S_CONFIG, written
+# another way. None of these is a change.
+SAME_K3S_CONFIG = {
+    "ansible-header-indented-double-quoted": (
+        '# Ansible managed\n\ndisable:\n  - traefik\ntls-san:\n  - 192.168.4.21\nwrite-kubeconfig-mode: "0600"\n'
+    ),
+    "flow-lists-other-key-order": 'write-kubeconfig-mode: "0600"\ntls-san: [192.168.4.21]\ndisable: [traefik]\n',
+    "document-markers-quoted-keys-comments-no-final-newline": (
+        "---\n# {{ ansible_managed }}\n'disable': ['traefik']  # the lab brings its own ingress\n"
+        '"tls-san": ["192.168.4.21"]\nwrite-kubeconfig-mode:   \'0600\'\n...'
+    ),
+    "flow-mapping-crlf": "{disable: [traefik],\r\n tls-san: [192.168.4.21],\r\n write-kubeconfig-mode: '0600'}\r\n",
+}
+
+# Settings that mean something else, and files that are no YAML (or not one document of it).
+OTHER_K3S_CONFIG = {
+    "another-tls-san": 'disable: [traefik]\ntls-san: [192.168.4.21, lab-mgmt.lan]\nwrite-kubeconfig-mode: "0600"\n',
+    "unquoted-0600-is-a-number": "disable: [traefik]\ntls-san: [192.168.4.21]\nwrite-kubeconfig-mode: 0600\n",
+    "one-more-setting": K3S_CONFIG + "disable-network-policy: true\n",
+    "traefik-not-disabled": "tls-san: [192.168.4.21]\nwrite-kubeconfig-mode: '0600'\n",
+}
+GARBAGE_K3S_CONFIG = {
+    "unclosed-flow-list": b"disable: [traefik\ntls-san: 192.168.4.21\n",
+    "unrendered-template": b"tls-san: {{ k3s_tls_san }}\n",
+    "two-documents": (K3S_CONFIG + "---\n" + K3S_CONFIG).encode(),
+    "binary": b"\x00\xff\xfe\x00k3s\x00",
+    "empty": b"",
+}
+
+
+def config_b64(text: str = K3S_CONFIG) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def write_existing_k3s_config(host: Host, content: bytes) -> os.stat_result:
+    """The file as an earlier tool left it (mode 0644), and its stat."""
+    host.k3s_config_file.parent.mkdir(parents=True)
+    host.k3s_config_file.write_bytes(content)
+    host.k3s_config_file.chmod(0o644)
+    return host.k3s_config_file.stat()
+
+
+@pytest.mark.parametrize("existing", SAME_K3S_CONFIG.values(), ids=SAME_K3S_CONFIG.keys())
+def test_k3s_config_leaves_the_same_settings_written_another_way_alone(host: Host, existing: str) -> None:
+    host.install_k3s(VERSION)
+    before = write_existing_k3s_config(host, existing.encode())
+
+    result = host.run("k3s_config.sh", config_b64())
+
+    assert (result.returncode, result.stdout, result.stderr) == (0, "k3s config unchanged\n", "")
+    assert result.calls == []  # no restart
+    assert host.k3s_config_file.read_bytes() == existing.encode()
+    after = host.k3s_config_file.stat()
+    assert (after.st_ino, after.st_mtime_ns, after.st_mode) == (before.st_ino, before.st_mtime_ns, before.st_mode)
+
+
+@pytest.mark.parametrize(
+    "existing",
+    [text.encode() for text in OTHER_K3S_CONFIG.values()] + list(GARBAGE_K3S_CONFIG.values()),
+    ids=[*OTHER_K3S_CONFIG, *GARBAGE_K3S_CONFIG],
+)
+def test_k3s_config_rewrites_other_settings_and_garbage_and_restarts_k3s(host: Host, existing: bytes) -> None:
+    host.install_k3s(VERSION)
+    before = write_existing_k3s_config(host, existing)
+
+    result = host.run("k3s_config.sh", config_b64())
+
+    assert (result.returncode, result.stdout) == (0, "k3s config changed; k3s restarted\n"), result.stderr
+    assert result.calls == [K3S_RESTART]
+    assert host.k3s_config_file.read_text() == K3S_CONFIG
+    assert stat.S_IMODE(host.k3s_config_file.stat().st_mode) == 0o600
+    assert host.k3s_config_file.stat().st_ino != before.st_ino  # replaced by a rename, not rewritten in place
+    assert sorted(path.name for path in host.k3s_config_file.parent.iterdir()) == ["config.yaml"]
+
+
+def test_k3s_config_stops_without_touching_anything_when_python3_has_no_yaml(host: Host) -> None:
+    host.install_k3s(VERSION)
+    existing = OTHER_K3S_CONFIG["another-tls-san"].encode()
+    write_existing_k3s_config(host, existing)
+    host.use_python("-S")  # no site-packages: no PyYAML
+
+    result = host.run("k3s_config.sh", config_b64())
+
+    assert result.returncode != 0
+    assert "No module named 'yaml'" in result.stderr
+    assert (result.stdout, result.calls) == ("", [])
+    assert host.k3s_config_file.read_bytes() == existing
+
+
 # --- k3s_install.sh -----------------------------------------------------------------------------
 
 
@@ -539,22 +715,87 @@ def test_node_ready_fails_within_the_bound_when_no_node_registers(host: Host) ->
 # --- read_kubeconfig.sh -------------------------------------------------------------------------
 
 
-def test_read_kubeconfig_prints_the_file_verbatim(host: Host) -> None:
-    kubeconfig = "apiVersion: v1\nclusters:\n- cluster:\n    server: https://127.0.0.1:6443\n  name: default\n\n"
+# As k3s writes it; every secret-looking value holds FAKE_SECRET, so a test can tell that none of the
+# file got out.
+FAKE_SECRET = "FAKE-SECRET-do-not-print"
+KUBECONFIG_CLUSTERS = f"""clusters:
+- cluster:
+    certificate-authority-data: {FAKE_SECRET}-ca
+    server: https://127.0.0.1:6443
+  name: default
+"""
+KUBECONFIG_USERS = f"""users:
+- name: default
+  user:
+    client-certificate-data: {FAKE_SECRET}-cert
+    client-key-data: {FAKE_SECRET}-key
+"""
+KUBECONFIG_REST = """contexts:
+- context:
+    cluster: default
+    user: default
+  name: default
+current-context: default
+kind: Config
+preferences: {}
+"""
+KUBECONFIG = "apiVersion: v1\n" + KUBECONFIG_CLUSTERS + KUBECONFIG_REST + KUBECONFIG_USERS
+
+
+@pytest.mark.parametrize(
+    "kubeconfig",
+    [KUBECONFIG, KUBECONFIG + "\n\n", KUBECONFIG.removesuffix("\n")],
+    ids=["as-k3s-writes-it", "trailing-blank-lines", "no-final-newline"],
+)
+def test_read_kubeconfig_prints_the_file_byte_for_byte(host: Host, kubeconfig: str) -> None:
     host.kubeconfig_file.parent.mkdir(parents=True)
-    host.kubeconfig_file.write_text(kubeconfig)
+    host.kubeconfig_file.write_bytes(kubeconfig.encode())
+
+    result = subprocess.run(
+        ["bash", str(SCRIPTS_DIR / "read_kubeconfig.sh")], env=host.env, capture_output=True, timeout=30, check=False
+    )
+
+    assert (result.returncode, result.stdout, result.stderr) == (0, kubeconfig.encode(), b"")
+
+
+BROKEN_KUBECONFIGS = {
+    "empty": "",
+    "no-kind-config": KUBECONFIG.replace("kind: Config\n", ""),
+    "kind-of-something-else": KUBECONFIG.replace("kind: Config\n", "kind: ConfigMap\n"),
+    "no-clusters": "apiVersion: v1\n" + KUBECONFIG_REST + KUBECONFIG_USERS,
+    "clusters-empty": "apiVersion: v1\nclusters: []\n" + KUBECONFIG_REST + KUBECONFIG_USERS,
+    "no-users": "apiVersion: v1\n" + KUBECONFIG_CLUSTERS + KUBECONFIG_REST,
+    "cut-off-before-its-users": KUBECONFIG[: KUBECONFIG.index("users:")] + "users:\n",
+    "indented-users-is-not-top-level": KUBECONFIG.replace("users:\n", "  users:\n"),
+    "not-a-kubeconfig": f"token: {FAKE_SECRET}\n",
+}
+
+
+@pytest.mark.parametrize("content", BROKEN_KUBECONFIGS.values(), ids=BROKEN_KUBECONFIGS.keys())
+def test_read_kubeconfig_refuses_a_broken_file_and_shows_none_of_it(host: Host, content: str) -> None:
+    host.kubeconfig_file.parent.mkdir(parents=True)
+    host.kubeconfig_file.write_text(content)
 
     result = host.run("read_kubeconfig.sh")
 
-    assert (result.returncode, result.stdout, result.stderr, result.calls) == (0, kubeconfig, "", [])
-
-
-def test_read_kubeconfig_fails_when_the_file_is_missing(host: Host) -> None:
-    result = host.run("read_kubeconfig.sh")
-
-    assert result.returncode != 0
+    assert result.returncode == 1
     assert result.stdout == ""
-    assert str(host.kubeconfig_file) in result.stderr
+    assert result.stderr.startswith(f"{host.kubeconfig_file}: ")
+    assert result.stderr.endswith("; not printing it\n")
+    assert FAKE_SECRET not in result.stderr
+    assert [line for line in content.splitlines() if len(line) > 8 and line.strip() in result.stderr] == []
+    assert result.calls == []
+
+
+@pytest.mark.parametrize("kind", ["absent", "directory"])
+def test_read_kubeconfig_fails_when_there_is_no_file(host: Host, kind: str) -> None:
+    if kind == "directory":
+        host.kubeconfig_file.mkdir(parents=True)
+
+    result = host.run("read_kubeconfig.sh")
+
+    assert (result.returncode, result.stdout, result.calls) == (1, "", [])
+    assert result.stderr == f"{host.kubeconfig_file}: no such file; not printing it\n"
 
 
 # --- operator_ready.sh --------------------------------------------------------------------------
@@ -624,3 +865,249 @@ def test_operator_ready_stops_when_a_crd_is_not_established(host: Host) -> None:
     assert result.returncode == 1
     assert len(result.calls) == 1
     assert result.calls[0][:4] == WAIT_ESTABLISHED
+
+
+# --- helmchart_handover.sh ----------------------------------------------------------------------
+
+HANDED_OVER = ("cert-manager", "cluster-api-operator")
+KUBE_SYSTEM = ("k3s", "kubectl", "-n", "kube-system")
+
+# What k3s's manifests directory may hold; the files are found by content, whatever their names.
+CERT_MANAGER_MANIFEST = """# Ansible managed
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: cert-manager
+---
+apiVersion: helm.cattle.io/v1
+kind: HelmChart
+metadata:
+  name: cert-manager
+  namespace: kube-system
+spec:
+  repo: https://charts.jetstack.io
+  chart: cert-manager
+  version: v1.21.2
+  targetNamespace: cert-manager
+  createNamespace: true
+  valuesContent: |-
+    crds:
+      enabled: true
+"""
+OPERATOR_MANIFEST = (
+    '{"apiVersion": "helm.cattle.io/v1", "kind": "HelmChart",\n'
+    ' "metadata": {"name": "cluster-api-operator", "namespace": "kube-system"},\n'
+    ' "spec": {"repo": "https://kubernetes-sigs.github.io/cluster-api-operator", "chart": "cluster-api-operator",\n'
+    '          "version": "0.28.0", "targetNamespace": "capi-operator-system", "createNamespace": true}}\n'
+)
+HANDED_OVER_MANIFESTS = {"20-cert-manager.yaml": CERT_MANAGER_MANIFEST, "lab/capi-operator.json": OPERATOR_MANIFEST}
+# Files that stay: other charts (one that mentions `name: cert-manager` in its values), a
+# HelmChartConfig of the same name, a chart of that name in another namespace, and files k3s
+# never applies (no YAML extension, a dotfile).
+OTHER_MANIFESTS = {
+    "traefik.yaml": "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata:\n  name: traefik\n"
+    "  namespace: kube-system\nspec:\n  chart: traefik\n",
+    "issuers.yml": "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata:\n  name: cert-manager-issuers\n"
+    "  namespace: kube-system\nspec:\n  chart: issuers\n  valuesContent: |-\n    name: cert-manager\n",
+    "cert-manager-config.yaml": "apiVersion: helm.cattle.io/v1\nkind: HelmChartConfig\nmetadata:\n"
+    "  name: cert-manager\n  namespace: kube-system\nspec:\n  valuesContent: ''\n",
+    "elsewhere.yaml": CERT_MANAGER_MANIFEST.replace("namespace: kube-system", "namespace: lab"),
+    "notes.txt": "kind: HelmChart\nname: cert-manager\n",
+    ".cert-manager.yaml": CERT_MANAGER_MANIFEST,
+}
+
+
+def write_manifests(host: Host, manifests: dict[str, str]) -> None:
+    for relative, content in manifests.items():
+        path = host.manifests_dir / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+
+
+def tree(directory: Path) -> dict[str, str]:
+    """Every file under `directory` by relative path, with its content."""
+    return {
+        str(path.relative_to(directory)): path.read_text() for path in sorted(directory.rglob("*")) if path.is_file()
+    }
+
+
+def handover_get(name: str) -> Call:
+    return (*KUBE_SYSTEM, "get", "helmchart", name, "--ignore-not-found", "-o", "name")
+
+
+def handover_calls(name: str) -> list[Call]:
+    """Look, annotate unmanaged, take the finalizer off, delete: in this order and nothing else."""
+    return [
+        handover_get(name),
+        (*KUBE_SYSTEM, "annotate", "helmchart", name, "helmcharts.helm.cattle.io/unmanaged=true", "--overwrite"),
+        (*KUBE_SYSTEM, "patch", "helmchart", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}'),
+        (*KUBE_SYSTEM, "delete", "helmchart", name, "--ignore-not-found", "--timeout=60s"),
+    ]
+
+
+def handover_report(name: str, moved: list[str]) -> str:
+    """What the script says about one chart it hands over, moving the manifest files `moved`."""
+    lines = [f"{name}: HelmChart found in kube-system", f"{name}: annotated helmcharts.helm.cattle.io/unmanaged=true"]
+    lines += [f"{name}: no manifest file defines it"] if not moved else []
+    lines += [f"{name}: moved {relative} to {relative}" for relative in moved]
+    lines += [
+        f"{name}: finalizers removed",
+        f"{name}: HelmChart deleted; its Helm release and workloads are left as they are",
+    ]
+    return "".join(f"{line}\n" for line in lines)
+
+
+def test_helmchart_handover_hands_both_charts_over_in_order_then_a_second_run_does_nothing(host: Host) -> None:
+    host.install_k3s(VERSION)
+    for name in (*HANDED_OVER, "traefik"):
+        host.add_helmchart(name)
+    write_manifests(host, {**HANDED_OVER_MANIFESTS, **OTHER_MANIFESTS})
+
+    first = host.run("helmchart_handover.sh", *HANDED_OVER)
+
+    assert first.returncode == 0, first.stderr
+    assert first.calls == handover_calls("cert-manager") + handover_calls("cluster-api-operator")
+    assert host.helmcharts() == {"traefik"}
+    assert host.helm_deletes() == []
+    # Exactly the two files that define the charts moved, unchanged, out of k3s's sight.
+    assert tree(host.manifests_dir) == OTHER_MANIFESTS
+    assert tree(host.handed_over_dir) == HANDED_OVER_MANIFESTS
+    assert stat.S_IMODE(host.handed_over_dir.stat().st_mode) == 0o700
+    # Moved after the annotation, before the finalizer came off.
+    for name, manifest in zip(HANDED_OVER, HANDED_OVER_MANIFESTS, strict=True):
+        assert manifest in host.seen("annotate", name)
+        assert manifest not in host.seen("patch", name)
+    manifests, handed_over = host.manifests_dir, host.handed_over_dir
+    expected = handover_report("cert-manager", ["20-cert-manager.yaml"]) + handover_report(
+        "cluster-api-operator", ["lab/capi-operator.json"]
+    )
+    stdout = first.stdout.replace(f"{manifests}/", "").replace(f"{handed_over}/", "")
+    assert stdout == expected, first.stdout
+
+    second = host.run("helmchart_handover.sh", *HANDED_OVER)
+
+    assert (second.returncode, second.stderr) == (0, "")
+    assert second.stdout == "cert-manager: not present\ncluster-api-operator: not present\n"
+    assert second.calls == [handover_get("cert-manager"), handover_get("cluster-api-operator")]
+    assert tree(host.manifests_dir) == OTHER_MANIFESTS
+    assert tree(host.handed_over_dir) == HANDED_OVER_MANIFESTS
+
+
+@pytest.mark.parametrize("manifests_dir", [True, False], ids=["other-manifests", "no-manifests-dir"])
+def test_helmchart_handover_changes_nothing_on_a_host_without_the_charts(host: Host, manifests_dir: bool) -> None:
+    host.install_k3s(VERSION)
+    host.add_helmchart("traefik")
+    if manifests_dir:
+        write_manifests(host, OTHER_MANIFESTS)
+
+    result = host.run("helmchart_handover.sh", *HANDED_OVER)
+
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == "cert-manager: not present\ncluster-api-operator: not present\n"
+    assert result.calls == [handover_get("cert-manager"), handover_get("cluster-api-operator")]
+    assert host.helmcharts() == {"traefik"}
+    if manifests_dir:
+        assert tree(host.manifests_dir) == OTHER_MANIFESTS
+    else:
+        assert not host.manifests_dir.exists()
+    assert not host.handed_over_dir.exists()
+
+
+def test_helmchart_handover_hands_over_a_chart_no_manifest_defines(host: Host) -> None:
+    host.install_k3s(VERSION)
+    host.add_helmchart("cert-manager")
+
+    result = host.run("helmchart_handover.sh", "cert-manager")
+
+    assert (result.returncode, result.stdout) == (0, handover_report("cert-manager", [])), result.stderr
+    assert result.calls == handover_calls("cert-manager")
+    assert (host.helmcharts(), host.helm_deletes()) == (frozenset(), [])
+    assert not host.handed_over_dir.exists()
+
+
+def test_helmchart_handover_moves_the_manifest_of_a_chart_k3s_would_create_again(host: Host) -> None:
+    host.install_k3s(VERSION)
+    write_manifests(host, {"20-cert-manager.yaml": CERT_MANAGER_MANIFEST})
+
+    result = host.run("helmchart_handover.sh", "cert-manager")
+
+    assert result.returncode == 0, result.stderr
+    assert result.calls == [handover_get("cert-manager")]
+    assert tree(host.manifests_dir) == {}
+    assert tree(host.handed_over_dir) == {"20-cert-manager.yaml": CERT_MANAGER_MANIFEST}
+    moved, target = host.manifests_dir / "20-cert-manager.yaml", host.handed_over_dir / "20-cert-manager.yaml"
+    assert result.stdout == (
+        "cert-manager: HelmChart not present, but k3s would create it again from its manifest\n"
+        f"cert-manager: moved {moved} to {target}\n"
+    )
+
+
+def test_helmchart_handover_finishes_a_chart_an_earlier_attempt_left_terminating(host: Host) -> None:
+    host.install_k3s(VERSION)
+    host.add_helmchart("cert-manager", unmanaged=True, terminating=True)
+
+    result = host.run("helmchart_handover.sh", "cert-manager")
+
+    assert (result.returncode, result.stdout) == (0, handover_report("cert-manager", [])), result.stderr
+    assert result.calls == handover_calls("cert-manager")
+    assert (host.helmcharts(), host.helm_deletes()) == (frozenset(), [])
+
+
+def test_helmchart_handover_never_overwrites_a_handed_over_file_and_stops_before_the_delete(host: Host) -> None:
+    host.install_k3s(VERSION)
+    host.add_helmchart("cert-manager")
+    write_manifests(host, {"20-cert-manager.yaml": CERT_MANAGER_MANIFEST})
+    host.handed_over_dir.mkdir(parents=True)
+    (host.handed_over_dir / "20-cert-manager.yaml").write_text("an earlier hand-over\n")
+
+    result = host.run("helmchart_handover.sh", "cert-manager")
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"cert-manager: {host.handed_over_dir}/20-cert-manager.yaml exists already; not overwriting it\n"
+    )
+    assert result.calls == handover_calls("cert-manager")[:2]
+    # Left unmanaged, so the controller does nothing with it until a re-run finishes the job.
+    assert host.helmcharts() == {"cert-manager"}
+    assert (host.state / "helmchart.cert-manager.unmanaged").exists()
+    assert tree(host.manifests_dir) == {"20-cert-manager.yaml": CERT_MANAGER_MANIFEST}
+    assert tree(host.handed_over_dir) == {"20-cert-manager.yaml": "an earlier hand-over\n"}
+
+
+def test_helmchart_handover_stops_before_any_change_on_a_manifest_that_is_no_yaml(host: Host) -> None:
+    host.install_k3s(VERSION)
+    host.add_helmchart("cert-manager")
+    broken = f"kind: HelmChart\nmetadata: {{name: cert-manager\nspec:\n  valuesContent: 'password: {FAKE_SECRET}'\n"
+    write_manifests(host, {"20-cert-manager.yaml": CERT_MANAGER_MANIFEST, "broken.yaml": broken})
+
+    result = host.run("helmchart_handover.sh", "cert-manager")
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"{host.manifests_dir}/broken.yaml: not valid YAML; cannot tell whether it defines cert-manager\n"
+    )
+    assert (result.stdout, result.calls) == ("", [])
+    assert host.helmcharts() == {"cert-manager"}
+    assert not (host.state / "helmchart.cert-manager.unmanaged").exists()
+    assert tree(host.manifests_dir) == {"20-cert-manager.yaml": CERT_MANAGER_MANIFEST, "broken.yaml": broken}
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ((), f"usage: {SCRIPTS_DIR / 'helmchart_handover.sh'} HELMCHART...\n"),
+        (("cert-manager", "Cert_Manager"), "Cert_Manager: not a HelmChart name\n"),
+        (("cert-manager", "-n"), "-n: not a HelmChart name\n"),
+    ],
+    ids=["none", "bad-name", "option"],
+)
+def test_helmchart_handover_refuses_bad_arguments_before_doing_anything(
+    host: Host, args: tuple[str, ...], error: str
+) -> None:
+    host.install_k3s(VERSION)
+    host.add_helmchart("cert-manager")
+
+    result = host.run("helmchart_handover.sh", *args)
+
+    assert (result.returncode, result.stdout, result.stderr, result.calls) == (2, "", error, [])
+    assert host.helmcharts() == {"cert-manager"}

@@ -1,12 +1,29 @@
 #!/usr/bin/env bash
-# Writes k3s's config.yaml (given base64-encoded as $1) when its content differs, and restarts an
-# installed k3s so that it takes the new content; the k3s installer never manages this file.
+# Writes k3s's config.yaml (given base64-encoded as $1) when its settings differ, and restarts an
+# installed k3s so that it takes them; the k3s installer never manages this file.
 set -euo pipefail
 
 config_file="${K3S_CONFIG_FILE:-/etc/rancher/k3s/config.yaml}"
 wanted="$(printf '%s' "$1" | base64 -d)"
 
-if [ -f "$config_file" ] && [ "$(cat "$config_file")" = "$wanted" ]; then
+# The same settings written another way (the lab's file came from an Ansible template: a header
+# comment, other indentation, quoting, key order, flow lists) are no change, and restarting k3s for
+# one would be an outage for nothing; so the two are compared as YAML data. A file that is no YAML
+# is a difference. Anything else going wrong (no PyYAML, say) stops here rather than rewrite blind.
+verdict="different"
+if [ -f "$config_file" ]; then
+  verdict="$(python3 -c '
+import sys, yaml
+wanted = yaml.safe_load(sys.argv[2])
+try:
+    with open(sys.argv[1], "rb") as existing:
+        same = yaml.safe_load(existing) == wanted
+except yaml.YAMLError:
+    same = False
+print("same" if same else "different")
+' "$config_file" "$wanted")"
+fi
+if [ "$verdict" = same ]; then
   echo "k3s config unchanged"
   exit 0
 fi
