@@ -20,13 +20,15 @@ last_deployment = pulumi.StackReference(
     stack_name=own_stack_reference_name(pulumi.get_organization(), pulumi.get_project(), pulumi.get_stack()),
 )
 
-vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image)
+vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image, adopt=settings.adopt)
 k3s = K3sNode("mgmt", vm, settings.k3s, settings.vm.ci_user)
 cluster_api = ClusterApi(
     "mgmt",
     k3s,
     settings.cluster_api,
     proxmox_url=settings.proxmox.endpoint,
+    protected=settings.vm.protected,
+    adopt=settings.adopt,
     # The outputs as a whole are secret (the kubeconfigs are); the versions are not. A stack that
     # was never deployed has no outputs at all.
     deployed_versions=pulumi.Output.unsecret(

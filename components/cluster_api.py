@@ -22,6 +22,12 @@ RELEASE_TIMEOUT_SECONDS = 600
 OPERATOR_READY_BOUND_SECONDS = 300
 PROVIDER_READY_TIMEOUT = "15m"
 PROVIDER_API_VERSION = "operator.cluster.x-k8s.io/v1alpha2"
+# Every input a Helm release gets (`compat` from the SDK itself): adopted, none of them is forced
+# on the live release (an import reads back no repositoryOpts, createNamespace or timeout).
+RELEASE_INPUTS = [
+    *("name", "chart", "repositoryOpts", "namespace", "createNamespace", "values", "timeout", "version"),
+    "compat",
+]
 
 
 @dataclass(frozen=True)
@@ -104,15 +110,33 @@ class ClusterApi(pulumi.ComponentResource):
         *,
         proxmox_url: str,
         deployed_versions: pulumi.Input[Mapping[str, str] | None],
+        protected: bool,
+        adopt: bool,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("homelab:index:ClusterApi", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=k3s.provider)
 
+        def kept(import_id: str, adopted_as_is: list[str]) -> pulumi.ResourceOptions:
+            """cert-manager, the operator and its providers: no Pulumi action uninstalls them.
+            Retained on delete (a delete or replacement only drops them from the state),
+            protected while the VM is; adopted, they are imported as they run, nothing forced."""
+            return pulumi.ResourceOptions.merge(
+                child,
+                pulumi.ResourceOptions(
+                    protect=protected,
+                    retain_on_delete=True,
+                    import_=import_id if adopt else None,
+                    ignore_changes=adopted_as_is if adopt else None,
+                ),
+            )
+
         def release(
             release_name: str, chart: str, repo: str, namespace: str, values: dict[str, object], **extra: Any
         ) -> kubernetes.helm.v3.Release:
-            """A real Helm release (hooks run, `helm list` shows it) that Pulumi waits on."""
+            """A real Helm release (hooks run, `helm list` shows it) that Pulumi waits on. Its
+            name is the one k3s's HelmChart gave the playbook's release, so the lab it built can
+            be adopted."""
             return kubernetes.helm.v3.Release(
                 f"{name}-{release_name}",
                 name=release_name,
@@ -132,18 +156,21 @@ class ClusterApi(pulumi.ComponentResource):
             CERT_MANAGER_NAMESPACE,
             {"crds": {"enabled": True}},
             version=settings.cert_manager_version,
-            opts=child,
+            opts=kept(f"{CERT_MANAGER_NAMESPACE}/cert-manager", RELEASE_INPUTS),
         )
         # Provider CRs in the chart's values would become Helm hooks (cluster-api-operator #1052)
         # and would clash with the ones below: the values stay empty.
         operator = release(
-            "capi-operator",
+            "cluster-api-operator",
             "cluster-api-operator",
             OPERATOR_REPO,
             OPERATOR_NAMESPACE,
             {},
             version=settings.operator_version,
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[cert_manager])),
+            opts=pulumi.ResourceOptions.merge(
+                kept(f"{OPERATOR_NAMESPACE}/cluster-api-operator", RELEASE_INPUTS),
+                pulumi.ResourceOptions(depends_on=[cert_manager]),
+            ),
         )
         operator_ready = k3s.host_step(
             f"{name}-operator-ready",
@@ -156,28 +183,33 @@ class ClusterApi(pulumi.ComponentResource):
 
         namespaces = {
             p.namespace: kubernetes.core.v1.Namespace(
-                f"{name}-ns-{p.namespace}", metadata={"name": p.namespace}, opts=child
+                f"{name}-ns-{p.namespace}", metadata={"name": p.namespace}, opts=kept(p.namespace, ["metadata"])
             )
             for p in PROVIDERS
         }
-        credentials_data = {
-            "PROXMOX_URL": proxmox_url.rstrip("/"),
-            "PROXMOX_TOKEN": settings.capmox_token_id,
-            "PROXMOX_SECRET": settings.capmox_token_secret,
-        }
-        credentials_name = credentials_secret_name(credentials_data)
-        credentials = kubernetes.core.v1.Secret(
-            f"{name}-capmox-credentials",
-            metadata={"name": credentials_name, "namespace": INFRASTRUCTURE.namespace},
-            type="Opaque",
-            # The operator reads it once; new credentials come as a new Secret (its name follows
-            # its content), and immutability keeps anyone from editing this one in place.
-            immutable=True,
-            data=pulumi.Output.secret({key: _b64(value) for key, value in credentials_data.items()}),
-            opts=pulumi.ResourceOptions.merge(
-                child, pulumi.ResourceOptions(depends_on=[namespaces[INFRASTRUCTURE.namespace]])
-            ),
-        )
+        # A Secret made outside the program (the playbook's) stays CAPMOX's until the owner moves
+        # it to the program's own (docs/adoption.md); the program neither makes nor changes one.
+        credentials: kubernetes.core.v1.Secret | None = None
+        credentials_name = settings.existing_capmox_secret
+        if credentials_name is None:
+            credentials_data = {
+                "PROXMOX_URL": proxmox_url.rstrip("/"),
+                "PROXMOX_TOKEN": settings.capmox_token_id,
+                "PROXMOX_SECRET": settings.capmox_token_secret,
+            }
+            credentials_name = credentials_secret_name(credentials_data)
+            credentials = kubernetes.core.v1.Secret(
+                f"{name}-capmox-credentials",
+                metadata={"name": credentials_name, "namespace": INFRASTRUCTURE.namespace},
+                type="Opaque",
+                # The operator reads it once; new credentials come as a new Secret (its name follows
+                # its content), and immutability keeps anyone from editing this one in place.
+                immutable=True,
+                data=pulumi.Output.secret({key: _b64(value) for key, value in credentials_data.items()}),
+                opts=pulumi.ResourceOptions.merge(
+                    child, pulumi.ResourceOptions(depends_on=[namespaces[INFRASTRUCTURE.namespace]])
+                ),
+            )
 
         wanted = provider_versions(settings.providers)
         # Resolves only if the run upgrades at most one provider; every CR's version waits on it,
@@ -191,7 +223,8 @@ class ClusterApi(pulumi.ComponentResource):
             depends_on: list[pulumi.Resource] = [operator_ready, namespaces[p.namespace]]
             if p is INFRASTRUCTURE:
                 spec["configSecret"] = {"name": credentials_name}
-                depends_on.append(credentials)
+                if credentials is not None:
+                    depends_on.append(credentials)
             provider_cr = kubernetes.apiextensions.CustomResource(
                 f"{name}-{p.kind.removesuffix('Provider').lower()}-{p.name}",
                 api_version=PROVIDER_API_VERSION,
@@ -204,7 +237,7 @@ class ClusterApi(pulumi.ComponentResource):
                 },
                 spec=spec,
                 opts=pulumi.ResourceOptions.merge(
-                    child,
+                    kept(f"{p.namespace}/{p.name}", ["metadata", "spec"]),
                     pulumi.ResourceOptions(
                         depends_on=depends_on,
                         custom_timeouts=pulumi.CustomTimeouts(

@@ -17,6 +17,13 @@ IMAGE_DOWNLOAD_TIMEOUT_SECONDS = 1800
 # Import needs the `import` content type on the image storage and Proxmox VE 8.4 or newer.
 IMPORT_CONTENT_TYPE = "import"
 IMPORT_SOURCE = "disks[0].importFrom"
+# Every input the program sets on the VM, so that adopting it changes none of them; the
+# provider-only rebootAfterUpdate is among them, so the import plans no update at all.
+ADOPTED_AS_IS = [
+    *("name", "description", "onBoot", "started", "protection", "operatingSystem", "cpu", "memory"),
+    *("networkDevices", "scsiHardware", "disks", "bootOrders", "serialDevices", "vga", "agent"),
+    *("initialization", "rebootAfterUpdate"),
+]
 
 
 class ManagementVm(pulumi.ComponentResource):
@@ -40,6 +47,8 @@ class ManagementVm(pulumi.ComponentResource):
         proxmox: ProxmoxSettings,
         vm: VmSettings,
         image: ImageSettings,
+        *,
+        adopt: bool,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("homelab:index:ManagementVm", name, None, opts)
@@ -52,20 +61,26 @@ class ManagementVm(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
 
-        self.image = proxmoxve.download.File(
-            f"{name}-image",
-            node_name=proxmox.node,
-            datastore_id=image.storage,
-            content_type=IMPORT_CONTENT_TYPE,
-            url=image.url,
-            file_name=image.file_name,
-            checksum=image.sha256,
-            checksum_algorithm="sha256",
-            # The URL names a dated serial whose checksum is pinned: a different upstream size
-            # must fail loudly, not re-download behind the user's back and cascade into the VM.
-            overwrite=False,
-            upload_timeout=IMAGE_DOWNLOAD_TIMEOUT_SECONDS,
-            opts=pulumi.ResourceOptions(parent=self, provider=provider),
+        # Adopting a running VM needs no image: its disk exists, and import_from is read only
+        # when a VM is created.
+        self.image = (
+            None
+            if adopt
+            else proxmoxve.download.File(
+                f"{name}-image",
+                node_name=proxmox.node,
+                datastore_id=image.storage,
+                content_type=IMPORT_CONTENT_TYPE,
+                url=image.url,
+                file_name=image.file_name,
+                checksum=image.sha256,
+                checksum_algorithm="sha256",
+                # The URL names a dated serial whose checksum is pinned: a different upstream size
+                # must fail loudly, not re-download behind the user's back and cascade into the VM.
+                overwrite=False,
+                upload_timeout=IMAGE_DOWNLOAD_TIMEOUT_SECONDS,
+                opts=pulumi.ResourceOptions(parent=self, provider=provider),
+            )
         )
 
         network_device = proxmoxve.VmLegacyNetworkDeviceArgs(bridge=vm.bridge, model="virtio", vlan_id=vm.vlan_tag)
@@ -87,7 +102,7 @@ class ManagementVm(pulumi.ComponentResource):
                 proxmoxve.VmLegacyDiskArgs(
                     interface="scsi0",
                     datastore_id=vm.disk_storage,
-                    import_from=self.image.id,
+                    import_from=self.image.id if self.image else None,
                     file_format="raw",
                     size=vm.disk_gib,
                 )
@@ -117,17 +132,24 @@ class ManagementVm(pulumi.ComponentResource):
                 ],
                 dns=proxmoxve.VmLegacyInitializationDnsArgs(servers=list(vm.dns_servers)),
             ),
+            # A change to cpu, operating system, agent or cloud-init needs a reboot, which the
+            # provider would otherwise do by itself; it now only warns, and the owner reboots in
+            # a window of their choosing (docs/operations.md).
+            reboot_after_update=False,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=provider,
                 protect=vm.protected,
+                # Adoption takes the VM as `qm create` made it: nothing the program sets is
+                # forced on it in that run (docs/adoption.md).
+                import_=f"{proxmox.node}/{vm.vm_id}" if adopt else None,
                 # The VMID is fixed, so a replacement must delete the old VM before creating the new.
                 delete_before_replace=True,
                 # The provider reads a disk's import source only when it creates the VM: a changed
                 # source is an in-place update that sends Proxmox nothing (bpg provider PR #2568).
                 # So a new image is for future builds only, unless a rebuild is allowed, and then
                 # the new source must replace the VM to take effect at all.
-                ignore_changes=[] if vm.rebuild_from_image else [IMPORT_SOURCE],
+                ignore_changes=ADOPTED_AS_IS if adopt else [] if vm.rebuild_from_image else [IMPORT_SOURCE],
                 replace_on_changes=[IMPORT_SOURCE] if vm.rebuild_from_image else [],
             ),
         )

@@ -9,7 +9,9 @@ import pulumi_kubernetes as kubernetes
 
 from components.kubeconfig import cluster_endpoint, token_kubeconfig
 
-ACCOUNT = "capi-readonly"
+# Not the old inspector's `capi-readonly`, which the playbook's lab still has and a weekly script
+# re-applies: the two would fight over the same objects.
+ACCOUNT = "lab-mgmt-readonly"
 ACCOUNT_NAMESPACE = "kube-system"
 READ_VERBS = ["get", "list", "watch"]
 # A waitFor JSONPath without a value is met once the path exists (pulumi-kubernetes
@@ -69,7 +71,7 @@ READONLY_RULES = [
 
 
 class ReadOnlyAccess(pulumi.ComponentResource):
-    """ClusterRole `capi-readonly` (get, list, watch; no secrets), a service account bound to it,
+    """ClusterRole `lab-mgmt-readonly` (get, list, watch; no secrets), a service account bound to it,
     a long-lived token for it, and a kubeconfig (secret) with that token.
 
     The token lives until its Secret is deleted: bumping `token_generation` creates a token

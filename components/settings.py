@@ -37,6 +37,7 @@ SHA256 = re.compile(r"^[0-9a-f]{64}$")
 TOKEN_SECRET = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
 TOKEN_ID = re.compile(r"^[^@!\s]+@[^@!\s]+![A-Za-z][A-Za-z0-9._-]*$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 SSH_KEY_TYPES = (
     "ssh-ed25519",
@@ -129,6 +130,9 @@ class ClusterApiSettings:
     providers: ProviderVersions
     capmox_token_id: str
     capmox_token_secret: str = field(repr=False)
+    existing_capmox_secret: str | None
+    """A credentials Secret that someone else made (the playbook's `capmox-variables`): the
+    program points CAPMOX at it and makes none of its own."""
     readonly_token_generation: int
     workload_clusters: tuple[WorkloadCluster, ...]
 
@@ -140,6 +144,8 @@ class Settings:
     image: ImageSettings
     k3s: K3sSettings
     cluster_api: ClusterApiSettings
+    adopt: bool
+    """Take the running lab into the stack as it is (docs/adoption.md): import, change nothing."""
 
 
 class _Reader:
@@ -396,6 +402,30 @@ def _read_workload_clusters(r: _Reader) -> tuple[WorkloadCluster, ...]:
     return tuple(clusters)
 
 
+def _read_existing_capmox_secret(r: _Reader) -> str | None:
+    name = r.optional("capmoxExistingSecret")
+    if name is not None and not DNS_SUBDOMAIN.fullmatch(name):
+        r.fail("capmoxExistingSecret", f"{name!r} is not a Kubernetes object name")
+    return name
+
+
+def _check_adoption(r: _Reader, settings: Settings) -> None:
+    """Adoption imports the running lab and changes nothing in that run; settings that would
+    make it create or replace something in the same run are refused."""
+    if not settings.adopt:
+        return
+    if settings.cluster_api.existing_capmox_secret is None:
+        r.fail(
+            "adopt",
+            "true needs capmoxExistingSecret (the Secret CAPMOX uses now, e.g. capmox-variables); "
+            "a new credentials Secret would change the adopted InfrastructureProvider",
+        )
+    if settings.vm.rebuild_from_image:
+        r.fail("adopt", "true cannot go with vmRebuildFromImage=true: adoption must not replace the VM")
+    if not settings.vm.protected:
+        r.fail("adopt", "true needs vmProtected=true: an adopted lab is never deleted by Pulumi")
+
+
 def _read_cluster_api(r: _Reader) -> ClusterApiSettings:
     return ClusterApiSettings(
         cert_manager_version=r.version("certManagerVersion", V_SEMVER, "v1.21.2"),
@@ -409,6 +439,7 @@ def _read_cluster_api(r: _Reader) -> ClusterApiSettings:
         ),
         capmox_token_id=r.matching("capmoxTokenId", TOKEN_ID, "an API token id of the form user@realm!tokenname"),
         capmox_token_secret=r.token_secret("capmoxTokenSecret"),
+        existing_capmox_secret=_read_existing_capmox_secret(r),
         readonly_token_generation=r.integer("readonlyTokenGeneration", GENERATION_RANGE, "token generation"),
         workload_clusters=_read_workload_clusters(r),
     )
@@ -423,7 +454,9 @@ def parse_settings(raw: Mapping[str, str]) -> Settings:
         image=_read_image(r),
         k3s=_read_k3s(r),
         cluster_api=_read_cluster_api(r),
+        adopt=r.boolean("adopt"),
     )
+    _check_adoption(r, settings)
     if r.problems:
         raise SettingsError("invalid stack configuration:\n  " + "\n  ".join(r.problems))
     return settings
@@ -438,7 +471,7 @@ KEYS = (
     *("k3sVersion", "kubeconfigPath", "certManagerVersion", "capiOperatorVersion", "capiCoreVersion"),
     *("capiBootstrapVersion", "capiControlPlaneVersion", "capmoxVersion", "ipamInClusterVersion"),
     *("capmoxTokenId", "capmoxTokenSecret", "readonlyTokenGeneration", "workloadClusters"),
-    "skipCredentialsCheck",
+    *("skipCredentialsCheck", "adopt", "capmoxExistingSecret"),
 )
 
 

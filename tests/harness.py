@@ -145,6 +145,8 @@ class Resource:
     additional_secret_outputs: list[str]
     delete_before_replace: bool
     custom_timeouts: dict[str, str] = field(default_factory=dict)
+    import_id: str = ""
+    retain_on_delete: bool = False
 
     @property
     def plain(self) -> dict[str, Any]:
@@ -350,6 +352,8 @@ class _RecordingMonitor(MockMonitor):
             custom_timeouts={
                 op: value for op in ("create", "update", "delete") if (value := getattr(request.customTimeouts, op))
             },
+            import_id=request.importId,
+            retain_on_delete=request.retainOnDelete if request.HasField("retainOnDelete") else False,
         )
         return response
 

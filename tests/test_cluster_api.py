@@ -31,7 +31,7 @@ K8S_PROVIDER = "pulumi:providers:kubernetes"
 OPERATOR_API = "operator.cluster.x-k8s.io/v1alpha2"
 
 CERT_MANAGER = (RELEASE, "mgmt-cert-manager")
-OPERATOR = (RELEASE, "mgmt-capi-operator")
+OPERATOR = (RELEASE, "mgmt-cluster-api-operator")
 GATE = (COMMAND, "mgmt-operator-ready")
 CREDENTIALS = (SECRET, "mgmt-capmox-credentials")
 
@@ -173,6 +173,8 @@ def test_operator_release_has_no_providers_in_its_values(run: harness.Run) -> No
     assert inputs["version"] == "0.28.0"
     assert inputs["repositoryOpts"] == {"repo": "https://kubernetes-sigs.github.io/cluster-api-operator"}
     assert inputs["namespace"] == "capi-operator-system"
+    # The name k3s's HelmChart gave the playbook's release, so that the lab it built is adoptable.
+    assert inputs["name"] == "cluster-api-operator"
     assert not inputs.get("skipAwait", False)
     # Providers in the chart's values would become Helm hooks and clash with the CRs.
     values = inputs.get("values", {})

@@ -49,6 +49,8 @@ def test_vm_matches_the_qm_create_line(lab: Run) -> None:
         "onBoot": True,
         "started": True,  # then started
         "protection": True,
+        # A change that needs a reboot only warns; the owner reboots in a window.
+        "rebootAfterUpdate": False,
         "operatingSystem": {"type": "l26"},
         "cpu": {"cores": 2, "type": "x86-64-v2-AES"},  # --cores 2
         "memory": {"dedicated": 4096},  # --memory 4096
@@ -127,9 +129,17 @@ def test_bumping_the_image_changes_the_download_only(lab: Run) -> None:
     assert bumped.get(*IMAGE).plain["fileName"] == "noble-server-cloudimg-amd64-20261020.qcow2"
 
 
-def test_lifting_protection_touches_the_vm_in_place_only() -> None:
+def test_lifting_protection_touches_the_vm_in_place_and_unlocks_the_cluster_objects() -> None:
+    """The same switch unlocks what lives on the VM (releases, namespaces, provider CRs), so that
+    a deliberate rebuild can replace them; they stay retained on delete."""
     before, after = run_program(), run_program(UNPROTECTED)
-    assert changed(before, after) == {VM}
+    unlocked = {key for key, resource in before.resources.items() if resource.protect} - {VM}
+    assert unlocked
+    assert changed(before, after) == {VM} | unlocked
+    for key in unlocked:
+        assert after.get(*key).protect is False
+        assert after.get(*key).inputs == before.get(*key).inputs
+        assert after.get(*key).retain_on_delete is True
     vm = after.get(*VM)
     assert (vm.protect, vm.plain["protection"], vm.ignore_changes) == (False, False, ["disks[0].importFrom"])
 

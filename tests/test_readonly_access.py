@@ -123,7 +123,7 @@ def rules(run: harness.Run) -> list[dict[str, Any]]:
 
 
 def test_role_name(run: harness.Run) -> None:
-    assert run.get(CLUSTER_ROLE, "mgmt-readonly-role").plain["metadata"]["name"] == "capi-readonly"
+    assert run.get(CLUSTER_ROLE, "mgmt-readonly-role").plain["metadata"]["name"] == "lab-mgmt-readonly"
 
 
 def test_role_only_reads(rules: list[dict[str, Any]]) -> None:
@@ -181,7 +181,7 @@ def test_binding_binds_the_role_to_the_account(run: harness.Run) -> None:
     role = run.get(CLUSTER_ROLE, "mgmt-readonly-role")
     account = run.get(ACCOUNT, "mgmt-readonly-account")
     binding = run.get(BINDING, "mgmt-readonly-binding")
-    assert account.plain["metadata"] == {"name": "capi-readonly", "namespace": "kube-system"}
+    assert account.plain["metadata"] == {"name": "lab-mgmt-readonly", "namespace": "kube-system"}
     assert binding.plain["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
@@ -210,7 +210,7 @@ def test_token_secret(run: harness.Run) -> None:
         "pulumi.com/waitFor": "jsonpath={.data.token}",
     }
     assert token.custom_timeouts == {"create": "5m", "update": "5m"}
-    assert token.plain["metadata"]["name"] == "capi-readonly-token-1"
+    assert token.plain["metadata"]["name"] == "lab-mgmt-readonly-token-1"
     # The token controller fills the Secret in only once the account exists.
     assert run.depends_on(token, account)
     assert "data" in token.additional_secret_outputs
@@ -238,12 +238,12 @@ def token_secrets(run: harness.Run) -> dict[str, str]:
 def test_bumping_the_generation_rotates_every_token_and_nothing_else(with_workload: harness.Run) -> None:
     rotated = harness.run_program(overrides={"workloadClusters": ["default/lab1"], "readonlyTokenGeneration": 2})
     assert token_secrets(with_workload) == {
-        "mgmt-readonly-token": "capi-readonly-token-1",
-        "lab1-readonly-token": "capi-readonly-token-1",
+        "mgmt-readonly-token": "lab-mgmt-readonly-token-1",
+        "lab1-readonly-token": "lab-mgmt-readonly-token-1",
     }
     assert token_secrets(rotated) == {
-        "mgmt-readonly-token": "capi-readonly-token-2",
-        "lab1-readonly-token": "capi-readonly-token-2",
+        "mgmt-readonly-token": "lab-mgmt-readonly-token-2",
+        "lab1-readonly-token": "lab-mgmt-readonly-token-2",
     }
     assert harness.changed(with_workload, rotated) == {(SECRET, "mgmt-readonly-token"), (SECRET, "lab1-readonly-token")}
 

@@ -1,0 +1,166 @@
+"""Taking over the lab the playbook built (`adopt`): what is imported under which id, that the
+import forces nothing on the running objects, what is never created, and the guards that hold in
+every mode (no reboot by the provider, nothing on the cluster uninstalled by Pulumi)."""
+
+from __future__ import annotations
+
+import harness
+import pytest
+
+from components.management_vm import ADOPTED_AS_IS
+from components.settings import SettingsError
+
+ADOPT = {"adopt": True, "capmoxExistingSecret": "capmox-variables"}
+VM = ("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
+IMAGE = ("proxmoxve:download/file:File", "mgmt-image")
+RELEASE = "kubernetes:helm.sh/v3:Release"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+OPERATOR_API = "kubernetes:operator.cluster.x-k8s.io/v1alpha2"
+CREDENTIALS = ("kubernetes:core/v1:Secret", "mgmt-capmox-credentials")
+
+# The playbook's objects, by the ids Pulumi imports them under.
+IMPORTED = {
+    VM: "pv1-1/201",
+    (RELEASE, "mgmt-cert-manager"): "cert-manager/cert-manager",
+    (RELEASE, "mgmt-cluster-api-operator"): "capi-operator-system/cluster-api-operator",
+    (NAMESPACE, "mgmt-ns-capi-system"): "capi-system",
+    (NAMESPACE, "mgmt-ns-capi-kubeadm-bootstrap-system"): "capi-kubeadm-bootstrap-system",
+    (NAMESPACE, "mgmt-ns-capi-kubeadm-control-plane-system"): "capi-kubeadm-control-plane-system",
+    (NAMESPACE, "mgmt-ns-capmox-system"): "capmox-system",
+    (NAMESPACE, "mgmt-ns-capi-ipam-in-cluster-system"): "capi-ipam-in-cluster-system",
+    (f"{OPERATOR_API}:CoreProvider", "mgmt-core-cluster-api"): "capi-system/cluster-api",
+    (f"{OPERATOR_API}:BootstrapProvider", "mgmt-bootstrap-kubeadm"): "capi-kubeadm-bootstrap-system/kubeadm",
+    (f"{OPERATOR_API}:ControlPlaneProvider", "mgmt-controlplane-kubeadm"): (
+        "capi-kubeadm-control-plane-system/kubeadm"
+    ),
+    (f"{OPERATOR_API}:InfrastructureProvider", "mgmt-infrastructure-proxmox"): "capmox-system/proxmox",
+    (f"{OPERATOR_API}:IPAMProvider", "mgmt-ipam-in-cluster"): "capi-ipam-in-cluster-system/in-cluster",
+}
+KEPT = [key for key in IMPORTED if key != VM]
+
+
+@pytest.fixture(scope="module")
+def adopted() -> harness.Run:
+    return harness.run_program(ADOPT)
+
+
+@pytest.fixture(scope="module")
+def lab() -> harness.Run:
+    return harness.run_program()
+
+
+def test_exactly_the_playbooks_objects_are_imported_under_their_live_ids(adopted: harness.Run) -> None:
+    imports = {key: r.import_id for key, r in adopted.resources.items() if r.import_id}
+    assert imports == IMPORTED
+
+
+def test_nothing_is_imported_outside_adoption(lab: harness.Run) -> None:
+    assert [key for key, r in lab.resources.items() if r.import_id] == []
+
+
+def test_the_vm_is_taken_as_it_is(adopted: harness.Run, lab: harness.Run) -> None:
+    vm = adopted.get(*VM)
+    assert vm.ignore_changes == ADOPTED_AS_IS
+    assert vm.protect is True
+    assert "importFrom" not in vm.plain["disks"][0]
+
+
+def test_adoption_ignores_every_input_the_program_sets_on_the_vm(lab: harness.Run) -> None:
+    """A new VM input not listed would be forced on the adopted VM, perhaps with a reboot."""
+    assert set(ADOPTED_AS_IS) == set(lab.get(*VM).plain) - {"nodeName", "vmId"}
+
+
+def test_adoption_downloads_no_image(adopted: harness.Run) -> None:
+    assert IMAGE not in adopted.names()
+
+
+@pytest.mark.parametrize("key", KEPT, ids=lambda key: key[1])
+def test_adopted_cluster_objects_force_nothing(adopted: harness.Run, key: tuple[str, str]) -> None:
+    resource = adopted.get(*key)
+    set_by_program = set(resource.plain) - {"apiVersion", "kind"}
+    assert set_by_program <= set(resource.ignore_changes), set_by_program - set(resource.ignore_changes)
+
+
+def test_the_playbooks_capmox_secret_stays_in_use(adopted: harness.Run) -> None:
+    assert CREDENTIALS not in adopted.names()
+    infrastructure = adopted.get(f"{OPERATOR_API}:InfrastructureProvider", "mgmt-infrastructure-proxmox")
+    assert infrastructure.plain["spec"]["configSecret"] == {"name": "capmox-variables"}
+
+
+def test_the_program_keeps_its_own_readonly_objects_apart_from_the_inspectors(adopted: harness.Run) -> None:
+    names = {
+        r.plain["metadata"]["name"]
+        for r in adopted.resources.values()
+        if r.type.startswith("kubernetes:rbac.authorization.k8s.io/") or r.type == "kubernetes:core/v1:ServiceAccount"
+    }
+    assert names == {"lab-mgmt-readonly"}
+    assert not any(r.import_id for r in adopted.resources.values() if "readonly" in r.name)
+
+
+def test_what_adoption_adds_besides_imports_is_the_programs_own(adopted: harness.Run) -> None:
+    """Everything else is new to the lab: the host steps (idempotent; nothing to change on a
+    host that matches), the providers, the components and the program's read-only access."""
+    created = {key for key, r in adopted.resources.items() if not r.import_id}
+    kinds = {key[0] for key in created}
+    assert kinds <= {
+        "pulumi:pulumi:Stack",
+        "pulumi:pulumi:StackReference",
+        "pulumi:providers:proxmoxve",
+        "pulumi:providers:kubernetes",
+        "command:remote:Command",
+        "homelab:index:ManagementVm",
+        "homelab:index:K3sNode",
+        "homelab:index:ClusterApi",
+        "homelab:index:ReadOnlyAccess",
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
+        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
+        "kubernetes:core/v1:ServiceAccount",
+        "kubernetes:core/v1:Secret",
+    }
+    assert {r.plain["metadata"]["name"] for r in adopted.of_type("kubernetes:core/v1:Secret")} == {
+        "lab-mgmt-readonly-token-1"
+    }
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"adopt": True}, "lab-mgmt:adopt: true needs capmoxExistingSecret"),
+        ({**ADOPT, "vmProtected": False}, "lab-mgmt:adopt: true needs vmProtected=true"),
+        (
+            {**ADOPT, "vmProtected": False, "vmRebuildFromImage": True},
+            "lab-mgmt:adopt: true cannot go with vmRebuildFromImage=true",
+        ),
+        ({"capmoxExistingSecret": "Not_A_Name"}, "lab-mgmt:capmoxExistingSecret: 'Not_A_Name' is not"),
+    ],
+    ids=["no-existing-secret", "unprotected", "rebuild", "bad-secret-name"],
+)
+def test_settings_that_would_change_an_adopted_lab_are_refused(overrides: dict[str, object], expected: str) -> None:
+    with pytest.raises(SettingsError, match=expected):
+        harness.run_program(overrides)
+
+
+# --- guards in every mode ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides", [{}, ADOPT], ids=["built", "adopted"])
+def test_the_provider_never_reboots_the_vm_by_itself(overrides: dict[str, object]) -> None:
+    assert harness.run_program(overrides).get(*VM).plain["rebootAfterUpdate"] is False
+
+
+@pytest.mark.parametrize("key", KEPT, ids=lambda key: key[1])
+def test_no_pulumi_action_uninstalls_what_runs_on_the_cluster(lab: harness.Run, key: tuple[str, str]) -> None:
+    resource = lab.get(*key)
+    assert resource.retain_on_delete is True
+    assert resource.protect is True
+
+
+def test_leaving_adoption_keeps_every_object_and_drops_only_the_import_ids(
+    adopted: harness.Run,
+) -> None:
+    """Turning `adopt` off replaces nothing: the resources keep their names and types; their
+    inputs become the program's own, which the converging runs in docs/adoption.md apply."""
+    converged = harness.run_program({"capmoxExistingSecret": "capmox-variables"})
+    assert adopted.names() - converged.names() == set()
+    assert converged.names() - adopted.names() == {IMAGE}
+    assert not any(r.import_id for r in converged.resources.values())
