@@ -1,0 +1,57 @@
+"""tools/adoption_check.py: the gate between the adoption preview and `pulumi up`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tools import adoption_check
+
+STACK = "urn:pulumi:lab::lab-mgmt::"
+VM = f"{STACK}homelab:index:ManagementVm$proxmoxve:index/vmLegacy:VmLegacy::mgmt-vm"
+RELEASE = f"{STACK}homelab:index:ClusterApi$kubernetes:helm.sh/v3:Release::mgmt-cert-manager"
+COMMAND = f"{STACK}homelab:index:K3sNode$command:remote:Command::mgmt-host-ready"
+ROLE = f"{STACK}homelab:index:ReadOnlyAccess$kubernetes:rbac.authorization.k8s.io/v1:ClusterRole::mgmt-readonly-role"
+NAMESPACE = f"{STACK}homelab:index:ClusterApi$kubernetes:core/v1:Namespace::mgmt-ns-capi-system"
+GOOD = [
+    {"op": "same", "urn": f"{STACK}pulumi:pulumi:Stack::lab-mgmt-lab"},
+    {"op": "import", "urn": VM},
+    {"op": "import", "urn": RELEASE},
+    {"op": "create", "urn": COMMAND},
+    {"op": "create", "urn": ROLE},
+]
+
+
+def check(tmp_path: Path, steps: list[dict[str, str]]) -> int:
+    preview = tmp_path / "preview.json"
+    preview.write_text(json.dumps({"steps": steps}))
+    return adoption_check.main(["adoption_check.py", str(preview)])
+
+
+def test_imports_and_the_programs_own_objects_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check(tmp_path, GOOD) == 0
+    assert "5 steps" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        {"op": "update", "urn": VM},
+        {"op": "replace", "urn": RELEASE},
+        {"op": "delete", "urn": ROLE},
+        {"op": "create-replacement", "urn": VM},
+        {"op": "create", "urn": NAMESPACE},  # exists in the lab: must be imported, not created
+    ],
+    ids=["update", "replace", "delete", "create-replacement", "create-existing"],
+)
+def test_anything_that_would_change_the_lab_fails_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], step: dict[str, str]
+) -> None:
+    assert check(tmp_path, [*GOOD, step]) == 1
+    assert f"{step['op']}: {step['urn']}" in capsys.readouterr().err
+
+
+def test_an_empty_or_foreign_file_is_no_pass(tmp_path: Path) -> None:
+    assert check(tmp_path, []) == 2

@@ -1,0 +1,74 @@
+"""Reads `pulumi preview --json` of an adoption run and fails unless it only imports, reads and
+adds the program's own new objects: any update, replace or delete, or a create of something the
+playbook's lab already has, is listed and exits 1 (docs/adoption.md).
+
+    pulumi preview --stack lab --json > preview.json && .venv/bin/python tools/adoption_check.py preview.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+HARMLESS_OPS = {"same", "import", "read"}
+# What adoption adds to the lab: no object of these types exists there before the first run.
+NEW_TO_THE_LAB = {
+    "pulumi:pulumi:Stack",
+    "pulumi:pulumi:StackReference",
+    "pulumi:providers:proxmoxve",
+    "pulumi:providers:kubernetes",
+    "command:remote:Command",
+    "homelab:index:ManagementVm",
+    "homelab:index:K3sNode",
+    "homelab:index:ClusterApi",
+    "homelab:index:ReadOnlyAccess",
+    "homelab:index:WorkloadClusterAccess",
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
+    "kubernetes:core/v1:ServiceAccount",
+    # The read-only token Secret; the CAPMOX Secret is never created while adopting.
+    "kubernetes:core/v1:Secret",
+}
+
+
+def _type_of(urn: str) -> str:
+    # urn:pulumi:<stack>::<project>::<parent types$>type::<name>
+    return urn.split("::")[2].rsplit("$", 1)[-1]
+
+
+def problems(steps: Iterable[Mapping[str, Any]]) -> list[str]:
+    found = []
+    for step in steps:
+        op, urn = step.get("op", "?"), step.get("urn", "?")
+        if op in HARMLESS_OPS:
+            continue
+        if op == "create" and _type_of(urn) in NEW_TO_THE_LAB:
+            continue
+        found.append(f"{op}: {urn}")
+    return found
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    preview = json.loads(Path(argv[1]).read_text())
+    steps = preview.get("steps")
+    if not isinstance(steps, list) or not steps:
+        print(f"{argv[1]}: no steps; is this the output of `pulumi preview --json`?", file=sys.stderr)
+        return 2
+    found = problems(steps)
+    if found:
+        print("this preview would change the running lab; do not run `pulumi up`:", file=sys.stderr)
+        for line in found:
+            print(f"  {line}", file=sys.stderr)
+        return 1
+    print(f"{len(steps)} steps: imports, reads and the program's own new objects only")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
