@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 SCRIPTS := $(wildcard components/scripts/*.sh)
 
-.PHONY: check test lint preview
+.PHONY: check test lint preview graph
 
 check: lint test
 
@@ -17,3 +17,8 @@ lint:
 
 preview:
 	pulumi preview --stack lab --diff
+
+# docs/graph.md is generated from the program: rewrite it after a change to the graph
+# (tests/test_docs.py fails until then).
+graph:
+	$(PY) tools/graph.py

@@ -1,0 +1,38 @@
+"""The docs stay true to the repository: docs/graph.md is what tools/graph.py renders from the
+program now, every relative link leads to a file, and every `make` target they name exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tools import graph
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+# [text](target), skipping URLs (scheme:) and anchors within the same page.
+RELATIVE_LINK = re.compile(r"\[[^\]]*\]\((?![a-z][a-z0-9+.-]*:|#)([^)\s]+)\)")
+# `make target` in inline code, or a command line of an indented code block.
+MAKE_COMMAND = re.compile(r"(?:`|^ {4,}(?:.*&& )?)make ([\w.-]+)", re.MULTILINE)
+MAKE_TARGET = re.compile(r"^([\w.-]+) *:(?!=)", re.MULTILINE)
+
+
+def test_graph_doc_is_up_to_date() -> None:
+    if graph.OUTPUT.read_text() != graph.render():
+        pytest.fail("docs/graph.md is out of date with the program: run `make graph`")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda path: str(path.relative_to(REPO)))
+def test_relative_links_lead_to_files(doc: Path) -> None:
+    targets = RELATIVE_LINK.findall(doc.read_text())
+    assert [t for t in targets if not (doc.parent / t.split("#", 1)[0]).exists()] == []
+
+
+def test_make_targets_named_in_the_docs_exist() -> None:
+    targets = set(MAKE_TARGET.findall((REPO / "Makefile").read_text()))
+    named = {target for doc in DOCS for target in MAKE_COMMAND.findall(doc.read_text())}
+    assert {"check", "graph"} <= named
+    assert named - targets == set()
