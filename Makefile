@@ -1,13 +1,18 @@
 # Every target uses the project's virtualenv; `.ci/run` creates it on a fresh clone.
 PY := .venv/bin/python
-SCRIPTS := $(wildcard components/scripts/*.sh)
+SCRIPTS := $(wildcard components/scripts/*.sh) $(wildcard e2e/*.sh)
 
-.PHONY: check test lint preview graph
+.PHONY: check test test-engine lint preview graph
 
 check: lint test
 
 test:
 	$(PY) -m pytest
+
+# The real pulumi CLI, built (or found cached) by e2e/build-engine.sh; each test in a network
+# namespace of its own, which needs root (or user namespaces) and iproute2.
+test-engine:
+	LAB_MGMT_ENGINE_BIN="$$(e2e/build-engine.sh | tail -n 1)" $(PY) -m pytest -m engine
 
 lint:
 	$(PY) -m ruff check .

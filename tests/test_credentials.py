@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import harness
-import pve_api_standin
 import pytest
 
 from components import credentials
 from components.credentials import CredentialsError, TokenRejectedError, read_permissions
 from components.settings import SettingsError, parse_settings
+from e2e import pve_api_standin
 
 PROGRAM_TOKEN = "pulumi@pve!lab-mgmt"
 CAPMOX_TOKEN = "capmox@pve!capi"

@@ -1,5 +1,6 @@
 """A stand-in for the one Proxmox VE API call the program makes itself: `GET
-/api2/json/access/permissions`, over HTTPS with a self-signed certificate, on 127.0.0.1 only.
+/api2/json/access/permissions`, over HTTPS with a self-signed certificate, on 127.0.0.1 or, inside
+a network namespace that a test made, on the lab's own address.
 
 It answers from its own table of tokens, as Proxmox VE does: 401 for an unknown token id or a
 wrong secret, the caller's permissions otherwise. Every request is recorded; any other path or
@@ -45,9 +46,11 @@ def _self_signed_certificate(directory: Path) -> tuple[Path, Path]:
 
 @contextmanager
 def serve(
-    tokens: Mapping[tuple[str, str], Mapping[str, Mapping[str, int]]], directory: Path
+    tokens: Mapping[tuple[str, str], Mapping[str, Mapping[str, int]]],
+    directory: Path,
+    address: tuple[str, int] = ("127.0.0.1", 0),
 ) -> Iterator[PveApiStandIn]:
-    """The stand-in on an ephemeral loopback port, for the duration of the block."""
+    """The stand-in at `address` (an ephemeral loopback port by default), for the block."""
     key, cert = _self_signed_certificate(directory)
     standin: PveApiStandIn
 
@@ -84,11 +87,11 @@ def serve(
         def log_message(self, format: str, *args: object) -> None:
             """Requests are recorded above; nothing goes to stderr."""
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(address, Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     server.socket = context.wrap_socket(server.socket, server_side=True)
-    standin = PveApiStandIn(url=f"https://127.0.0.1:{server.server_address[1]}/", certificate=cert)
+    standin = PveApiStandIn(url=f"https://{address[0]}:{server.server_address[1]}/", certificate=cert)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

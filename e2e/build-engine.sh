@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Builds the real Pulumi engine from Go modules (release binaries cannot be downloaded here) into
+# a cache outside the repository, keyed by version, and prints as its last line the directory
+# that holds the binaries. What is built already is skipped.
+#
+#   e2e/build-engine.sh            the pulumi CLI (what the real-engine tests need)
+#   e2e/build-engine.sh plugins    also the three provider plugins the Python SDKs request
+#
+# The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
+# pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
+# (docs/versions.md). A module the proxy does not serve stops the build, naming it.
+set -euo pipefail
+
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+# Go is installed under /usr/local/go on this project's machines, not always on PATH.
+command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
+cache="${LAB_MGMT_ENGINE_CACHE:-$HOME/.cache/lab-mgmt-engine}"
+export GOMODCACHE="$cache/gomod" GOCACHE="$cache/gocache" GOFLAGS=-mod=mod CGO_ENABLED=0
+export GOTOOLCHAIN=local GOPROXY="${GOPROXY:-https://proxy.golang.org}"
+mkdir -p "$GOMODCACHE" "$GOCACHE"
+
+say() { printf '[build-engine %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+pinned() { # the version requirements.txt pins for a Python package
+  sed -n "s/^$1==\\([0-9.]*\\).*/\\1/p" "$repo/requirements.txt"
+}
+
+# `go mod download -json MODULE@VERSION`'s directory, or a failure that names what is missing.
+module_dir() {
+  local json dir
+  json="$(cd "$cache" && { go mod download -json "$1" 2>/dev/null || true; })"
+  dir="$(printf '%s' "$json" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir","") if not d.get("Error") else "")' 2>/dev/null || true)"
+  if [ -z "$dir" ]; then
+    say "cannot get Go module $1 from $GOPROXY: $(printf '%s' "$json" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("Error","no answer"))' 2>/dev/null || echo 'no answer')"
+    return 1
+  fi
+  printf '%s\n' "$dir"
+}
+
+# The oldest version of pkg/v3 that the proxy lists and that is not older than the SDK pin.
+cli_version() {
+  local sdk="$1"
+  (cd "$cache" && go list -m -versions github.com/pulumi/pulumi/pkg/v3) | tr ' ' '\n' | sed -n 's/^v//p' |
+    python3 -c '
+import sys
+sdk = tuple(int(p) for p in sys.argv[1].split("."))
+served = sorted(tuple(int(p) for p in line.split(".")) for line in sys.stdin if line.strip())
+newer = [v for v in served if v >= sdk]
+print(".".join(map(str, newer[0])) if newer else "")' "$sdk"
+}
+
+build_cli() {
+  local sdk version out src pkg_dir sdk_dir
+  sdk="$(pinned pulumi)"
+  version="$(cli_version "$sdk")"
+  if [ -z "$version" ]; then
+    say "the Go module proxy serves no github.com/pulumi/pulumi/pkg/v3 at or after v$sdk (the SDK pin)"
+    return 1
+  fi
+  out="$cache/pulumi-v$version/bin"
+  if [ -x "$out/pulumi" ]; then
+    say "pulumi v$version: cached"
+  else
+    say "pulumi v$version (Python SDK pinned at $sdk): downloading github.com/pulumi/pulumi/{pkg,sdk}/v3@v$version"
+    pkg_dir="$(module_dir "github.com/pulumi/pulumi/pkg/v3@v$version")"
+    sdk_dir="$(module_dir "github.com/pulumi/pulumi/sdk/v3@v$version")"
+    # pkg/go.mod replaces sdk/v3 with ../sdk, as in the monorepo: lay the two side by side.
+    src="$cache/src/pulumi-v$version"
+    rm -rf "$src" && mkdir -p "$src" "$out"
+    cp -a "$pkg_dir" "$src/pkg" && cp -a "$sdk_dir" "$src/sdk" && chmod -R u+w "$src"
+    say "pulumi v$version: building (about 10 minutes cold on 2 cores)"
+    (cd "$src/pkg" && go build -trimpath -tags osusergo,grpcnotrace \
+      -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$version" \
+      -o "$out/pulumi.partial" ./cmd/pulumi)
+    mv "$out/pulumi.partial" "$out/pulumi"
+    rm -rf "$src"
+  fi
+  printf '%s\n' "$out"
+}
+
+# The provider plugins at exactly the versions the pinned Python SDKs request. Their Go modules
+# are published only as pseudo-versions of the release commits.
+build_plugins() {
+  local failed=0
+  module_dir "github.com/pulumi/pulumi-command/provider@v0.0.0-20260304002345-f0839b236d7b" >/dev/null ||
+    { say "pulumi-resource-command $(pinned pulumi-command): not buildable here"; failed=1; }
+  module_dir "github.com/muhlba91/pulumi-proxmoxve/provider@v0.0.0-20260705145838-fb7a0201b341" >/dev/null ||
+    { say "pulumi-resource-proxmoxve $(pinned pulumi-proxmoxve): not buildable here"; failed=1; }
+  say "pulumi-resource-kubernetes $(pinned pulumi-kubernetes): the proxy serves github.com/pulumi/pulumi-kubernetes/provider/v4 only at v4.0.0-20260115033456-f47bc2d6f199, not at this release"
+  failed=1
+  return "$failed"
+}
+
+bin="$(build_cli)"
+if [ "${1:-}" = plugins ]; then
+  build_plugins
+fi
+say "done"
+printf '%s\n' "$bin"

@@ -1,0 +1,62 @@
+"""Runs a scenario (a function of e2e.scenarios) in a network namespace of its own, with nothing
+but a loopback interface (holding the lab addresses a scenario asks for), so that no packet can
+leave the machine whatever an address in the stack config says.
+
+    in_new_netns("readme_first_run", "/tmp/x", addresses=["192.168.0.8"]) -> the scenario's result
+
+The scenario runs in a child process (`python -m e2e.netns NAME ARGS_JSON`) started with
+`unshare --net`; its result comes back as JSON on the last line of its stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from e2e.engine import REPO
+
+RESULT_MARK = "lab-mgmt-scenario-result: "
+
+# Brings loopback up with the lab addresses on it too (this kernel has no dummy interfaces), and
+# refuses to go on if the namespace holds any other interface.
+SETUP = """set -eu
+ip link set lo up
+while [ "$1" != -- ]; do ip addr add "$1/32" dev lo; shift; done
+shift
+links="$(ip -o link show | awk -F': ' '{print $2}' | tr '\\n' ' ')"
+if [ "$links" != "lo " ]; then
+  echo "unexpected interfaces in the test's network namespace: $links" >&2
+  exit 97
+fi
+exec "$@"
+"""
+
+
+def in_new_netns(scenario: str, *args: Any, addresses: Sequence[str] = (), timeout: int = 600) -> Any:
+    """The scenario's result; `args` go to it as JSON."""
+    command = [
+        *("unshare", "--net", "--", "sh", "-c", SETUP, "netns-setup", *addresses, "--"),
+        *(sys.executable, "-m", "e2e.netns", scenario, json.dumps(list(args))),
+    ]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    if done.returncode != 0 or not lines:
+        raise AssertionError(
+            f"scenario {scenario} failed (exit {done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+        )
+    return json.loads(lines[-1].removeprefix(RESULT_MARK))
+
+
+def _main(argv: list[str]) -> None:
+    from e2e import scenarios  # noqa: PLC0415 - only the child process runs scenarios
+
+    name, args = argv[1], json.loads(argv[2])
+    result = getattr(scenarios, name)(*args)
+    print(RESULT_MARK + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    _main(sys.argv)
