@@ -68,7 +68,7 @@ build_cli() {
     src="$cache/src/pulumi-v$version"
     rm -rf "$src" && mkdir -p "$src" "$out"
     cp -a "$pkg_dir" "$src/pkg" && cp -a "$sdk_dir" "$src/sdk" && chmod -R u+w "$src"
-    say "pulumi v$version: building (about 10 minutes cold on 2 cores)"
+    say "pulumi v$version: building (about 4 minutes cold on 2 cores)"
     (cd "$src/pkg" && go build -trimpath -tags osusergo,grpcnotrace \
       -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$version" \
       -o "$out/pulumi.partial" ./cmd/pulumi)
