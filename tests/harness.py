@@ -139,11 +139,11 @@ class Resource:
     provider: str
     dependencies: list[str]
     inputs: dict[str, Any]
-    protect: bool
-    ignore_changes: list[str]
-    replace_on_changes: list[str]
     additional_secret_outputs: list[str]
-    delete_before_replace: bool
+    protect: bool = False
+    ignore_changes: list[str] = field(default_factory=list)
+    replace_on_changes: list[str] = field(default_factory=list)
+    delete_before_replace: bool = False
     custom_timeouts: dict[str, str] = field(default_factory=dict)
     import_id: str = ""
     retain_on_delete: bool = False
@@ -333,9 +333,7 @@ class _RecordingMonitor(MockMonitor):
         super().__init__(mocks)
         self.run = run
 
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - the gRPC method's name
-        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
-        obj = rpc.deserialize_properties(request.object) if request.object else {}
+    def _record(self, request: Any, response: Any, inputs: dict[str, Any], **options: Any) -> None:
         self.run.resources[(request.type, request.name)] = Resource(
             type=request.type,
             name=request.name,
@@ -343,11 +341,20 @@ class _RecordingMonitor(MockMonitor):
             parent=request.parent,
             provider=request.provider,
             dependencies=sorted(request.dependencies),
-            inputs=_plain(obj),
+            inputs=_plain(inputs),
+            additional_secret_outputs=list(request.additionalSecretOutputs),
+            **options,
+        )
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - the gRPC method's name
+        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
+        self._record(
+            request,
+            response,
+            rpc.deserialize_properties(request.object) if request.object else {},
             protect=request.protect if request.HasField("protect") else False,
             ignore_changes=list(request.ignoreChanges),
             replace_on_changes=list(request.replaceOnChanges),
-            additional_secret_outputs=list(request.additionalSecretOutputs),
             delete_before_replace=request.deleteBeforeReplace,
             custom_timeouts={
                 op: value for op in ("create", "update", "delete") if (value := getattr(request.customTimeouts, op))
@@ -360,20 +367,7 @@ class _RecordingMonitor(MockMonitor):
     def ReadResource(self, request: Any) -> Any:  # noqa: N802 - the gRPC method's name
         """A read (a StackReference, a `get`) is part of the graph too; it has no options."""
         response = super().ReadResource(request)  # type: ignore[no-untyped-call]
-        self.run.resources[(request.type, request.name)] = Resource(
-            type=request.type,
-            name=request.name,
-            urn=response.urn,
-            parent=request.parent,
-            provider=request.provider,
-            dependencies=sorted(request.dependencies),
-            inputs=_plain(rpc.deserialize_properties(request.properties)),
-            protect=False,
-            ignore_changes=[],
-            replace_on_changes=[],
-            additional_secret_outputs=list(request.additionalSecretOutputs),
-            delete_before_replace=False,
-        )
+        self._record(request, response, rpc.deserialize_properties(request.properties))
         return response
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from components.management_vm import ADOPTED_AS_IS
 from components.settings import SettingsError
+from tools import adoption_check
 
 ADOPT = {"adopt": True, "capmoxExistingSecret": "capmox-variables"}
 VM = ("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
@@ -97,29 +98,19 @@ def test_the_program_keeps_its_own_readonly_objects_apart_from_the_inspectors(ad
     assert not any(r.import_id for r in adopted.resources.values() if "readonly" in r.name)
 
 
-def test_what_adoption_adds_besides_imports_is_the_programs_own(adopted: harness.Run) -> None:
-    """Everything else is new to the lab: the host steps (idempotent; nothing to change on a
-    host that matches), the providers, the components and the program's read-only access."""
-    created = {key for key, r in adopted.resources.items() if not r.import_id}
-    kinds = {key[0] for key in created}
-    assert kinds <= {
-        "pulumi:pulumi:Stack",
-        "pulumi:pulumi:StackReference",
-        "pulumi:providers:proxmoxve",
-        "pulumi:providers:kubernetes",
-        "command:remote:Command",
-        "homelab:index:ManagementVm",
-        "homelab:index:K3sNode",
-        "homelab:index:ClusterApi",
-        "homelab:index:ReadOnlyAccess",
-        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
-        "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
-        "kubernetes:core/v1:ServiceAccount",
-        "kubernetes:core/v1:Secret",
-    }
+def test_the_adoption_preview_passes_the_adoption_check(adopted: harness.Run) -> None:
+    """What tools/adoption_check.py lets through: imports, and creates only of what is new to
+    the lab (host steps, providers, the program's own read-only access)."""
+    steps = [{"op": "import" if r.import_id else "create", "urn": r.urn} for r in adopted.resources.values()]
+    assert adoption_check.problems(steps) == []
     assert {r.plain["metadata"]["name"] for r in adopted.of_type("kubernetes:core/v1:Secret")} == {
         "lab-mgmt-readonly-token-1"
     }
+
+
+def test_the_adoption_check_catches_a_lab_object_left_without_its_import(adopted: harness.Run) -> None:
+    steps = [{"op": "create", "urn": r.urn} for r in adopted.resources.values()]
+    assert len(adoption_check.problems(steps)) == len(IMPORTED)
 
 
 @pytest.mark.parametrize(
