@@ -14,9 +14,7 @@ import pulumi_kubernetes as kubernetes
 from components.k3s_node import K3sNode
 from components.settings import ClusterApiSettings, ProviderVersions
 
-CERT_MANAGER_REPO = "https://charts.jetstack.io"
 CERT_MANAGER_NAMESPACE = "cert-manager"
-OPERATOR_REPO = "https://kubernetes-sigs.github.io/cluster-api-operator"
 OPERATOR_NAMESPACE = "capi-operator-system"
 RELEASE_TIMEOUT_SECONDS = 600
 OPERATOR_READY_BOUND_SECONDS = 300
@@ -152,7 +150,7 @@ class ClusterApi(pulumi.ComponentResource):
         cert_manager = release(
             "cert-manager",
             "cert-manager",
-            CERT_MANAGER_REPO,
+            settings.cert_manager_repo,
             CERT_MANAGER_NAMESPACE,
             {"crds": {"enabled": True}},
             version=settings.cert_manager_version,
@@ -163,7 +161,7 @@ class ClusterApi(pulumi.ComponentResource):
         operator = release(
             "cluster-api-operator",
             "cluster-api-operator",
-            OPERATOR_REPO,
+            settings.operator_repo,
             OPERATOR_NAMESPACE,
             {},
             version=settings.operator_version,

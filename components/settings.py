@@ -127,6 +127,8 @@ class WorkloadCluster:
 class ClusterApiSettings:
     cert_manager_version: str
     operator_version: str
+    cert_manager_repo: str
+    operator_repo: str
     providers: ProviderVersions
     capmox_token_id: str
     capmox_token_secret: str = field(repr=False)
@@ -430,6 +432,8 @@ def _read_cluster_api(r: _Reader) -> ClusterApiSettings:
     return ClusterApiSettings(
         cert_manager_version=r.version("certManagerVersion", V_SEMVER, "v1.21.2"),
         operator_version=r.version("capiOperatorVersion", BARE_SEMVER, "0.28.0"),
+        cert_manager_repo=r.https_url("certManagerChartRepo"),
+        operator_repo=r.https_url("capiOperatorChartRepo"),
         providers=ProviderVersions(
             core=r.version("capiCoreVersion", V_SEMVER, "v1.12.11"),
             bootstrap=r.version("capiBootstrapVersion", V_SEMVER, "v1.12.11"),
@@ -471,7 +475,7 @@ KEYS = (
     *("k3sVersion", "kubeconfigPath", "certManagerVersion", "capiOperatorVersion", "capiCoreVersion"),
     *("capiBootstrapVersion", "capiControlPlaneVersion", "capmoxVersion", "ipamInClusterVersion"),
     *("capmoxTokenId", "capmoxTokenSecret", "readonlyTokenGeneration", "workloadClusters"),
-    *("skipCredentialsCheck", "adopt", "capmoxExistingSecret"),
+    *("skipCredentialsCheck", "adopt", "capmoxExistingSecret", "certManagerChartRepo", "capiOperatorChartRepo"),
 )
 
 

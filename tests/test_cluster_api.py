@@ -22,6 +22,7 @@ from components.cluster_api import (
     own_stack_reference_name,
 )
 from components.host_script import script_command
+from components.settings import SettingsError
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 COMMAND = "command:remote:Command"
@@ -506,3 +507,24 @@ def test_self_reference_is_a_bare_stack_name_on_a_diy_backend(run: harness.Run) 
 def test_self_reference_is_fully_qualified_on_pulumi_cloud() -> None:
     """A bare name would be looked up in the user's default organization, not the stack's."""
     assert _self_reference(harness.run_program(organization="acme")) == "acme/lab-mgmt/lab"
+
+
+# --- chart repositories --------------------------------------------------------------------------
+
+
+def test_chart_repositories_can_be_a_mirror(run: harness.Run) -> None:
+    mirrored = harness.run_program(
+        overrides={
+            "certManagerChartRepo": "https://charts.mirror.lab/jetstack",
+            "capiOperatorChartRepo": "https://charts.mirror.lab/capi-operator",
+        }
+    )
+    assert mirrored.get(*CERT_MANAGER).plain["repositoryOpts"] == {"repo": "https://charts.mirror.lab/jetstack"}
+    assert mirrored.get(*OPERATOR).plain["repositoryOpts"] == {"repo": "https://charts.mirror.lab/capi-operator"}
+    assert harness.changed(run, mirrored) == {CERT_MANAGER, OPERATOR}
+
+
+@pytest.mark.parametrize("key", ["certManagerChartRepo", "capiOperatorChartRepo"])
+def test_a_chart_repository_must_be_https(key: str) -> None:
+    with pytest.raises(SettingsError, match=f"lab-mgmt:{key}: 'http://charts.mirror.lab' is not an https:// URL"):
+        harness.run_program(overrides={key: "http://charts.mirror.lab"})
