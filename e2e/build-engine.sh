@@ -3,8 +3,11 @@
 # a cache outside the repository, keyed by version, and prints as its last line the directory
 # that holds the binaries. What is built already is skipped.
 #
-#   e2e/build-engine.sh            the pulumi CLI (what the real-engine tests need)
-#   e2e/build-engine.sh plugins    also the three provider plugins the Python SDKs request
+#   e2e/build-engine.sh                the pulumi CLI (what the real-engine tests need)
+#   e2e/build-engine.sh control-plane  also etcd, kube-apiserver and kubectl at the Kubernetes
+#                                      minor of the pinned k3s, into their own directory, printed
+#                                      on the line before the last
+#   e2e/build-engine.sh plugins        also the three provider plugins the Python SDKs request
 #
 # The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
 # pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
@@ -91,9 +94,55 @@ build_plugins() {
   return "$failed"
 }
 
+# The newest patch release of the pinned k3s's Kubernetes minor that the proxy serves, and an etcd
+# release that Kubernetes supports at that minor.
+KUBERNETES_VERSION=1.35.4
+ETCD_VERSION=3.6.16
+
+build_control_plane() {
+  local out="$cache/kubernetes-v$KUBERNETES_VERSION-etcd-v$ETCD_VERSION/bin" src kube_mod staging version_flags=""
+  if [ -x "$out/etcd" ] && [ -x "$out/kube-apiserver" ] && [ -x "$out/kubectl" ]; then
+    say "control plane (Kubernetes v$KUBERNETES_VERSION, etcd v$ETCD_VERSION): cached"
+    printf '%s\n' "$out"
+    return
+  fi
+  mkdir -p "$out"
+  src="$cache/src/etcd-v$ETCD_VERSION"
+  rm -rf "$src" && mkdir -p "$src"
+  say "etcd v$ETCD_VERSION: building"
+  # The server module's own go.mod replaces its siblings by path: build it as a dependency.
+  (cd "$src" && go mod init lab-mgmt/etcd >/dev/null 2>&1 && go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >&2 &&
+    go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
+  rm -rf "$src"
+
+  src="$cache/src/kubernetes-v$KUBERNETES_VERSION"
+  rm -rf "$src" && mkdir -p "$src"
+  kube_mod="$(module_dir "k8s.io/kubernetes@v$KUBERNETES_VERSION")/go.mod"
+  # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them by path, which a
+  # dependent module does not see: point each at its published v0.<minor>.<patch>.
+  staging="v0.${KUBERNETES_VERSION#1.}"
+  (cd "$src" && go mod init lab-mgmt/kubernetes >/dev/null 2>&1 &&
+    go mod edit -require="k8s.io/kubernetes@v$KUBERNETES_VERSION" &&
+    sed -n 's/^[[:space:]]*\(k8s\.io\/[a-z0-9-]*\) v0\.0\.0$/\1/p' "$kube_mod" | sort -u |
+    while read -r staged; do go mod edit -replace="$staged=$staged@$staging"; done)
+  for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    version_flags="$version_flags -X $package.gitVersion=v$KUBERNETES_VERSION -X $package.gitMajor=1"
+    version_flags="$version_flags -X $package.gitMinor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2) -X $package.gitTreeState=clean"
+  done
+  for command in kube-apiserver kubectl; do
+    say "$command v$KUBERNETES_VERSION: building"
+    (cd "$src" && go build -trimpath -ldflags "-s -w$version_flags" -o "$out/$command" "k8s.io/kubernetes/cmd/$command")
+  done
+  rm -rf "$src"
+  printf '%s\n' "$out"
+}
+
 bin="$(build_cli)"
-if [ "${1:-}" = plugins ]; then
-  build_plugins
-fi
+case "${1:-}" in
+  control-plane) build_control_plane ;;
+  plugins) build_plugins ;;
+  "") ;;
+  *) say "unknown target ${1}; expected control-plane or plugins" && exit 2 ;;
+esac
 say "done"
 printf '%s\n' "$bin"

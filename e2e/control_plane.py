@@ -1,0 +1,175 @@
+"""A real Kubernetes control plane for tests: etcd and kube-apiserver (built by
+`e2e/build-engine.sh control-plane`, whose directory the caller names in LAB_MGMT_CONTROL_PLANE_BIN),
+serving at the VM's address on port 6443, with an admin token, and an audit log of every request
+on HelmCharts (with what was sent) and Secrets, so that a test can tell what a script did and in
+which order.
+
+It runs only inside a network namespace that the test made (e2e/netns.py), where the VM's
+address is on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ADMIN_TOKEN = "lab-in-a-box-admin"
+READY_BOUND_SECONDS = 90
+
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Request
+  resources:
+  - group: helm.cattle.io
+- level: Metadata
+  resources:
+  - group: ""
+    resources: [secrets]
+- level: None
+"""
+
+
+def control_plane_bin() -> Path:
+    value = os.environ.get("LAB_MGMT_CONTROL_PLANE_BIN")
+    if not value or not (Path(value) / "kube-apiserver").is_file():
+        raise RuntimeError(
+            "LAB_MGMT_CONTROL_PLANE_BIN names no directory with kube-apiserver: "
+            "run `e2e/build-engine.sh control-plane` and export the line before its last"
+        )
+    return Path(value)
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    bin_dir: Path
+    root: Path
+    address: str
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "admin.kubeconfig"
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+
+    def audit(self) -> list[dict[str, Any]]:
+        """Every completed request on HelmCharts and Secrets, in order."""
+        log = self.root / "audit.log"
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _write_admin_kubeconfig(path: Path, server: str) -> None:
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "box", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "admin", "user": {"token": ADMIN_TOKEN}}],
+                "contexts": [{"name": "box", "context": {"cluster": "box", "user": "admin"}}],
+                "current-context": "box",
+            }
+        )
+    )
+
+
+def _wait_ready(server: str, processes: dict[str, subprocess.Popen[bytes]], logs: Path) -> None:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(f"{server}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})  # noqa: S310
+    deadline = time.monotonic() + READY_BOUND_SECONDS
+    while time.monotonic() < deadline:
+        for name, process in processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited {process.returncode}; logs in {logs}")
+        try:
+            with urllib.request.urlopen(request, timeout=5, context=context) as response:  # noqa: S310
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"kube-apiserver not ready within {READY_BOUND_SECONDS}s; logs in {logs}")
+
+
+@contextmanager
+def running(root: Path, address: str) -> Iterator[ControlPlane]:
+    """etcd and kube-apiserver at `address`:6443 for the block; stopped afterwards."""
+    bin_dir = control_plane_bin()
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n')
+    (root / "audit-policy.yaml").write_text(AUDIT_POLICY)
+    subprocess.run(["openssl", "genrsa", "-out", str(root / "sa.key"), "2048"], check=True, capture_output=True)
+    subprocess.run(
+        ["openssl", "rsa", "-in", str(root / "sa.key"), "-pubout", "-out", str(root / "sa.pub")],
+        check=True,
+        capture_output=True,
+    )
+    server = f"https://{address}:6443"
+    etcd_log = (root / "etcd.log").open("wb")
+    apiserver_log = (root / "kube-apiserver.log").open("wb")
+    etcd = subprocess.Popen(
+        [
+            str(bin_dir / "etcd"),
+            f"--data-dir={root / 'etcd'}",
+            *("--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379"),
+            *("--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380"),
+            *("--initial-cluster=default=http://127.0.0.1:2380", "--unsafe-no-fsync"),
+        ],
+        stdout=etcd_log,
+        stderr=subprocess.STDOUT,
+    )
+    apiserver = subprocess.Popen(
+        [
+            str(bin_dir / "kube-apiserver"),
+            "--etcd-servers=http://127.0.0.1:2379",
+            f"--bind-address={address}",
+            f"--advertise-address={address}",
+            "--secure-port=6443",
+            f"--cert-dir={root / 'pki'}",
+            f"--token-auth-file={root / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--service-cluster-ip-range=10.43.0.0/16",
+            f"--service-account-issuer={server}",
+            f"--service-account-key-file={root / 'sa.pub'}",
+            f"--service-account-signing-key-file={root / 'sa.key'}",
+            f"--audit-policy-file={root / 'audit-policy.yaml'}",
+            f"--audit-log-path={root / 'audit.log'}",
+            "--audit-log-mode=blocking",
+        ],
+        stdout=apiserver_log,
+        stderr=subprocess.STDOUT,
+    )
+    processes = {"etcd": etcd, "kube-apiserver": apiserver}
+    try:
+        _write_admin_kubeconfig(root / "admin.kubeconfig", server)
+        _wait_ready(server, processes, root)
+        yield ControlPlane(bin_dir, root, address)
+    finally:
+        for process in (apiserver, etcd):
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        etcd_log.close()
+        apiserver_log.close()

@@ -1,0 +1,71 @@
+"""The HelmChart hand-over (components/scripts/helmchart_handover.sh) against a real
+kube-apiserver and etcd, in a network namespace of the test's own, with the playbook's HelmCharts
+(helm-controller's finalizer on) and Helm release Secrets in place: what it asked the API server,
+in which order, is read from the server's audit log. Selected with `pytest -m engine`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e import scenarios
+from e2e.netns import in_new_netns
+
+pytestmark = pytest.mark.engine
+
+MUTATING = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+@pytest.fixture(scope="module")
+def handover(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root: Path = tmp_path_factory.mktemp("handover")
+    return in_new_netns("helmchart_handover", str(root), addresses=[scenarios.VM_ADDRESS])
+
+
+def writes(run: dict[str, Any], resource: str) -> list[list[Any]]:
+    return [request for request in run["requests"] if request[0] in MUTATING and request[1] == resource]
+
+
+UNMANAGED = {"metadata": {"annotations": {"helmcharts.helm.cattle.io/unmanaged": "true"}}}
+NO_FINALIZERS = {"metadata": {"finalizers": None}}
+
+
+def test_each_chart_is_unmanaged_first_then_freed_of_its_finalizer_then_deleted(handover: Any) -> None:
+    """helm-controller runs `helm delete` for a chart it manages when the chart goes: the
+    annotation must be on before the finalizer comes off, and both before the delete."""
+    first = handover["runs"][0]
+    assert first["rc"] == 0, first
+    expected = []
+    for name in scenarios.HANDED_OVER:
+        expected += [
+            ["patch", "helmcharts", name, UNMANAGED],
+            ["patch", "helmcharts", name, NO_FINALIZERS],
+            ["delete", "helmcharts", name, None],
+        ]
+    assert writes(first, "helmcharts") == expected
+    for name in scenarios.HANDED_OVER:
+        assert f"{name}: annotated helmcharts.helm.cattle.io/unmanaged=true" in first["stdout"]
+
+
+def test_the_releases_and_the_other_charts_are_untouched(handover: Any) -> None:
+    for run in handover["runs"]:
+        assert writes(run, "secrets") == []
+    assert handover["releases_after"] == handover["releases_before"]
+    assert len(handover["releases_before"]) == len(scenarios.HANDED_OVER)
+    assert handover["charts_left"] == ["helmchart.helm.cattle.io/traefik"]
+
+
+def test_the_manifests_move_out_of_k3s_reach(handover: Any) -> None:
+    assert handover["manifests_left"] == ["traefik.yaml"]
+    assert handover["handed_over_files"] == [f"{name}.yaml" for name in scenarios.HANDED_OVER]
+
+
+def test_a_second_run_changes_nothing_and_says_so(handover: Any) -> None:
+    second = handover["runs"][1]
+    assert second["rc"] == 0, second
+    assert [request for request in second["requests"] if request[0] in MUTATING] == []
+    for name in scenarios.HANDED_OVER:
+        assert f"{name}: not present" in second["stdout"]
