@@ -63,6 +63,8 @@ class ControlPlane:
     def kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            # Its discovery cache goes under $HOME: the box's own directory.
+            env={**os.environ, "HOME": str(self.root)},
             input=stdin,
             capture_output=True,
             text=True,

@@ -163,7 +163,8 @@ def _k3s_on_path(directory: Path, kubectl: Path, kubeconfig: Path) -> dict[str, 
     (directory / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     for tool in directory.iterdir():
         tool.chmod(0o755)
-    return {"PATH": f"{directory}:/usr/bin:/bin"}
+    # kubectl keeps a discovery cache under $HOME: the box's own directory, not the repository.
+    return {"PATH": f"{directory}:/usr/bin:/bin", "HOME": str(directory.parent)}
 
 
 def helmchart_handover(root: str) -> dict[str, Any]:
