@@ -11,6 +11,7 @@ The scenario runs in a child process (`python -m e2e.netns NAME ARGS_JSON`) star
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -37,8 +38,10 @@ exec "$@"
 
 def in_new_netns(scenario: str, *args: Any, addresses: Sequence[str] = (), timeout: int = 600) -> Any:
     """The scenario's result; `args` go to it as JSON."""
+    # A non-root user gets the namespace through a user namespace of its own, where it is root.
+    as_user = [] if os.geteuid() == 0 else ["--map-root-user"]
     command = [
-        *("unshare", "--net", "--", "sh", "-c", SETUP, "netns-setup", *addresses, "--"),
+        *("unshare", *as_user, "--net", "--", "sh", "-c", SETUP, "netns-setup", *addresses, "--"),
         *(sys.executable, "-m", "e2e.netns", scenario, json.dumps(list(args))),
     ]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
