@@ -14,12 +14,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from e2e.engine import REPO
 
 RESULT_MARK = "lab-mgmt-scenario-result: "
+ARTIFACTS = REPO / ".artifacts"
 
 # Brings loopback up with the lab addresses on it too (this kernel has no dummy interfaces), and
 # refuses to go on if the namespace holds any other interface.
@@ -45,12 +47,22 @@ def in_new_netns(scenario: str, *args: Any, addresses: Sequence[str] = (), timeo
         *(sys.executable, "-m", "e2e.netns", scenario, json.dumps(list(args))),
     ]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
+    _keep(scenario, args, done)
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARK)]
     if done.returncode != 0 or not lines:
         raise AssertionError(
             f"scenario {scenario} failed (exit {done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
         )
     return json.loads(lines[-1].removeprefix(RESULT_MARK))
+
+
+def _keep(scenario: str, args: tuple[Any, ...], done: subprocess.CompletedProcess[str]) -> None:
+    """Everything a scenario printed (CLI output, the result) stays in .artifacts/, passed or not."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{scenario}.json"
+    path.write_text(
+        json.dumps({"args": list(args), "rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr})
+    )
 
 
 def _main(argv: list[str]) -> None:
