@@ -21,7 +21,7 @@ last_deployment = pulumi.StackReference(
 )
 
 vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image, adopt=settings.adopt)
-k3s = K3sNode("mgmt", vm, settings.k3s, settings.vm.ci_user)
+k3s = K3sNode("mgmt", vm, settings.k3s, settings.vm.ci_user, adopt=settings.adopt)
 cluster_api = ClusterApi(
     "mgmt",
     k3s,

@@ -54,6 +54,8 @@ class K3sNode(pulumi.ComponentResource):
         vm: ManagementVm,
         k3s: K3sSettings,
         ci_user: str,
+        *,
+        adopt: bool,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("homelab:index:K3sNode", name, None, opts)
@@ -84,9 +86,14 @@ class K3sNode(pulumi.ComponentResource):
 
         guest_agent = self.host_step(f"{name}-guest-agent", "guest_agent.sh", [], after=host_ready, parent=self)
         config_b64 = base64.b64encode(config_text.encode()).decode()
-        k3s_config = self.host_step(f"{name}-k3s-config", "k3s_config.sh", [config_b64], after=guest_agent, parent=self)
+        # Taking over a running lab: the config and k3s steps report a difference instead of
+        # rewriting the file, restarting or upgrading k3s.
+        adopting = ["adopt"] if adopt else []
+        k3s_config = self.host_step(
+            f"{name}-k3s-config", "k3s_config.sh", [config_b64, *adopting], after=guest_agent, parent=self
+        )
         k3s_install = self.host_step(
-            f"{name}-k3s-install", "k3s_install.sh", [k3s.version], after=k3s_config, parent=self
+            f"{name}-k3s-install", "k3s_install.sh", [k3s.version, *adopting], after=k3s_config, parent=self
         )
         # A new version or config restarts k3s: wait for the node again after either.
         node_ready = self.host_step(

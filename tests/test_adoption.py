@@ -4,9 +4,13 @@ every mode (no reboot by the provider, nothing on the cluster uninstalled by Pul
 
 from __future__ import annotations
 
+import base64
+
 import harness
 import pytest
 
+from components.host_script import script_command
+from components.k3s_node import render_k3s_config
 from components.management_vm import ADOPTED_AS_IS
 from components.settings import SettingsError
 from tools import adoption_check
@@ -155,3 +159,16 @@ def test_leaving_adoption_keeps_every_object_and_drops_only_the_import_ids(
     assert adopted.names() - converged.names() == set()
     assert converged.names() - adopted.names() == {IMAGE}
     assert not any(r.import_id for r in converged.resources.values())
+
+
+def test_the_host_steps_report_a_difference_instead_of_changing_the_adopted_host(
+    adopted: harness.Run, lab: harness.Run
+) -> None:
+    config = base64.b64encode(render_k3s_config("192.168.4.21").encode()).decode()
+    steps = {
+        "mgmt-k3s-config": ("k3s_config.sh", config),
+        "mgmt-k3s-install": ("k3s_install.sh", "v1.35.8+k3s1"),
+    }
+    for name, (script, argument) in steps.items():
+        assert adopted.get("command:remote:Command", name).plain["create"] == script_command(script, argument, "adopt")
+        assert lab.get("command:remote:Command", name).plain["create"] == script_command(script, argument)

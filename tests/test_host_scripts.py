@@ -574,6 +574,39 @@ def test_k3s_config_rewrites_other_settings_and_garbage_and_restarts_k3s(host: H
     assert sorted(path.name for path in host.k3s_config_file.parent.iterdir()) == ["config.yaml"]
 
 
+def test_k3s_config_when_adopting_reports_a_difference_and_changes_nothing(host: Host) -> None:
+    host.install_k3s(VERSION)
+    existing = OTHER_K3S_CONFIG["another-tls-san"].encode()
+    before = write_existing_k3s_config(host, existing)
+
+    result = host.run("k3s_config.sh", config_b64(), "adopt")
+
+    assert result.returncode == 3
+    assert "adoption changes nothing on the host" in result.stderr
+    assert (result.stdout, result.calls) == ("", [])  # no restart
+    assert host.k3s_config_file.read_bytes() == existing
+    assert host.k3s_config_file.stat().st_mtime_ns == before.st_mtime_ns
+
+
+def test_k3s_config_when_adopting_leaves_the_same_settings_alone(host: Host) -> None:
+    host.install_k3s(VERSION)
+    existing = next(iter(SAME_K3S_CONFIG.values())).encode()
+    write_existing_k3s_config(host, existing)
+
+    result = host.run("k3s_config.sh", config_b64(), "adopt")
+
+    assert (result.returncode, result.stdout, result.calls) == (0, "k3s config unchanged\n", [])
+    assert host.k3s_config_file.read_bytes() == existing
+
+
+@pytest.mark.parametrize("script", ["k3s_config.sh", "k3s_install.sh"])
+def test_an_unknown_mode_is_refused_before_anything_runs(host: Host, script: str) -> None:
+    first = config_b64() if script == "k3s_config.sh" else VERSION
+    result = host.run(script, first, "addopt")
+    assert (result.returncode, result.calls) == (2, [])
+    assert "unknown mode addopt" in result.stderr
+
+
 def test_k3s_config_stops_without_touching_anything_when_python3_has_no_yaml(host: Host) -> None:
     host.install_k3s(VERSION)
     existing = OTHER_K3S_CONFIG["another-tls-san"].encode()
@@ -641,6 +674,25 @@ def test_k3s_install_skips_the_same_installed_version(host: Host) -> None:
     assert (result.returncode, result.stdout) == (0, f"k3s {VERSION} already installed\n"), result.stderr
     assert result.calls == [K3S_VERSION]
     assert host.installed_k3s() == VERSION
+
+
+def test_k3s_install_when_adopting_reports_another_version_and_installs_nothing(host: Host) -> None:
+    host.install_k3s(OLD_VERSION)
+
+    result = host.run("k3s_install.sh", VERSION, "adopt")
+
+    assert result.returncode == 3
+    assert f"k3s {OLD_VERSION} is installed and k3sVersion is {VERSION}" in result.stderr
+    assert result.calls == [K3S_VERSION]  # asked, nothing fetched or run
+    assert host.installed_k3s() == OLD_VERSION
+
+
+def test_k3s_install_when_adopting_leaves_the_same_version_alone(host: Host) -> None:
+    host.install_k3s(VERSION)
+
+    result = host.run("k3s_install.sh", VERSION, "adopt")
+
+    assert (result.returncode, result.stdout, result.calls) == (0, f"k3s {VERSION} already installed\n", [K3S_VERSION])
 
 
 def test_k3s_install_stops_when_the_download_fails(host: Host) -> None:

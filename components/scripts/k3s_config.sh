@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Writes k3s's config.yaml (given base64-encoded as $1) when its settings differ, and restarts an
-# installed k3s so that it takes them; the k3s installer never manages this file.
+# installed k3s so that it takes them; the k3s installer never manages this file. With `adopt` as
+# $2 (taking over a running lab) a difference is reported and nothing is written or restarted.
 set -euo pipefail
 
 config_file="${K3S_CONFIG_FILE:-/etc/rancher/k3s/config.yaml}"
 wanted="$(printf '%s' "$1" | base64 -d)"
+mode="${2:-apply}"
+case "$mode" in
+  apply | adopt) ;;
+  *) echo "unknown mode $mode (apply or adopt)" >&2 && exit 2 ;;
+esac
 
 # The same settings written another way (the lab's file came from an Ansible template: a header
 # comment, other indentation, quoting, key order, flow lists) are no change, and restarting k3s for
@@ -26,6 +32,11 @@ fi
 if [ "$verdict" = same ]; then
   echo "k3s config unchanged"
   exit 0
+fi
+if [ "$mode" = adopt ]; then
+  echo "$config_file does not hold the program's k3s settings, and adoption changes nothing on the" \
+    "host: make them match (docs/adoption.md, step 2), then run again" >&2
+  exit 3
 fi
 
 install -d -m 0755 "$(dirname "$config_file")"

@@ -5,6 +5,12 @@
 set -euo pipefail
 
 version="$1"
+# `adopt` (taking over a running lab): another installed version is reported, never changed.
+mode="${2:-apply}"
+case "$mode" in
+  apply | adopt) ;;
+  *) echo "unknown mode $mode (apply or adopt)" >&2 && exit 2 ;;
+esac
 installed=""
 if command -v k3s >/dev/null 2>&1; then
   installed="$(k3s --version | awk 'NR == 1 { print $3 }')"
@@ -12,6 +18,11 @@ fi
 if [ "$installed" = "$version" ]; then
   echo "k3s $version already installed"
   exit 0
+fi
+if [ "$mode" = adopt ]; then
+  echo "k3s ${installed:-(none)} is installed and k3sVersion is $version, and adoption installs" \
+    "nothing: set k3sVersion to the installed version (docs/adoption.md, step 2), then run again" >&2
+  exit 3
 fi
 
 installer="$(mktemp)"
