@@ -133,3 +133,9 @@ def test_the_stack_reads_itself_on_a_file_backend_in_the_old_layout(tmp_path: Pa
     result = _inline_preview(tmp_path, {}, {}, LAB_TOKENS, legacy_layout=True)
     assert result["state_files"] == ["lab.json"]
     assert_reaches_the_first_provider(result)
+
+
+def test_an_adoption_that_would_change_the_lab_is_refused_naming_the_setting(tmp_path: Path) -> None:
+    result = _inline_preview(tmp_path, {"adopt": "true"}, {}, LAB_TOKENS)
+    assert "lab-mgmt:adopt: true needs capmoxExistingSecret" in result["error"]
+    assert result["requests"] == [], "settings are refused before anything is asked of Proxmox"
