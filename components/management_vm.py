@@ -38,6 +38,9 @@ class ManagementVm(pulumi.ComponentResource):
     vm_id: int
     name: str
     address: str
+    image: proxmoxve.download.File | None
+    """The cloud image on the node; none while adopting a VM that exists."""
+    vm: proxmoxve.VmLegacy
     instance_key: pulumi.Output[str]
     """Changes exactly when the VM is re-created, so host steps re-run on a new machine."""
 
