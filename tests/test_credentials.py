@@ -10,6 +10,7 @@ from pathlib import Path
 
 import harness
 import pytest
+from test_settings import lab_raw
 
 from components import credentials
 from components.credentials import CredentialsError, TokenRejectedError, read_permissions
@@ -21,11 +22,6 @@ CAPMOX_TOKEN = "capmox@pve!capi"
 PROGRAM_SECRET = harness.DUMMY_SECRETS["proxmoxApiTokenSecret"]
 CAPMOX_SECRET = harness.DUMMY_SECRETS["capmoxTokenSecret"]
 WRONG_SECRET = "deadbeef-0000-4000-8000-000000000000"
-
-
-def lab_raw(**overrides: str) -> dict[str, str]:
-    raw = {key.removeprefix(f"{harness.PROJECT}:"): value for key, value in harness.stack_config().items()}
-    return {**raw, **overrides}
 
 
 def failure(tokens: harness.TokenTable, **overrides: object) -> str:

@@ -13,16 +13,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import harness
 import pytest
 
-from components import credentials
 from e2e import scenarios
 from e2e.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
 
 SECRET_KEYS = ("proxmoxApiTokenSecret", "capmoxTokenSecret", "sshPrivateKey")
-ALL_PRIVILEGES = {"/": dict.fromkeys((*credentials.PROGRAM_PRIVILEGES, *credentials.CAPMOX_PRIVILEGES), 1)}
+ALL_PRIVILEGES = harness.FULL_PERMISSIONS
 WRONG_SECRET = "deadbeef-0000-4000-8000-000000000000"
 
 
