@@ -2,7 +2,7 @@
 
 import pulumi
 
-from components.cluster_api import ClusterApi, own_stack_reference_name
+from components.cluster_api import ClusterApi, last_deployed_versions
 from components.credentials import verify_tokens
 from components.k3s_node import K3sNode
 from components.management_vm import ManagementVm
@@ -14,12 +14,6 @@ settings = load_settings()
 if not settings.proxmox.skip_credentials_check:
     verify_tokens(settings)
 
-# This stack's own outputs from its last deployment: the upgrade check compares against them.
-last_deployment = pulumi.StackReference(
-    "last-deployment",
-    stack_name=own_stack_reference_name(pulumi.get_organization(), pulumi.get_project(), pulumi.get_stack()),
-)
-
 vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image, adopt=settings.adopt)
 k3s = K3sNode("mgmt", vm, settings.k3s, settings.vm.ci_user, adopt=settings.adopt)
 cluster_api = ClusterApi(
@@ -29,11 +23,7 @@ cluster_api = ClusterApi(
     proxmox_url=settings.proxmox.endpoint,
     protected=settings.vm.protected,
     adopt=settings.adopt,
-    # The outputs as a whole are secret (the kubeconfigs are); the versions are not. A stack that
-    # was never deployed has no outputs at all.
-    deployed_versions=pulumi.Output.unsecret(
-        last_deployment.outputs.apply(lambda outputs: (outputs or {}).get("providerVersions"))
-    ),
+    deployed_versions=last_deployed_versions(),
 )
 readonly = ReadOnlyAccess(
     "mgmt-readonly",

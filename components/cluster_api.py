@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.k3s_node import K3sNode
 from components.settings import ClusterApiSettings, ProviderVersions
 
 CERT_MANAGER_NAMESPACE = "cert-manager"
@@ -92,6 +91,38 @@ def own_stack_reference_name(organization: str, project: str, stack: str) -> str
     return stack if organization == DIY_ORGANIZATION else f"{organization}/{project}/{stack}"
 
 
+class ClusterNode(Protocol):
+    """What ClusterApi needs of the node its cluster runs on (components.k3s_node.K3sNode): the
+    cluster's Kubernetes provider, and a way to run a script on the node."""
+
+    provider: kubernetes.Provider
+
+    def host_step(
+        self,
+        name: str,
+        script: str,
+        args: list[str],
+        *,
+        after: pulumi.Resource,
+        parent: pulumi.Resource,
+        triggers: Sequence[pulumi.Input[object]] = (),
+        secret_stdout: bool = False,
+    ) -> pulumi.Resource: ...
+
+
+def last_deployed_versions() -> pulumi.Output[Mapping[str, str] | None]:
+    """The providerVersions output of this stack's last deployment, which the upgrade check
+    compares against; None for a stack that was never deployed."""
+    last_deployment = pulumi.StackReference(
+        "last-deployment",
+        stack_name=own_stack_reference_name(pulumi.get_organization(), pulumi.get_project(), pulumi.get_stack()),
+    )
+    # The outputs as a whole are secret (the kubeconfigs are); the versions are not.
+    return pulumi.Output.unsecret(
+        last_deployment.outputs.apply(lambda outputs: (outputs or {}).get("providerVersions"))
+    )
+
+
 class ClusterApi(pulumi.ComponentResource):
     """cert-manager and cluster-api-operator as Helm releases, the provider namespaces, the CAPMOX
     credentials Secret, and the five provider CRs, each waited on until Ready."""
@@ -103,7 +134,7 @@ class ClusterApi(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        k3s: K3sNode,
+        node: ClusterNode,
         settings: ClusterApiSettings,
         *,
         proxmox_url: str,
@@ -113,7 +144,7 @@ class ClusterApi(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("homelab:index:ClusterApi", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self, provider=k3s.provider)
+        child = pulumi.ResourceOptions(parent=self, provider=node.provider)
 
         def kept(import_id: str, adopted_as_is: list[str]) -> pulumi.ResourceOptions:
             """cert-manager, the operator and its providers: no Pulumi action uninstalls them.
@@ -170,7 +201,7 @@ class ClusterApi(pulumi.ComponentResource):
                 pulumi.ResourceOptions(depends_on=[cert_manager]),
             ),
         )
-        operator_ready = k3s.host_step(
+        operator_ready = node.host_step(
             f"{name}-operator-ready",
             "operator_ready.sh",
             [str(OPERATOR_READY_BOUND_SECONDS)],
