@@ -4,6 +4,7 @@ import pulumi
 
 from components.cluster_api import ClusterApi, last_deployed_versions
 from components.credentials import verify_tokens
+from components.helm_repositories import verify_chart_repositories
 from components.k3s_node import K3sNode
 from components.management_vm import ManagementVm
 from components.readonly_access import ReadOnlyAccess
@@ -13,6 +14,8 @@ from components.workload_cluster import WorkloadClusterAccess
 settings = load_settings()
 if not settings.proxmox.skip_credentials_check:
     verify_tokens(settings)
+if settings.adopt:
+    verify_chart_repositories(settings)
 
 vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image, adopt=settings.adopt)
 k3s = K3sNode("mgmt", vm, settings.k3s, settings.vm.ci_user, adopt=settings.adopt)

@@ -13,8 +13,10 @@ import base64
 import contextlib
 import gc
 import json
+import os
 import re
 import runpy
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -381,6 +383,38 @@ def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
         setattr(module, name, original)
 
 
+@contextlib.contextmanager
+def helm_client_listing(config: Mapping[str, str], listed: bool) -> Iterator[None]:
+    """This machine's Helm client configuration, as `helm repo add` and `helm repo update` of the
+    configured chart repositories leave it (or empty, unless `listed`), for the block."""
+    with tempfile.TemporaryDirectory() as directory:
+        repositories_file, cache = Path(directory, "repositories.yaml"), Path(directory, "cache")
+        cache.mkdir()
+        repositories = []
+        if listed:
+            for chart, repo_key, version_key in (
+                ("cert-manager", "certManagerChartRepo", "certManagerVersion"),
+                ("cluster-api-operator", "capiOperatorChartRepo", "capiOperatorVersion"),
+            ):
+                repositories.append({"name": chart, "url": config[f"{PROJECT}:{repo_key}"]})
+                index = {
+                    "apiVersion": "v1",
+                    "entries": {chart: [{"name": chart, "version": config[f"{PROJECT}:{version_key}"]}]},
+                }
+                (cache / f"{chart}-index.yaml").write_text(yaml.safe_dump(index))
+        repositories_file.write_text(yaml.safe_dump({"apiVersion": "", "repositories": repositories}))
+        saved = {key: os.environ.get(key) for key in ("HELM_REPOSITORY_CONFIG", "HELM_REPOSITORY_CACHE")}
+        os.environ.update(HELM_REPOSITORY_CONFIG=str(repositories_file), HELM_REPOSITORY_CACHE=str(cache))
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
 def run_program(
     overrides: Mapping[str, Any] | None = None,
     unset: tuple[str, ...] = (),
@@ -392,6 +426,7 @@ def run_program(
     tokens: TokenTable | None = None,
     preview: bool = False,
     record: Run | None = None,
+    helm_charts_listed: bool = True,
 ) -> Run:
     """Run __main__.py once with the lab stack's config changed by `overrides`/`unset`.
     `previous_outputs` are the stack outputs of the last deployment, as a StackReference to the
@@ -400,7 +435,8 @@ def run_program(
     CLI passes: `organization` for a self-managed (DIY) backend. `tokens` is what the Proxmox API
     stand-in accepts, (id, secret) -> permissions (default: both configured tokens, with every
     privilege). Pass `record` to keep what a run that raises
-    registered before it failed."""
+    registered before it failed. `helm_charts_listed`: whether this machine's Helm client lists
+    the configured charts (what an adoption needs)."""
     run = record if record is not None else Run()
     mocks = _Mocks(previous_outputs, vm_mac, live_outputs or {})
     ROOT.set(None)
@@ -420,7 +456,10 @@ def run_program(
 
     try:
         table = configured_tokens(config) if tokens is None else tokens
-        with _patched(credentials, "read_permissions", _permissions_table(run, table)):
+        with (
+            _patched(credentials, "read_permissions", _permissions_table(run, table)),
+            helm_client_listing(config, helm_charts_listed),
+        ):
             pulumi.runtime.test(program)()  # type: ignore[no-untyped-call]
     except BaseException:
         # A failed run leaves futures holding its error; collect them now, so that asyncio does
