@@ -212,7 +212,7 @@ class ClusterApi(pulumi.ComponentResource):
 
         namespaces = {
             p.namespace: kubernetes.core.v1.Namespace(
-                f"{name}-ns-{p.namespace}", metadata={"name": p.namespace}, opts=kept(p.namespace, ["metadata"])
+                f"{name}-ns-{p.namespace}", metadata={"name": p.namespace}, opts=kept(p.namespace, ["metadata", "spec"])
             )
             for p in PROVIDERS
         }
