@@ -18,6 +18,8 @@ HARMLESS_OPS = {"same", "import", "read"}
 NEW_TO_THE_LAB = {
     "pulumi:pulumi:Stack",
     "pulumi:pulumi:StackReference",
+    # The default provider that reads the StackReference: the real engine plans its create.
+    "pulumi:providers:pulumi",
     "pulumi:providers:proxmoxve",
     "pulumi:providers:kubernetes",
     "command:remote:Command",
