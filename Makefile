@@ -9,14 +9,12 @@ check: lint test
 test:
 	$(PY) -m pytest
 
-# The real pulumi CLI and a real Kubernetes control plane, built (or found cached) by
-# e2e/build-engine.sh; each test in a network namespace of its own, which needs root (or user
-# namespaces) and iproute2.
+# The real pulumi CLI, a real Kubernetes control plane and the kubernetes provider plugin, built
+# (or found cached) by e2e/build-engine.sh; each test in a network namespace of its own, which
+# needs root (or user namespaces) and iproute2.
 test-engine:
-	dirs="$$(e2e/build-engine.sh control-plane)" && \
-	LAB_MGMT_CONTROL_PLANE_BIN="$$(echo "$$dirs" | tail -n 2 | head -n 1)" \
-	LAB_MGMT_ENGINE_BIN="$$(echo "$$dirs" | tail -n 1)" \
-	$(PY) -m pytest -m engine
+	built="$$(e2e/build-engine.sh control-plane plugins)" && \
+	env $$built $(PY) -m pytest -m engine
 
 lint:
 	$(PY) -m ruff check .

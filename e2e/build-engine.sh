@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds the real Pulumi engine from Go modules (release binaries cannot be downloaded here) into
-# a cache outside the repository, keyed by version, and prints as its last line the directory
-# that holds the binaries. What is built already is skipped.
+# a cache outside the repository, keyed by version; what is built already is skipped. It prints
+# one VARIABLE=directory line per thing built, for `export $(e2e/build-engine.sh ...)`:
 #
-#   e2e/build-engine.sh                the pulumi CLI (what the real-engine tests need)
-#   e2e/build-engine.sh control-plane  also etcd, kube-apiserver and kubectl at the Kubernetes
-#                                      minor of the pinned k3s, into their own directory, printed
-#                                      on the line before the last
-#   e2e/build-engine.sh plugins        also the three provider plugins the Python SDKs request
+#   e2e/build-engine.sh                the pulumi CLI: LAB_MGMT_ENGINE_BIN
+#   ... control-plane                  also etcd, kube-apiserver and kubectl at the Kubernetes
+#                                      minor of the pinned k3s: LAB_MGMT_CONTROL_PLANE_BIN
+#   ... plugins                        also the provider plugins that can be built here (only
+#                                      kubernetes: LAB_MGMT_KUBERNETES_PLUGIN_BIN), naming those
+#                                      that cannot, and the Helm client whose repositories that
+#                                      plugin reads: LAB_MGMT_HELM_BIN
 #
 # The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
 # pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
@@ -78,20 +80,69 @@ build_cli() {
     mv "$out/pulumi.partial" "$out/pulumi"
     rm -rf "$src"
   fi
-  printf '%s\n' "$out"
+  printf 'LAB_MGMT_ENGINE_BIN=%s\n' "$out"
 }
 
-# The provider plugins at exactly the versions the pinned Python SDKs request. Their Go modules
-# are published only as pseudo-versions of the release commits.
-build_plugins() {
-  local failed=0
+# The proxy serves the kubernetes provider's module only at this pseudo-version (a commit of
+# January 2026, between releases 4.24 and 4.25), not at the pinned SDK's 4.34.2: the newest there
+# is. The CLI runs it from PATH in place of 4.34.2 and says so in its output (docs/versions.md).
+KUBERNETES_PLUGIN_VERSION=4.0.0-20260115033456-f47bc2d6f199
+
+build_kubernetes_plugin() {
+  local out="$cache/pulumi-resource-kubernetes-v$KUBERNETES_PLUGIN_VERSION/bin" src cmd
+  if [ -x "$out/pulumi-resource-kubernetes" ]; then
+    say "pulumi-resource-kubernetes v$KUBERNETES_PLUGIN_VERSION: cached"
+  else
+    src="$cache/src/pulumi-kubernetes-v$KUBERNETES_PLUGIN_VERSION"
+    rm -rf "$src" && mkdir -p "$out"
+    cp -a "$(module_dir "github.com/pulumi/pulumi-kubernetes/provider/v4@v$KUBERNETES_PLUGIN_VERSION")" "$src"
+    chmod -R u+w "$src"
+    # Its go.mod points the SDK at the monorepo's ../sdk: take the version it requires instead.
+    (cd "$src" && go mod edit -dropreplace=github.com/pulumi/pulumi-kubernetes/sdk/v4)
+    # The release build embeds the schema with its version set (cmd/.../generate.go does this).
+    cmd="$src/cmd/pulumi-resource-kubernetes"
+    python3 -c 'import json, sys
+schema = json.load(open(sys.argv[1]))
+schema["version"] = sys.argv[2]
+json.dump(schema, open(sys.argv[3], "w"))' "$cmd/schema.json" "$KUBERNETES_PLUGIN_VERSION" "$cmd/schema-embed.json"
+    cp "$cmd/terraform-mapping.json" "$cmd/terraform-mapping-embed.json"
+    say "pulumi-resource-kubernetes v$KUBERNETES_PLUGIN_VERSION: building (about 7 minutes cold on 2 cores)"
+    (cd "$src" && go build -trimpath \
+      -ldflags "-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$KUBERNETES_PLUGIN_VERSION" \
+      -o "$out/pulumi-resource-kubernetes.partial" ./cmd/pulumi-resource-kubernetes)
+    mv "$out/pulumi-resource-kubernetes.partial" "$out/pulumi-resource-kubernetes"
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_KUBERNETES_PLUGIN_BIN=%s\n' "$out"
+}
+
+# The Helm client at the version the kubernetes plugin embeds: an adoption lists the chart
+# repositories with it (docs/adoption.md), and the plugin reads what it wrote.
+HELM_VERSION=3.18.6
+
+build_helm() {
+  local out="$cache/helm-v$HELM_VERSION/bin" src="$cache/src/helm-v$HELM_VERSION"
+  if [ -x "$out/helm" ]; then
+    say "helm v$HELM_VERSION: cached"
+  else
+    rm -rf "$src" && mkdir -p "$src" "$out"
+    say "helm v$HELM_VERSION: building"
+    (cd "$src" && go mod init lab-mgmt/helm >/dev/null 2>&1 && go get "helm.sh/helm/v3@v$HELM_VERSION" >&2 &&
+      go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
+        -o "$out/helm.partial" helm.sh/helm/v3/cmd/helm)
+    mv "$out/helm.partial" "$out/helm"
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_HELM_BIN=%s\n' "$out"
+}
+
+# The other two plugins, at the pseudo-versions of the commits the pinned SDKs were released from:
+# named, so that the day the proxy serves them is noticed.
+report_unbuildable_plugins() {
   module_dir "github.com/pulumi/pulumi-command/provider@v0.0.0-20260304002345-f0839b236d7b" >/dev/null ||
-    { say "pulumi-resource-command $(pinned pulumi-command): not buildable here"; failed=1; }
+    say "pulumi-resource-command $(pinned pulumi-command): not buildable here"
   module_dir "github.com/muhlba91/pulumi-proxmoxve/provider@v0.0.0-20260705145838-fb7a0201b341" >/dev/null ||
-    { say "pulumi-resource-proxmoxve $(pinned pulumi-proxmoxve): not buildable here"; failed=1; }
-  say "pulumi-resource-kubernetes $(pinned pulumi-kubernetes): the proxy serves github.com/pulumi/pulumi-kubernetes/provider/v4 only at v4.0.0-20260115033456-f47bc2d6f199, not at this release"
-  failed=1
-  return "$failed"
+    say "pulumi-resource-proxmoxve $(pinned pulumi-proxmoxve): not buildable here"
 }
 
 # The newest patch release of the pinned k3s's Kubernetes minor that the proxy serves, and an etcd
@@ -103,7 +154,7 @@ build_control_plane() {
   local out="$cache/kubernetes-v$KUBERNETES_VERSION-etcd-v$ETCD_VERSION/bin" src kube_mod staging version_flags=""
   if [ -x "$out/etcd" ] && [ -x "$out/kube-apiserver" ] && [ -x "$out/kubectl" ]; then
     say "control plane (Kubernetes v$KUBERNETES_VERSION, etcd v$ETCD_VERSION): cached"
-    printf '%s\n' "$out"
+    printf 'LAB_MGMT_CONTROL_PLANE_BIN=%s\n' "$out"
     return
   fi
   mkdir -p "$out"
@@ -134,15 +185,15 @@ build_control_plane() {
     (cd "$src" && go build -trimpath -ldflags "-s -w$version_flags" -o "$out/$command" "k8s.io/kubernetes/cmd/$command")
   done
   rm -rf "$src"
-  printf '%s\n' "$out"
+  printf 'LAB_MGMT_CONTROL_PLANE_BIN=%s\n' "$out"
 }
 
-bin="$(build_cli)"
-case "${1:-}" in
-  control-plane) build_control_plane ;;
-  plugins) build_plugins ;;
-  "") ;;
-  *) say "unknown target ${1}; expected control-plane or plugins" && exit 2 ;;
-esac
+build_cli
+for target in "$@"; do
+  case "$target" in
+    control-plane) build_control_plane ;;
+    plugins) build_kubernetes_plugin && build_helm && report_unbuildable_plugins ;;
+    *) say "unknown target $target; expected control-plane or plugins" && exit 2 ;;
+  esac
+done
 say "done"
-printf '%s\n' "$bin"

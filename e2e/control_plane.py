@@ -1,8 +1,8 @@
 """A real Kubernetes control plane for tests: etcd and kube-apiserver (built by
 `e2e/build-engine.sh control-plane`, whose directory the caller names in LAB_MGMT_CONTROL_PLANE_BIN),
 serving at the VM's address on port 6443, with an admin token, and an audit log of every request
-on HelmCharts (with what was sent) and Secrets, so that a test can tell what a script did and in
-which order.
+on HelmCharts and provider CRs (with what was sent), on Secrets, and of every write, so that a test
+can tell what a script or the engine did and in which order.
 
 It runs only inside a network namespace that the test made (e2e/netns.py), where the VM's
 address is on loopback.
@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from e2e.engine import built_bin
+
 ADMIN_TOKEN = "lab-in-a-box-admin"
+ADMIN_USER = "admin"
 READY_BOUND_SECONDS = 90
 
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
@@ -32,22 +35,15 @@ rules:
 - level: Request
   resources:
   - group: helm.cattle.io
+  - group: operator.cluster.x-k8s.io
 - level: Metadata
   resources:
   - group: ""
     resources: [secrets]
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
 - level: None
 """
-
-
-def control_plane_bin() -> Path:
-    value = os.environ.get("LAB_MGMT_CONTROL_PLANE_BIN")
-    if not value or not (Path(value) / "kube-apiserver").is_file():
-        raise RuntimeError(
-            "LAB_MGMT_CONTROL_PLANE_BIN names no directory with kube-apiserver: "
-            "run `e2e/build-engine.sh control-plane` and export the line before its last"
-        )
-    return Path(value)
 
 
 @dataclass(frozen=True)
@@ -73,7 +69,7 @@ class ControlPlane:
         )
 
     def audit(self) -> list[dict[str, Any]]:
-        """Every completed request on HelmCharts and Secrets, in order."""
+        """Every request the audit policy records, in order."""
         log = self.root / "audit.log"
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
@@ -116,9 +112,9 @@ def _wait_ready(server: str, processes: dict[str, subprocess.Popen[bytes]], logs
 @contextmanager
 def running(root: Path, address: str) -> Iterator[ControlPlane]:
     """etcd and kube-apiserver at `address`:6443 for the block; stopped afterwards."""
-    bin_dir = control_plane_bin()
+    bin_dir = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kube-apiserver")
     root.mkdir(parents=True, exist_ok=True)
-    (root / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin,"system:masters"\n')
+    (root / "tokens.csv").write_text(f'{ADMIN_TOKEN},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
     (root / "audit-policy.yaml").write_text(AUDIT_POLICY)
     subprocess.run(["openssl", "genrsa", "-out", str(root / "sa.key"), "2048"], check=True, capture_output=True)
     subprocess.run(

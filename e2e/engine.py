@@ -16,7 +16,8 @@ import runpy
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pulumi import automation as auto
@@ -26,14 +27,13 @@ PROJECT_FILES = ("Pulumi.yaml", "Pulumi.lab.yaml", "__main__.py", "requirements.
 PASSPHRASE = "lab-in-a-box"
 
 
-def engine_bin() -> Path:
-    value = os.environ.get("LAB_MGMT_ENGINE_BIN")
-    if not value:
-        raise RuntimeError("LAB_MGMT_ENGINE_BIN is not set: run e2e/build-engine.sh and export its last line")
-    path = Path(value)
-    if not (path / "pulumi").is_file():
-        raise RuntimeError(f"LAB_MGMT_ENGINE_BIN={value} holds no pulumi binary")
-    return path
+def built_bin(variable: str, binary: str) -> Path:
+    """The directory e2e/build-engine.sh built `binary` into, which its `variable=...` line names
+    (`export $(e2e/build-engine.sh control-plane plugins)` sets them all)."""
+    value = os.environ.get(variable)
+    if not value or not (Path(value) / binary).is_file():
+        raise RuntimeError(f"{variable} names no directory with {binary}: export the lines of e2e/build-engine.sh")
+    return Path(value)
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,9 @@ class Engine:
     """Holds the project copy, PULUMI_HOME and the state."""
     legacy_layout: bool = False
     """State laid out as file backends were before project-scoped stacks."""
+    plugin_dirs: tuple[Path, ...] = ()
+    """Provider plugins on PATH, which the CLI runs in place of installed ones (and says so)."""
+    extra_env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def project(self) -> Path:
@@ -55,17 +58,22 @@ class Engine:
             if self.legacy_layout
             else {}
         )
-        return legacy | {
-            "PATH": f"{self.bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}/usr/bin:/bin",
-            "HOME": str(self.root),
-            "PULUMI_HOME": str(self.root / "pulumi-home"),
-            "PULUMI_BACKEND_URL": f"file://{self.root / 'state'}",
-            "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
-            "PULUMI_SKIP_UPDATE_CHECK": "true",
-            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-            "PULUMI_SKIP_CONFIRMATIONS": "true",
-            "NO_COLOR": "1",
-        }
+        path = [self.bin_dir, *self.plugin_dirs, Path(sys.executable).parent, Path("/usr/bin"), Path("/bin")]
+        return (
+            legacy
+            | dict(self.extra_env)
+            | {
+                "PATH": os.pathsep.join(map(str, path)),
+                "HOME": str(self.root),
+                "PULUMI_HOME": str(self.root / "pulumi-home"),
+                "PULUMI_BACKEND_URL": f"file://{self.root / 'state'}",
+                "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
+                "PULUMI_SKIP_UPDATE_CHECK": "true",
+                "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+                "PULUMI_SKIP_CONFIRMATIONS": "true",
+                "NO_COLOR": "1",
+            }
+        )
 
     def pulumi(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """One CLI command in the project copy, as a user would type it."""
@@ -80,11 +88,19 @@ class Engine:
             check=False,
         )
 
-    def inline_stack(self, stack: str = "lab") -> auto.Stack:
-        """The project's program under the real engine, through the Automation API's inline mode."""
+    def inline_stack(self, stack: str = "lab", program: Callable[[], None] | None = None) -> auto.Stack:
+        """The project's program (or `program`) under the real engine, through the Automation
+        API's inline mode."""
 
-        def program() -> None:
+        def project_program() -> None:
             runpy.run_path(str(self.project / "__main__.py"), run_name="__main__")
+
+        def in_the_cli_environment() -> None:
+            # The program runs in this process, where the language host would run it with the
+            # CLI's environment: what it reads of the machine (the Helm client's files under
+            # $HOME) must be the engine's, as the plugins see it.
+            os.environ["HOME"] = str(self.root)
+            (program or project_program)()
 
         options = auto.LocalWorkspaceOptions(
             work_dir=str(self.project),
@@ -92,12 +108,18 @@ class Engine:
             env_vars=self.env(),
             pulumi_command=auto.PulumiCommand(root=str(self.bin_dir.parent)),
         )
-        return auto.select_stack(stack, project_name="lab-mgmt", program=program, opts=options)
+        return auto.select_stack(stack, project_name="lab-mgmt", program=in_the_cli_environment, opts=options)
 
 
-def fresh_engine(root: Path, *, legacy_layout: bool = False) -> Engine:
+def fresh_engine(
+    root: Path,
+    *,
+    legacy_layout: bool = False,
+    plugin_dirs: tuple[Path, ...] = (),
+    extra_env: Mapping[str, str] | None = None,
+) -> Engine:
     """A copy of the project under `root` and an empty backend, as on a user's laptop."""
-    engine = Engine(engine_bin(), root, legacy_layout)
+    engine = Engine(built_bin("LAB_MGMT_ENGINE_BIN", "pulumi"), root, legacy_layout, plugin_dirs, extra_env or {})
     engine.project.mkdir(parents=True)
     for name in PROJECT_FILES:
         shutil.copy2(REPO / name, engine.project / name)

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pulumi import automation as auto
 
-from e2e import control_plane, pve_api_standin
-from e2e.engine import REPO, Engine, fresh_engine
+from e2e import box_program, chart_repo_standin, control_plane, playbook_lab, pve_api_standin
+from e2e.engine import REPO, Engine, built_bin, fresh_engine
 
 PROGRAM_TOKEN = "pulumi@pve!lab-mgmt"
 CAPMOX_TOKEN = "capmox@pve!capi"
@@ -101,60 +102,10 @@ def inline_preview(
     }
 
 
-HELMCHART_CRD = """apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: helmcharts.helm.cattle.io
-spec:
-  group: helm.cattle.io
-  names: {kind: HelmChart, listKind: HelmChartList, plural: helmcharts, singular: helmchart}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-"""
-# helm-controller's finalizer: while it is on, deleting the HelmChart waits for the controller,
-# which would run `helm delete` for a chart it still manages.
-HELM_CONTROLLER_FINALIZER = "wrangler.cattle.io/on-helm-chart-remove"
-# The playbook's two charts (names from its install jobs) and one k3s keeps managing.
-PLAYBOOK_CHARTS = {
-    "cert-manager": ("cert-manager", "https://charts.jetstack.io", "v1.21.2"),
-    "cluster-api-operator": (
-        "capi-operator-system",
-        "https://kubernetes-sigs.github.io/cluster-api-operator",
-        "0.28.0",
-    ),
-    "traefik": ("kube-system", "https://traefik.github.io/charts", "37.1.1"),
-}
-HANDED_OVER = ["cert-manager", "cluster-api-operator"]
-
-
-def _helmchart(name: str) -> str:
-    target, repo, version = PLAYBOOK_CHARTS[name]
-    return (
-        f"apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata:\n  name: {name}\n  namespace: kube-system\n"
-        f"  finalizers: [{HELM_CONTROLLER_FINALIZER}]\n"
-        f"spec:\n  chart: {name}\n  repo: {repo}\n  version: {version}\n  targetNamespace: {target}\n"
-    )
-
-
-def _release_secret(name: str) -> str:
-    """What `helm install` (run by helm-controller's job) keeps of a release."""
-    namespace = PLAYBOOK_CHARTS[name][0]
-    return (
-        f"apiVersion: v1\nkind: Secret\nmetadata:\n  name: sh.helm.release.v1.{name}.v1\n  namespace: {namespace}\n"
-        f"  labels: {{owner: helm, name: {name}, status: deployed, version: '1'}}\n"
-        "type: helm.sh/release.v1\ndata: {release: H4sIAAAAAAAA/wMAAAAAAAAAAAA=}\n"
-    )
-
-
 def _k3s_on_path(directory: Path, kubectl: Path, kubeconfig: Path) -> dict[str, str]:
     """`k3s kubectl` as the real kubectl against the box's API server; any other k3s command is
     refused loudly. `python3` is this interpreter, which has PyYAML as Ubuntu's has."""
-    directory.mkdir()
+    directory.mkdir(exist_ok=True)
     (directory / "k3s").write_text(
         "#!/bin/sh\n"
         f'[ "$1" = kubectl ] && shift && exec {kubectl} --kubeconfig={kubeconfig} "$@"\n'
@@ -167,60 +118,164 @@ def _k3s_on_path(directory: Path, kubectl: Path, kubeconfig: Path) -> dict[str, 
     return {"PATH": f"{directory}:/usr/bin:/bin", "HOME": str(directory.parent)}
 
 
+def _playbook_capmox_data() -> dict[str, str]:
+    return {
+        "PROXMOX_URL": f"https://{PROXMOX_ADDRESS}:{PROXMOX_PORT}",
+        "PROXMOX_TOKEN": CAPMOX_TOKEN,
+        "PROXMOX_SECRET": CAPMOX_SECRET,
+    }
+
+
+def _handover(cluster: control_plane.ControlPlane, base: Path, manifests: Path) -> dict[str, Any]:
+    """components/scripts/helmchart_handover.sh as docs/adoption.md runs it, with what it asked."""
+    env = {
+        **_k3s_on_path(base / "bin", cluster.bin_dir / "kubectl", cluster.kubeconfig),
+        "K3S_MANIFESTS_DIR": str(manifests),
+    }
+    script = REPO / "components" / "scripts" / "helmchart_handover.sh"
+    audited = len(cluster.audit())
+    done = subprocess.run(
+        ["bash", str(script), *playbook_lab.HANDED_OVER],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    return {
+        "rc": done.returncode,
+        "stdout": done.stdout,
+        "stderr": done.stderr,
+        "requests": _requests_since(cluster, audited),
+    }
+
+
+def _releases(cluster: control_plane.ControlPlane) -> list[tuple[str, str, str]]:
+    listed = cluster.kubectl("get", "secret", "-A", "-l", "owner=helm", "-o", "json").stdout
+    return sorted(
+        (item["metadata"]["name"], item["metadata"]["uid"], item["metadata"]["resourceVersion"])
+        for item in json.loads(listed)["items"]
+    )
+
+
 def helmchart_handover(root: str) -> dict[str, Any]:
-    """The playbook's HelmCharts and release Secrets on a real API server, then the hand-over
-    script twice, as docs/adoption.md runs it."""
+    """The playbook's lab on a real API server, then the hand-over script twice."""
     base = Path(root)
     with control_plane.running(base / "control-plane", VM_ADDRESS) as cluster:
-        cluster.kubectl("apply", "-f", "-", stdin=HELMCHART_CRD)
-        cluster.kubectl("wait", "--for=condition=Established", "crd/helmcharts.helm.cattle.io", "--timeout=60s")
-        for name, (namespace, _, _) in PLAYBOOK_CHARTS.items():
-            if namespace != "kube-system":
-                cluster.kubectl("create", "namespace", namespace)
-            cluster.kubectl("apply", "-f", "-", stdin=_helmchart(name))
-        for name in HANDED_OVER:
-            cluster.kubectl("apply", "-f", "-", stdin=_release_secret(name))
         manifests = base / "manifests"
-        manifests.mkdir()
-        for name in PLAYBOOK_CHARTS:
-            (manifests / f"{name}.yaml").write_text(_helmchart(name))
-
-        def releases() -> Any:
-            listed = cluster.kubectl("get", "secret", "-A", "-l", "owner=helm", "-o", "json").stdout
-            return sorted(
-                (item["metadata"]["name"], item["metadata"]["uid"], item["metadata"]["resourceVersion"])
-                for item in json.loads(listed)["items"]
-            )
-
-        before = releases()
-        env = {
-            **_k3s_on_path(base / "bin", cluster.bin_dir / "kubectl", cluster.kubeconfig),
-            "K3S_MANIFESTS_DIR": str(manifests),
-        }
-        script = REPO / "components" / "scripts" / "helmchart_handover.sh"
-        runs = []
-        for _ in range(2):
-            audited = len(cluster.audit())
-            done = subprocess.run(
-                ["bash", str(script), *HANDED_OVER], env=env, capture_output=True, text=True, timeout=180, check=False
-            )
-            runs.append(
-                {
-                    "rc": done.returncode,
-                    "stdout": done.stdout,
-                    "stderr": done.stderr,
-                    "requests": [_request(event) for event in cluster.audit()[audited:]],
-                }
-            )
+        playbook_lab.lay_out(cluster, manifests, _playbook_capmox_data())
+        before = _releases(cluster)
+        runs = [_handover(cluster, base, manifests) for _ in range(2)]
         charts = cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "name").stdout.split()
         return {
             "runs": runs,
             "charts_left": charts,
             "releases_before": before,
-            "releases_after": releases(),
+            "releases_after": _releases(cluster),
             "manifests_left": sorted(p.name for p in manifests.iterdir()),
             "handed_over_files": sorted(p.name for p in (base / "manifests-handed-over").iterdir()),
         }
+
+
+# The chart repositories' stand-in serves these at these paths.
+CHART_REPOS = {
+    "jetstack": [chart_repo_standin.Chart("cert-manager", playbook_lab.PLAYBOOK_CHARTS["cert-manager"][2])],
+    "capi-operator": [
+        chart_repo_standin.Chart("cluster-api-operator", playbook_lab.PLAYBOOK_CHARTS["cluster-api-operator"][2])
+    ],
+}
+WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+def _engine_run(stack: auto.Stack, cluster: control_plane.ControlPlane, action: str) -> dict[str, Any]:
+    """One `preview` or `up` of the box program: each resource's step, the error if it failed,
+    and every write the engine (the admin user) sent to the API server."""
+    steps: list[dict[str, str]] = []
+
+    def on_event(event: auto.EngineEvent) -> None:
+        pre = event.resource_pre_event
+        if pre is not None:
+            steps.append({"op": str(pre.metadata.op.value), "urn": pre.metadata.urn})
+
+    audited = len(cluster.audit())
+    error = ""
+    summary: Mapping[Any, int] = {}
+    try:
+        if action == "preview":
+            summary = stack.preview(on_event=on_event).change_summary
+        else:
+            summary = stack.up(on_event=on_event).summary.resource_changes or {}
+    except auto.CommandError as failed:
+        error = str(failed)
+    writes = [request for request in _requests_since(cluster, audited) if request[0] in WRITES]
+    return {
+        "action": action,
+        "steps": steps,
+        "summary": {str(getattr(op, "value", op)): count for op, count in summary.items()},
+        "error": error,
+        "writes": writes,
+    }
+
+
+def adoption_run(root: str) -> dict[str, Any]:
+    """docs/adoption.md's steps on the playbook's lab, as far as the box goes (e2e/box_program.py):
+    the hand-over, the stack config, the adoption preview and `pulumi up`, then a second preview
+    and up, which must find nothing to do. The playbook's objects are read before and after."""
+    base = Path(root)
+    with control_plane.running(base / "control-plane", VM_ADDRESS) as cluster:
+        manifests = base / "manifests"
+        playbook_lab.lay_out(cluster, manifests, _playbook_capmox_data())
+        handover = _handover(cluster, base, manifests)
+        before = playbook_lab.snapshot(cluster)
+        with chart_repo_standin.serve(CHART_REPOS, base) as charts:
+            engine = fresh_engine(
+                base / "engine",
+                plugin_dirs=(built_bin("LAB_MGMT_KUBERNETES_PLUGIN_BIN", "pulumi-resource-kubernetes"),),
+                extra_env={"SSL_CERT_FILE": str(charts.certificate)},
+            )
+            steps = _readme_first_run(engine, _lab_secrets())
+            # docs/adoption.md: the laptop's Helm client lists both chart repositories.
+            helm = built_bin("LAB_MGMT_HELM_BIN", "helm") / "helm"
+            for args in (
+                ("repo", "add", "lab-mgmt-cert-manager", f"{charts.url}/jetstack"),
+                ("repo", "add", "lab-mgmt-cluster-api-operator", f"{charts.url}/capi-operator"),
+                ("repo", "update"),
+            ):
+                done = subprocess.run(
+                    [str(helm), *args], env=engine.env(), capture_output=True, text=True, timeout=120, check=False
+                )
+                steps.append({"args": ["helm", *args], "rc": done.returncode, "output": done.stdout + done.stderr})
+            # docs/adoption.md's two lines, then the chart repositories' stand-in.
+            for setting in (
+                ("adopt", "true"),
+                ("--plaintext", "capmoxExistingSecret", playbook_lab.CAPMOX_SECRET),
+                ("certManagerChartRepo", f"{charts.url}/jetstack"),
+                ("capiOperatorChartRepo", f"{charts.url}/capi-operator"),
+            ):
+                steps.append(_step(engine, ("config", "set", *setting)))
+            stack = engine.inline_stack(program=box_program.program(cluster.kubeconfig.read_text()))
+            runs = [_engine_run(stack, cluster, action) for action in ("preview", "up", "preview", "up")]
+            outputs = {key: value.value for key, value in stack.outputs().items()}
+        return {
+            "handover": handover,
+            "steps": steps,
+            "runs": runs,
+            "outputs": outputs,
+            "chart_requests": charts.requests,
+            "chart_unknown": charts.unknown,
+            "before": before,
+            "after": playbook_lab.snapshot(cluster),
+        }
+
+
+def _requests_since(cluster: control_plane.ControlPlane, mark: int) -> list[list[Any]]:
+    """What the box's admin (scripts, kubectl, the engine) asked after the audit log's `mark`;
+    the API server's own upkeep is left out."""
+    return [
+        _request(event)
+        for event in cluster.audit()[mark:]
+        if event.get("user", {}).get("username") == control_plane.ADMIN_USER
+    ]
 
 
 def _request(event: dict[str, Any]) -> list[Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from e2e import scenarios
+from e2e import playbook_lab, scenarios
 from e2e.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
@@ -39,14 +39,14 @@ def test_each_chart_is_unmanaged_first_then_freed_of_its_finalizer_then_deleted(
     first = handover["runs"][0]
     assert first["rc"] == 0, first
     expected = []
-    for name in scenarios.HANDED_OVER:
+    for name in playbook_lab.HANDED_OVER:
         expected += [
             ["patch", "helmcharts", name, UNMANAGED],
             ["patch", "helmcharts", name, NO_FINALIZERS],
             ["delete", "helmcharts", name, None],
         ]
     assert writes(first, "helmcharts") == expected
-    for name in scenarios.HANDED_OVER:
+    for name in playbook_lab.HANDED_OVER:
         assert f"{name}: annotated helmcharts.helm.cattle.io/unmanaged=true" in first["stdout"]
 
 
@@ -54,18 +54,18 @@ def test_the_releases_and_the_other_charts_are_untouched(handover: Any) -> None:
     for run in handover["runs"]:
         assert writes(run, "secrets") == []
     assert handover["releases_after"] == handover["releases_before"]
-    assert len(handover["releases_before"]) == len(scenarios.HANDED_OVER)
+    assert len(handover["releases_before"]) == len(playbook_lab.HANDED_OVER)
     assert handover["charts_left"] == ["helmchart.helm.cattle.io/traefik"]
 
 
 def test_the_manifests_move_out_of_k3s_reach(handover: Any) -> None:
     assert handover["manifests_left"] == ["traefik.yaml"]
-    assert handover["handed_over_files"] == [f"{name}.yaml" for name in scenarios.HANDED_OVER]
+    assert handover["handed_over_files"] == [f"{name}.yaml" for name in playbook_lab.HANDED_OVER]
 
 
 def test_a_second_run_changes_nothing_and_says_so(handover: Any) -> None:
     second = handover["runs"][1]
     assert second["rc"] == 0, second
     assert [request for request in second["requests"] if request[0] in MUTATING] == []
-    for name in scenarios.HANDED_OVER:
+    for name in playbook_lab.HANDED_OVER:
         assert f"{name}: not present" in second["stdout"]

@@ -1,0 +1,79 @@
+"""The management cluster's part of the program for the lab in a box: ClusterApi as __main__.py
+wires it, under the real engine and the real kubernetes plugin, against the box's API server, with
+the box's admin kubeconfig where __main__.py has the one the k3s steps read over SSH.
+
+The VM and the k3s host steps are left out because their plugins (proxmoxve, command) are not
+served by the Go module proxy (docs/versions.md); the host scripts are tested on their own
+(tests/test_host_scripts.py, tests/test_box_handover.py). ClusterApi's one host step, the
+operator's readiness check, is recorded as a step that did not run: the box's operator is the
+playbook's, already Ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components.cluster_api import ClusterApi, last_deployed_versions
+from components.helm_repositories import verify_chart_repositories
+from components.settings import load_settings
+
+# The host steps ClusterApi may ask for; any other is refused.
+KNOWN_HOST_STEPS = {"operator_ready.sh"}
+
+
+class BoxNode(pulumi.ComponentResource):
+    """The box's cluster as a components.cluster_api.ClusterNode."""
+
+    provider: kubernetes.Provider
+
+    def __init__(self, name: str, kubeconfig: str) -> None:
+        super().__init__("homelab:e2e:BoxNode", name)
+        self.provider = kubernetes.Provider(
+            f"{name}-kubernetes", kubeconfig=pulumi.Output.secret(kubeconfig), opts=pulumi.ResourceOptions(parent=self)
+        )
+        self.register_outputs({})
+
+    def host_step(
+        self,
+        name: str,
+        script: str,
+        args: list[str],
+        *,
+        after: pulumi.Resource,
+        parent: pulumi.Resource,
+        triggers: Sequence[pulumi.Input[object]] = (),
+        secret_stdout: bool = False,
+    ) -> pulumi.Resource:
+        if script not in KNOWN_HOST_STEPS:
+            raise RuntimeError(f"the box runs no host step {script}; it knows {sorted(KNOWN_HOST_STEPS)}")
+        return HostStepNotRun(name, script, opts=pulumi.ResourceOptions(parent=parent, depends_on=[after]))
+
+
+class HostStepNotRun(pulumi.ComponentResource):
+    """Where the real program runs a script on the node over SSH."""
+
+    def __init__(self, name: str, script: str, opts: pulumi.ResourceOptions) -> None:
+        super().__init__("homelab:e2e:HostStepNotRun", name, None, opts)
+        self.register_outputs({"script": script})
+
+
+def program(kubeconfig: str) -> Callable[[], None]:
+    def run() -> None:
+        settings = load_settings()
+        if settings.adopt:
+            verify_chart_repositories(settings)
+        cluster_api = ClusterApi(
+            "mgmt",
+            BoxNode("mgmt", kubeconfig),
+            settings.cluster_api,
+            proxmox_url=settings.proxmox.endpoint,
+            protected=settings.vm.protected,
+            adopt=settings.adopt,
+            deployed_versions=last_deployed_versions(),
+        )
+        pulumi.export("providerVersions", cluster_api.provider_versions)
+
+    return run

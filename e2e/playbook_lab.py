@@ -1,0 +1,273 @@
+"""The Kubernetes side of the lab as the Ansible playbook left it (the spec's "What the playbook
+left on the running lab"), laid out on the box's real API server: k3s's HelmCharts with
+helm-controller's finalizer and their manifest files, the two Helm releases as `helm install`
+stores them (release record, and the one object each stand-in chart renders), the provider
+objects applied client-side from capi-providers.yaml and Ready, the inspector's RBAC and the
+workload cluster's kubeconfig Secret.
+
+`snapshot` reads back every object the playbook made, with its UID and resourceVersion, so a test
+can tell whether anything was re-created or written.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e import chart_repo_standin
+from e2e.control_plane import ControlPlane
+from e2e.engine import REPO
+
+HELMCHART_CRD = """apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: helmcharts.helm.cattle.io
+spec:
+  group: helm.cattle.io
+  names: {kind: HelmChart, listKind: HelmChartList, plural: helmcharts, singular: helmchart}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"""
+# helm-controller's finalizer: while it is on, deleting the HelmChart waits for the controller,
+# which would run `helm delete` for a chart it still manages.
+HELM_CONTROLLER_FINALIZER = "wrangler.cattle.io/on-helm-chart-remove"
+# Chart name -> (target namespace, repository, version, values): the playbook's two charts and one
+# that k3s keeps managing.
+PLAYBOOK_CHARTS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
+    "cert-manager": ("cert-manager", "https://charts.jetstack.io", "v1.21.2", {"crds": {"enabled": True}}),
+    "cluster-api-operator": (
+        "capi-operator-system",
+        "https://kubernetes-sigs.github.io/cluster-api-operator",
+        "0.28.0",
+        {},
+    ),
+    "traefik": ("kube-system", "https://traefik.github.io/charts", "37.1.1", {}),
+}
+HANDED_OVER = ["cert-manager", "cluster-api-operator"]
+
+PROVIDER_GROUP = "operator.cluster.x-k8s.io"
+# Kind -> (namespace, name, the stack setting that pins its version).
+PROVIDERS = {
+    "CoreProvider": ("capi-system", "cluster-api", "capiCoreVersion"),
+    "BootstrapProvider": ("capi-kubeadm-bootstrap-system", "kubeadm", "capiBootstrapVersion"),
+    "ControlPlaneProvider": ("capi-kubeadm-control-plane-system", "kubeadm", "capiControlPlaneVersion"),
+    "InfrastructureProvider": ("capmox-system", "proxmox", "capmoxVersion"),
+    "IPAMProvider": ("capi-ipam-in-cluster-system", "in-cluster", "ipamInClusterVersion"),
+}
+CAPMOX_SECRET = "capmox-variables"
+INSPECTOR = "capi-readonly"
+
+# What `snapshot` reads: every kind the playbook made objects of.
+SNAPSHOT_KINDS = [
+    "namespaces",
+    "secrets",
+    "configmaps",
+    "serviceaccounts",
+    "clusterroles",
+    "clusterrolebindings",
+    *(f"{kind.lower()}s.{PROVIDER_GROUP}" for kind in PROVIDERS),
+]
+
+
+def provider_crd(kind: str) -> str:
+    plural = f"{kind.lower()}s"
+    return f"""apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: {plural}.{PROVIDER_GROUP}
+spec:
+  group: {PROVIDER_GROUP}
+  names: {{kind: {kind}, listKind: {kind}List, plural: {plural}, singular: {kind.lower()}}}
+  scope: Namespaced
+  versions:
+  - name: v1alpha2
+    served: true
+    storage: true
+    subresources: {{status: {{}}}}
+    schema:
+      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+"""
+
+
+def helmchart(name: str) -> str:
+    target, repo, version, values = PLAYBOOK_CHARTS[name]
+    return yaml.safe_dump(
+        {
+            "apiVersion": "helm.cattle.io/v1",
+            "kind": "HelmChart",
+            "metadata": {"name": name, "namespace": "kube-system", "finalizers": [HELM_CONTROLLER_FINALIZER]},
+            "spec": {
+                "chart": name,
+                "repo": repo,
+                "version": version,
+                "targetNamespace": target,
+                "createNamespace": True,
+                "valuesContent": yaml.safe_dump(values) if values else "",
+            },
+        }
+    )
+
+
+def release_secret(name: str) -> str:
+    """What `helm install` (run by helm-controller's job) keeps of a release: the release record,
+    gzipped JSON in base64, in a Secret of type helm.sh/release.v1."""
+    namespace, _, version, values = PLAYBOOK_CHARTS[name]
+    chart = chart_repo_standin.Chart(name, version)
+    manifest = chart_repo_standin.rendered(name, namespace, name)
+    record = {
+        "name": name,
+        "namespace": namespace,
+        "version": 1,
+        "info": {
+            "first_deployed": "2026-03-14T09:26:53Z",
+            "last_deployed": "2026-03-14T09:26:53Z",
+            "deleted": "",
+            "description": "Install complete",
+            "status": "deployed",
+        },
+        "chart": {
+            "metadata": chart.metadata(),
+            "templates": [
+                {
+                    "name": "templates/rendered.yaml",
+                    "data": base64.b64encode(chart_repo_standin.TEMPLATE.encode()).decode(),
+                }
+            ],
+            "values": {},
+        },
+        "config": values,
+        "manifest": f"---\n# Source: {name}/templates/rendered.yaml\n{manifest}",
+    }
+    stored = base64.b64encode(gzip.compress(json.dumps(record).encode())).decode()
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": f"sh.helm.release.v1.{name}.v1",
+                "namespace": namespace,
+                "labels": {"owner": "helm", "name": name, "status": "deployed", "version": "1"},
+            },
+            "type": "helm.sh/release.v1",
+            "data": {"release": base64.b64encode(stored.encode()).decode()},
+        }
+    )
+
+
+def stack_versions() -> dict[str, str]:
+    """The versions the lab's stack file pins, which the playbook deployed."""
+    config = yaml.safe_load((REPO / "Pulumi.lab.yaml").read_text())["config"]
+    return {key.removeprefix("lab-mgmt:"): str(value) for key, value in config.items() if key.endswith("Version")}
+
+
+def capi_providers_yaml(capmox_data: dict[str, str]) -> str:
+    """/opt/lab-mgmt/capi-providers.yaml: the provider namespaces, CAPMOX's Secret, the CRs."""
+    versions = stack_versions()
+    documents: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        for namespace, _, _ in PROVIDERS.values()
+    ]
+    documents.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": CAPMOX_SECRET, "namespace": "capmox-system"},
+            "type": "Opaque",
+            "data": {key: base64.b64encode(value.encode()).decode() for key, value in capmox_data.items()},
+        }
+    )
+    for kind, (namespace, name, setting) in PROVIDERS.items():
+        spec: dict[str, Any] = {"version": versions[setting]}
+        if kind == "InfrastructureProvider":
+            spec["configSecret"] = {"name": CAPMOX_SECRET}
+        documents.append(
+            {
+                "apiVersion": f"{PROVIDER_GROUP}/v1alpha2",
+                "kind": kind,
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": spec,
+            }
+        )
+    return yaml.safe_dump_all(documents)
+
+
+INSPECTOR_RBAC = f"""apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {INSPECTOR}}}
+rules:
+- apiGroups: [cluster.x-k8s.io, {PROVIDER_GROUP}, helm.cattle.io]
+  resources: ["*"]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [nodes, namespaces]
+  verbs: [get, list, watch]
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {INSPECTOR}, namespace: kube-system}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {INSPECTOR}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {INSPECTOR}}}
+subjects:
+- {{kind: ServiceAccount, name: {INSPECTOR}, namespace: kube-system}}
+"""
+
+LAB1_KUBECONFIG_SECRET = """apiVersion: v1
+kind: Secret
+metadata: {name: lab1-kubeconfig, namespace: default}
+type: cluster.x-k8s.io/secret
+data: {value: YXBpVmVyc2lvbjogdjEKa2luZDogQ29uZmlnCg==}
+"""
+
+
+def lay_out(cluster: ControlPlane, manifests: Path, capmox_data: dict[str, str]) -> None:
+    """The playbook's end state on `cluster`, with the HelmChart files in `manifests`."""
+    crds = [HELMCHART_CRD, *(provider_crd(kind) for kind in PROVIDERS)]
+    cluster.kubectl("apply", "-f", "-", stdin="---\n".join(crds))
+    cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    manifests.mkdir(parents=True)
+    for name, (namespace, _, _, _) in PLAYBOOK_CHARTS.items():
+        if namespace != "kube-system":
+            cluster.kubectl("create", "namespace", namespace)
+        cluster.kubectl("apply", "-f", "-", stdin=helmchart(name))
+        (manifests / f"{name}.yaml").write_text(helmchart(name))
+    for name in HANDED_OVER:
+        namespace = PLAYBOOK_CHARTS[name][0]
+        # helm creates its objects without kubectl's last-applied annotation.
+        cluster.kubectl("create", "-f", "-", stdin=release_secret(name))
+        cluster.kubectl("create", "-f", "-", stdin=chart_repo_standin.rendered(name, namespace, name))
+    cluster.kubectl("apply", "-f", "-", stdin=capi_providers_yaml(capmox_data))
+    for kind, (namespace, name, setting) in PROVIDERS.items():
+        status = {
+            "installedVersion": stack_versions()[setting],
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-03-14T09:31:07Z"}],
+        }
+        cluster.kubectl(
+            *("patch", f"{kind.lower()}.{PROVIDER_GROUP}", name, "-n", namespace),
+            *("--subresource=status", "--type=merge", "-p", json.dumps({"status": status})),
+        )
+    cluster.kubectl("apply", "-f", "-", stdin=INSPECTOR_RBAC)
+    cluster.kubectl("apply", "-f", "-", stdin=LAB1_KUBECONFIG_SECRET)
+
+
+def snapshot(cluster: ControlPlane) -> dict[str, list[str]]:
+    """kind/namespace/name -> [uid, resourceVersion] of every object of the playbook's kinds."""
+    listed = json.loads(cluster.kubectl("get", ",".join(SNAPSHOT_KINDS), "-A", "-o", "json").stdout)
+    objects = {}
+    for item in listed["items"]:
+        meta = item["metadata"]
+        key = f"{item['kind']}/{meta.get('namespace', '')}/{meta['name']}"
+        objects[key] = [meta["uid"], meta["resourceVersion"]]
+    return objects

@@ -1,0 +1,102 @@
+"""Adoption in the lab in a box: the playbook's lab (e2e/playbook_lab.py) on a real
+kube-apiserver and etcd, the hand-over, then the management cluster's part of the program
+(e2e/box_program.py) in adoption mode under the real engine and the real kubernetes plugin, with
+the chart repositories' stand-in, in a network namespace of the test's own. What the engine sent
+the API server is read from its audit log. Selected with `pytest -m engine`.
+
+The VM and the k3s host steps are not in the box: their plugins are not served here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e import playbook_lab, scenarios
+from e2e.netns import in_new_netns
+from tools import adoption_check
+
+pytestmark = pytest.mark.engine
+
+PREVIEW, UP, SECOND_PREVIEW, SECOND_UP = range(4)
+# What the box puts where the real program has the K3sNode and its SSH steps.
+BOX_TYPES = {"homelab:e2e:BoxNode", "homelab:e2e:HostStepNotRun"}
+RELEASES = {"cert-manager": "cert-manager", "cluster-api-operator": "capi-operator-system"}
+
+
+@pytest.fixture(scope="module")
+def adoption(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root: Path = tmp_path_factory.mktemp("adoption")
+    return in_new_netns("adoption_run", str(root), addresses=[scenarios.VM_ADDRESS], timeout=900)
+
+
+def type_of(urn: str) -> str:
+    return urn.split("::")[2].rsplit("$", 1)[-1]
+
+
+def imported(run: dict[str, Any]) -> set[str]:
+    return {step["urn"].rsplit("::", 1)[1] for step in run["steps"] if step["op"] == "import"}
+
+
+def test_the_setup_and_the_hand_over_succeed(adoption: Any) -> None:
+    for step in adoption["steps"]:
+        assert step["rc"] == 0, step
+    assert adoption["handover"]["rc"] == 0, adoption["handover"]
+
+
+def test_the_adoption_preview_shows_imports_only(adoption: Any) -> None:
+    preview = adoption["runs"][PREVIEW]
+    assert preview["error"] == "", preview["error"]
+    program_steps = [step for step in preview["steps"] if type_of(step["urn"]) not in BOX_TYPES]
+    assert adoption_check.problems(program_steps) == []
+    assert imported(preview) == {
+        "mgmt-cert-manager",
+        "mgmt-cluster-api-operator",
+        *(f"mgmt-ns-{namespace}" for namespace, _, _ in playbook_lab.PROVIDERS.values()),
+        "mgmt-core-cluster-api",
+        "mgmt-bootstrap-kubeadm",
+        "mgmt-controlplane-kubeadm",
+        "mgmt-infrastructure-proxmox",
+        "mgmt-ipam-in-cluster",
+    }
+
+
+def test_the_adoption_up_writes_nothing_to_the_cluster(adoption: Any) -> None:
+    up = adoption["runs"][UP]
+    assert up["error"] == "", up["error"]
+    assert imported(up) == imported(adoption["runs"][PREVIEW])
+    assert up["writes"] == []
+
+
+def test_no_playbook_object_is_recreated_or_changed(adoption: Any) -> None:
+    """Same UIDs (nothing re-created) and resourceVersions (nothing written), releases
+    included, apart from the HelmCharts the hand-over deleted."""
+    before, after = adoption["before"], adoption["after"]
+    assert {key: value for key, value in after.items() if key in before} == before
+    for release, namespace in RELEASES.items():
+        assert f"Secret/{namespace}/sh.helm.release.v1.{release}.v1" in after
+        assert f"ConfigMap/{namespace}/{release}-rendered" in after
+    assert f"Secret/capmox-system/{playbook_lab.CAPMOX_SECRET}" in after
+    assert f"ClusterRole//{playbook_lab.INSPECTOR}" in after
+
+
+def test_the_stack_reports_the_playbook_versions(adoption: Any) -> None:
+    versions = playbook_lab.stack_versions()
+    expected = {setting: versions[setting] for _, _, setting in playbook_lab.PROVIDERS.values()}
+    assert adoption["outputs"]["providerVersions"] == expected
+
+
+def test_the_next_run_changes_nothing(adoption: Any) -> None:
+    for run in (adoption["runs"][SECOND_PREVIEW], adoption["runs"][SECOND_UP]):
+        assert run["error"] == "", run["error"]
+        changed = [step for step in run["steps"] if step["op"] != "same"]
+        # The stack reads its own last outputs on every run.
+        assert [(step["op"], type_of(step["urn"])) for step in changed] == [("read", "pulumi:pulumi:StackReference")]
+        assert run["writes"] == []
+
+
+def test_the_charts_came_from_the_configured_repositories_only(adoption: Any) -> None:
+    assert adoption["chart_unknown"] == []
+    assert any(path.endswith("cert-manager-v1.21.2.tgz") for path in adoption["chart_requests"])
