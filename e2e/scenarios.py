@@ -185,9 +185,20 @@ CHART_REPOS = {
     ],
 }
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+# The program's resource names (the last part of their URNs) for the adopted objects.
+RELEASE_RESOURCES = ("mgmt-cert-manager", "mgmt-cluster-api-operator")
+PROVIDER_CR_RESOURCES = (
+    "mgmt-core-cluster-api",
+    "mgmt-bootstrap-kubeadm",
+    "mgmt-controlplane-kubeadm",
+    "mgmt-infrastructure-proxmox",
+    "mgmt-ipam-in-cluster",
+)
 
 
-def _engine_run(stack: auto.Stack, cluster: control_plane.ControlPlane, action: str) -> dict[str, Any]:
+def _engine_run(
+    stack: auto.Stack, cluster: control_plane.ControlPlane, action: str, targets: list[str] | None = None
+) -> dict[str, Any]:
     """One `preview` or `up` of the box program: each resource's step, the error if it failed,
     and every write the engine (the admin user) sent to the API server."""
     steps: list[dict[str, str]] = []
@@ -202,9 +213,9 @@ def _engine_run(stack: auto.Stack, cluster: control_plane.ControlPlane, action: 
     summary: Mapping[Any, int] = {}
     try:
         if action == "preview":
-            summary = stack.preview(on_event=on_event).change_summary
+            summary = stack.preview(on_event=on_event, target=targets).change_summary
         else:
-            summary = stack.up(on_event=on_event).summary.resource_changes or {}
+            summary = stack.up(on_event=on_event, target=targets).summary.resource_changes or {}
     except auto.CommandError as failed:
         error = str(failed)
     writes = [request for request in _requests_since(cluster, audited) if request[0] in WRITES]
@@ -256,6 +267,8 @@ def adoption_run(root: str) -> dict[str, Any]:
             stack = engine.inline_stack(program=box_program.program(cluster.kubeconfig.read_text()))
             runs = [_engine_run(stack, cluster, action) for action in ("preview", "up", "preview", "up")]
             outputs = {key: value.value for key, value in stack.outputs().items()}
+            adopted = playbook_lab.snapshot(cluster)
+            convergence = _converge(engine, stack, cluster, runs[1]["steps"])
         return {
             "handover": handover,
             "steps": steps,
@@ -264,8 +277,44 @@ def adoption_run(root: str) -> dict[str, Any]:
             "chart_requests": charts.requests,
             "chart_unknown": charts.unknown,
             "before": before,
-            "after": playbook_lab.snapshot(cluster),
+            "after": adopted,
+            "convergence": convergence,
+            "converged": playbook_lab.snapshot(cluster),
         }
+
+
+def _converge(
+    engine: Engine, stack: auto.Stack, cluster: control_plane.ControlPlane, adoption_steps: list[dict[str, str]]
+) -> dict[str, Any]:
+    """docs/adoption.md step 8, as far as the box goes (the image and the VM are not in it): adoption
+    off, then one targeted run per group, each previewed first, then a preview of everything."""
+    urns = {step["urn"].rsplit("::", 1)[1]: step["urn"] for step in adoption_steps}
+    secret_urn = urns["mgmt-ns-capmox-system"].replace(
+        "kubernetes:core/v1:Namespace::mgmt-ns-capmox-system", "kubernetes:core/v1:Secret::mgmt-capmox-credentials"
+    )
+    groups = {
+        "releases": list(RELEASE_RESOURCES),
+        "provider CRs": list(PROVIDER_CR_RESOURCES),
+        "namespaces": [f"mgmt-ns-{namespace}" for namespace, _, _ in playbook_lab.PROVIDERS.values()],
+    }
+    steps = [_step(engine, ("config", "set", "adopt", "false"))]
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for group, names in groups.items():
+        targets = [urns[name] for name in names]
+        runs[group] = [_engine_run(stack, cluster, action, targets) for action in ("preview", "up")]
+    steps.append(_step(engine, ("config", "rm", "capmoxExistingSecret")))
+    targets = [secret_urn, urns["mgmt-infrastructure-proxmox"]]
+    runs["CAPMOX Secret"] = [_engine_run(stack, cluster, action, targets) for action in ("preview", "up")]
+    runs["everything"] = [_engine_run(stack, cluster, "preview")]
+    providers = {
+        kind: json.loads(
+            cluster.kubectl(
+                "get", f"{kind.lower()}.{playbook_lab.PROVIDER_GROUP}", name, "-n", namespace, "-o", "json"
+            ).stdout
+        )
+        for kind, (namespace, name, _) in playbook_lab.PROVIDERS.items()
+    }
+    return {"steps": steps, "runs": runs, "providers": providers}
 
 
 def _requests_since(cluster: control_plane.ControlPlane, mark: int) -> list[list[Any]]:
@@ -275,6 +324,8 @@ def _requests_since(cluster: control_plane.ControlPlane, mark: int) -> list[list
         _request(event)
         for event in cluster.audit()[mark:]
         if event.get("user", {}).get("username") == control_plane.ADMIN_USER
+        # A preview's server-side dry runs change nothing.
+        and "dryRun=All" not in event.get("requestURI", "")
     ]
 
 

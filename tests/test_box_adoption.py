@@ -52,14 +52,9 @@ def test_the_adoption_preview_shows_imports_only(adoption: Any) -> None:
     program_steps = [step for step in preview["steps"] if type_of(step["urn"]) not in BOX_TYPES]
     assert adoption_check.problems(program_steps) == []
     assert imported(preview) == {
-        "mgmt-cert-manager",
-        "mgmt-cluster-api-operator",
+        *scenarios.RELEASE_RESOURCES,
         *(f"mgmt-ns-{namespace}" for namespace, _, _ in playbook_lab.PROVIDERS.values()),
-        "mgmt-core-cluster-api",
-        "mgmt-bootstrap-kubeadm",
-        "mgmt-controlplane-kubeadm",
-        "mgmt-infrastructure-proxmox",
-        "mgmt-ipam-in-cluster",
+        *scenarios.PROVIDER_CR_RESOURCES,
     }
 
 
@@ -100,3 +95,56 @@ def test_the_next_run_changes_nothing(adoption: Any) -> None:
 def test_the_charts_came_from_the_configured_repositories_only(adoption: Any) -> None:
     assert adoption["chart_unknown"] == []
     assert any(path.endswith("cert-manager-v1.21.2.tgz") for path in adoption["chart_requests"])
+
+
+# docs/adoption.md step 8, as far as the box goes: each targeted run, previewed first.
+
+
+def convergence_run(adoption: Any, group: str, action: str) -> dict[str, Any]:
+    run: dict[str, Any] = next(run for run in adoption["convergence"]["runs"][group] if run["action"] == action)
+    assert run["error"] == "", run["error"]
+    return run
+
+
+def updated(run: dict[str, Any]) -> set[str]:
+    return {step["urn"].rsplit("::", 1)[1] for step in run["steps"] if step["op"] == "update"}
+
+
+def test_converging_the_releases_is_one_helm_upgrade_each_and_nothing_else(adoption: Any) -> None:
+    assert updated(convergence_run(adoption, "releases", "preview")) == set(scenarios.RELEASE_RESOURCES)
+    writes = convergence_run(adoption, "releases", "up")["writes"]
+    assert {(verb, resource) for verb, resource, _, _ in writes} == {("create", "secrets"), ("update", "secrets")}
+    assert {name for _, _, name, _ in writes} == {
+        f"sh.helm.release.v1.{release}.v{revision}" for release in RELEASES for revision in (1, 2)
+    }
+
+
+def test_converging_the_provider_crs_adds_the_wait_annotation_and_keeps_their_spec(adoption: Any) -> None:
+    assert updated(convergence_run(adoption, "provider CRs", "up")) == set(scenarios.PROVIDER_CR_RESOURCES)
+    versions = playbook_lab.stack_versions()
+    for kind, (_, _, setting) in playbook_lab.PROVIDERS.items():
+        live = adoption["convergence"]["providers"][kind]
+        assert live["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Ready"
+        assert live["spec"]["version"] == versions[setting]
+
+
+def test_converging_the_capmox_secret_creates_the_programs_own_and_repoints_capmox(adoption: Any) -> None:
+    up = convergence_run(adoption, "CAPMOX Secret", "up")
+    created = [step["urn"].rsplit("::", 1)[1] for step in up["steps"] if step["op"] == "create"]
+    assert created == ["mgmt-capmox-credentials"]
+    secret = adoption["convergence"]["providers"]["InfrastructureProvider"]["spec"]["configSecret"]["name"]
+    assert secret.startswith("capmox-credentials-")
+    assert f"Secret/capmox-system/{secret}" in adoption["converged"]
+    # Deleted by hand afterwards (docs/adoption.md), never by the program.
+    assert f"Secret/capmox-system/{playbook_lab.CAPMOX_SECRET}" in adoption["converged"]
+
+
+def test_after_converging_nothing_is_left_to_change_and_nothing_was_recreated(adoption: Any) -> None:
+    final = convergence_run(adoption, "everything", "preview")
+    assert {step["op"] for step in final["steps"]} <= {"same", "read"}
+    adopted, converged = adoption["after"], adoption["converged"]
+    assert {key: uid for key, (uid, _) in converged.items() if key in adopted} == {
+        key: uid for key, (uid, _) in adopted.items()
+    }
+    for run in (run for runs in adoption["convergence"]["runs"].values() for run in runs):
+        assert [write for write in run["writes"] if write[0] == "delete"] == []
