@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import hashlib
 import io
-import ssl
-import subprocess
 import tarfile
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from e2e import https_server
 
 TEMPLATE = """apiVersion: v1
 kind: ConfigMap
@@ -99,25 +98,11 @@ def _index(charts: Sequence[Chart]) -> bytes:
     return yaml.safe_dump({"apiVersion": "v1", "entries": entries, "generated": "2026-03-01T00:00:00Z"}).encode()
 
 
-def _certificate(directory: Path, address: str) -> tuple[Path, Path]:
-    key, cert = directory / "charts.key", directory / "charts.crt"
-    subprocess.run(
-        [
-            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"),
-            *("-days", "1", "-subj", "/CN=chart-repo-standin", "-addext", f"subjectAltName=IP:{address}"),
-            *("-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return key, cert
-
-
 @contextmanager
 def serve(repositories: Mapping[str, Sequence[Chart]], directory: Path) -> Iterator[ChartRepoStandIn]:
     """The repositories (path -> charts) at https://127.0.0.1:<ephemeral port>/<path>."""
     address = "127.0.0.1"
-    key, cert = _certificate(directory, address)
+    key, cert = https_server.self_signed_certificate(directory, "chart-repo-standin", address)
     files: dict[str, bytes] = {}
     for path, charts in repositories.items():
         files[f"/{path}/index.yaml"] = _index(charts)
@@ -147,16 +132,6 @@ def serve(repositories: Mapping[str, Sequence[Chart]], directory: Path) -> Itera
         def log_message(self, format: str, *args: object) -> None:
             """Requests are recorded above; nothing goes to stderr."""
 
-    server = ThreadingHTTPServer((address, 0), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    standin = ChartRepoStandIn(url=f"https://{address}:{server.server_address[1]}", certificate=cert)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with https_server.serving(Handler, (address, 0), key, cert) as server:
+        standin = ChartRepoStandIn(url=f"https://{address}:{server.server_address[1]}", certificate=cert)
         yield standin
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

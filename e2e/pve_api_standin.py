@@ -10,14 +10,13 @@ method is answered 501 naming it and recorded as unknown, so a test can fail on 
 from __future__ import annotations
 
 import json
-import ssl
-import subprocess
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+
+from e2e import https_server
 
 PERMISSIONS_PATH = "/api2/json/access/permissions"
 
@@ -31,19 +30,6 @@ class PveApiStandIn:
     unknown: list[str] = field(default_factory=list)
 
 
-def _self_signed_certificate(directory: Path) -> tuple[Path, Path]:
-    key, cert = directory / "pve.key", directory / "pve.crt"
-    subprocess.run(
-        [
-            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"),
-            *("-nodes", "-days", "1", "-subj", "/CN=pve-standin", "-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return key, cert
-
-
 @contextmanager
 def serve(
     tokens: Mapping[tuple[str, str], Mapping[str, Mapping[str, int]]],
@@ -51,7 +37,7 @@ def serve(
     address: tuple[str, int] = ("127.0.0.1", 0),
 ) -> Iterator[PveApiStandIn]:
     """The stand-in at `address` (an ephemeral loopback port by default), for the block."""
-    key, cert = _self_signed_certificate(directory)
+    key, cert = https_server.self_signed_certificate(directory, "pve-standin", address[0])
     standin: PveApiStandIn
 
     class Handler(BaseHTTPRequestHandler):
@@ -87,16 +73,6 @@ def serve(
         def log_message(self, format: str, *args: object) -> None:
             """Requests are recorded above; nothing goes to stderr."""
 
-    server = ThreadingHTTPServer(address, Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    standin = PveApiStandIn(url=f"https://{address[0]}:{server.server_address[1]}/", certificate=cert)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with https_server.serving(Handler, address, key, cert) as server:
+        standin = PveApiStandIn(url=f"https://{address[0]}:{server.server_address[1]}/", certificate=cert)
         yield standin
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

@@ -1,0 +1,47 @@
+"""What the HTTPS stand-ins (e2e/pve_api_standin.py, e2e/chart_repo_standin.py) share: a
+throwaway self-signed certificate for the address they answer at, and a threaded server that
+runs for a `with` block."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+def self_signed_certificate(directory: Path, name: str, address: str) -> tuple[Path, Path]:
+    """(key, certificate), valid a day, for `address` (as CN and IP subject alternative name)."""
+    key, cert = directory / f"{name}.key", directory / f"{name}.crt"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"),
+            *("-days", "1", "-subj", f"/CN={name}", "-addext", f"subjectAltName=IP:{address}"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return key, cert
+
+
+@contextmanager
+def serving(
+    handler: type[BaseHTTPRequestHandler], address: tuple[str, int], key: Path, cert: Path
+) -> Iterator[ThreadingHTTPServer]:
+    """`handler` over TLS at `address` (port 0: an ephemeral one, in server_address) for the block."""
+    server = ThreadingHTTPServer(address, handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
