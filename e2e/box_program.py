@@ -1,6 +1,7 @@
-"""The management cluster's part of the program for the lab in a box: ClusterApi as __main__.py
-wires it, under the real engine and the real kubernetes plugin, against the box's API server, with
-the box's admin kubeconfig where __main__.py has the one the k3s steps read over SSH.
+"""The management cluster's part of the program for the lab in a box: ClusterApi and
+ReadOnlyAccess as __main__.py wires them, under the real engine and the real kubernetes plugin,
+against the box's API server, with the box's admin kubeconfig where __main__.py has the one the
+k3s steps read over SSH.
 
 The VM and the k3s host steps are left out because their plugins (proxmoxve, command) are not
 served by the Go module proxy (docs/versions.md); the host scripts are tested on their own
@@ -18,6 +19,7 @@ import pulumi_kubernetes as kubernetes
 
 from components.cluster_api import ClusterApi, last_deployed_versions
 from components.helm_repositories import verify_chart_repositories
+from components.readonly_access import ReadOnlyAccess
 from components.settings import load_settings
 
 # The host steps ClusterApi may ask for; any other is refused.
@@ -28,11 +30,13 @@ class BoxNode(pulumi.ComponentResource):
     """The box's cluster as a components.cluster_api.ClusterNode."""
 
     provider: kubernetes.Provider
+    kubeconfig: pulumi.Output[str]
 
     def __init__(self, name: str, kubeconfig: str) -> None:
         super().__init__("homelab:e2e:BoxNode", name)
+        self.kubeconfig = pulumi.Output.secret(kubeconfig)
         self.provider = kubernetes.Provider(
-            f"{name}-kubernetes", kubeconfig=pulumi.Output.secret(kubeconfig), opts=pulumi.ResourceOptions(parent=self)
+            f"{name}-kubernetes", kubeconfig=self.kubeconfig, opts=pulumi.ResourceOptions(parent=self)
         )
         self.register_outputs({})
 
@@ -65,15 +69,24 @@ def program(kubeconfig: str) -> Callable[[], None]:
         settings = load_settings()
         if settings.adopt:
             verify_chart_repositories(settings)
+        node = BoxNode("mgmt", kubeconfig)
         cluster_api = ClusterApi(
             "mgmt",
-            BoxNode("mgmt", kubeconfig),
+            node,
             settings.cluster_api,
             proxmox_url=settings.proxmox.endpoint,
             protected=settings.vm.protected,
             adopt=settings.adopt,
             deployed_versions=last_deployed_versions(),
         )
+        readonly = ReadOnlyAccess(
+            "mgmt-readonly",
+            node.provider,
+            node.kubeconfig,
+            context_name=f"{settings.vm.name}-ro",
+            token_generation=settings.cluster_api.readonly_token_generation,
+        )
+        pulumi.export("readonlyKubeconfig", readonly.kubeconfig)
         pulumi.export("providerVersions", cluster_api.provider_versions)
 
     return run

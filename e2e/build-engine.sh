@@ -4,8 +4,9 @@
 # one VARIABLE=directory line per thing built, for `export $(e2e/build-engine.sh ...)`:
 #
 #   e2e/build-engine.sh                the pulumi CLI: LAB_MGMT_ENGINE_BIN
-#   ... control-plane                  also etcd, kube-apiserver and kubectl at the Kubernetes
-#                                      minor of the pinned k3s: LAB_MGMT_CONTROL_PLANE_BIN
+#   ... control-plane                  also etcd, kube-apiserver, kube-controller-manager and
+#                                      kubectl at the Kubernetes minor of the pinned k3s:
+#                                      LAB_MGMT_CONTROL_PLANE_BIN
 #   ... plugins                        also the provider plugins that can be built here (only
 #                                      kubernetes: LAB_MGMT_KUBERNETES_PLUGIN_BIN), naming those
 #                                      that cannot, and the Helm client whose repositories that
@@ -150,22 +151,32 @@ report_unbuildable_plugins() {
 KUBERNETES_VERSION=1.35.4
 ETCD_VERSION=3.6.16
 
+KUBERNETES_COMMANDS="kube-apiserver kube-controller-manager kubectl"
+
 build_control_plane() {
-  local out="$cache/kubernetes-v$KUBERNETES_VERSION-etcd-v$ETCD_VERSION/bin" src kube_mod staging version_flags=""
-  if [ -x "$out/etcd" ] && [ -x "$out/kube-apiserver" ] && [ -x "$out/kubectl" ]; then
-    say "control plane (Kubernetes v$KUBERNETES_VERSION, etcd v$ETCD_VERSION): cached"
+  local out="$cache/kubernetes-v$KUBERNETES_VERSION-etcd-v$ETCD_VERSION/bin" src kube_mod staging version_flags="" missing=""
+  mkdir -p "$out"
+  if [ -x "$out/etcd" ]; then
+    say "etcd v$ETCD_VERSION: cached"
+  else
+    src="$cache/src/etcd-v$ETCD_VERSION"
+    rm -rf "$src" && mkdir -p "$src"
+    say "etcd v$ETCD_VERSION: building"
+    # The server module's own go.mod replaces its siblings by path: build it as a dependency.
+    (cd "$src" && go mod init lab-mgmt/etcd >/dev/null 2>&1 && go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >&2 &&
+      go build -trimpath -ldflags "-s -w" -o "$out/etcd.partial" go.etcd.io/etcd/server/v3)
+    mv "$out/etcd.partial" "$out/etcd"
+    rm -rf "$src"
+  fi
+
+  for command in $KUBERNETES_COMMANDS; do
+    [ -x "$out/$command" ] || missing="$missing $command"
+  done
+  if [ -z "$missing" ]; then
+    say "Kubernetes v$KUBERNETES_VERSION ($KUBERNETES_COMMANDS): cached"
     printf 'LAB_MGMT_CONTROL_PLANE_BIN=%s\n' "$out"
     return
   fi
-  mkdir -p "$out"
-  src="$cache/src/etcd-v$ETCD_VERSION"
-  rm -rf "$src" && mkdir -p "$src"
-  say "etcd v$ETCD_VERSION: building"
-  # The server module's own go.mod replaces its siblings by path: build it as a dependency.
-  (cd "$src" && go mod init lab-mgmt/etcd >/dev/null 2>&1 && go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >&2 &&
-    go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3)
-  rm -rf "$src"
-
   src="$cache/src/kubernetes-v$KUBERNETES_VERSION"
   rm -rf "$src" && mkdir -p "$src"
   kube_mod="$(module_dir "k8s.io/kubernetes@v$KUBERNETES_VERSION")/go.mod"
@@ -180,9 +191,10 @@ build_control_plane() {
     version_flags="$version_flags -X $package.gitVersion=v$KUBERNETES_VERSION -X $package.gitMajor=1"
     version_flags="$version_flags -X $package.gitMinor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2) -X $package.gitTreeState=clean"
   done
-  for command in kube-apiserver kubectl; do
+  for command in $missing; do
     say "$command v$KUBERNETES_VERSION: building"
-    (cd "$src" && go build -trimpath -ldflags "-s -w$version_flags" -o "$out/$command" "k8s.io/kubernetes/cmd/$command")
+    (cd "$src" && go build -trimpath -ldflags "-s -w$version_flags" -o "$out/$command.partial" "k8s.io/kubernetes/cmd/$command")
+    mv "$out/$command.partial" "$out/$command"
   done
   rm -rf "$src"
   printf 'LAB_MGMT_CONTROL_PLANE_BIN=%s\n' "$out"

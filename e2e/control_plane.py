@@ -1,6 +1,7 @@
-"""A real Kubernetes control plane for tests: etcd and kube-apiserver (built by
-`e2e/build-engine.sh control-plane`, whose directory the caller names in LAB_MGMT_CONTROL_PLANE_BIN),
-serving at the VM's address on port 6443, with an admin token, and an audit log of every request
+"""A real Kubernetes control plane for tests: etcd, kube-apiserver and kube-controller-manager's
+service account token controller (built by `e2e/build-engine.sh control-plane`, whose directory
+the caller names in LAB_MGMT_CONTROL_PLANE_BIN), serving at the VM's address on port 6443, with
+an admin token, and an audit log of every request
 on HelmCharts and provider CRs (with what was sent), on Secrets, and of every write, so that a test
 can tell what a script or the engine did and in which order.
 
@@ -10,6 +11,7 @@ address is on loopback.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import ssl
@@ -26,6 +28,9 @@ from e2e.engine import built_bin
 
 ADMIN_TOKEN = "lab-in-a-box-admin"
 ADMIN_USER = "admin"
+# The controller's own identity, so that the audit log tells its writes from the admin's.
+CONTROLLER_TOKEN = "lab-in-a-box-controller"
+CONTROLLER_USER = "system:kube-controller-manager"
 READY_BOUND_SECONDS = 90
 
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
@@ -57,15 +62,22 @@ class ControlPlane:
         return self.root / "admin.kubeconfig"
 
     def kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """As the admin; a failure raises."""
+        done = self.kubectl_as(self.kubeconfig, *args, stdin=stdin)
+        done.check_returncode()
+        return done
+
+    def kubectl_as(self, kubeconfig: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """As whoever `kubeconfig` names, whatever the outcome."""
         return subprocess.run(
-            [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            [str(self.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
             # Its discovery cache goes under $HOME: the box's own directory.
             env={**os.environ, "HOME": str(self.root)},
             input=stdin,
             capture_output=True,
             text=True,
             timeout=60,
-            check=True,
+            check=False,
         )
 
     def audit(self) -> list[dict[str, Any]]:
@@ -74,15 +86,17 @@ class ControlPlane:
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def _write_admin_kubeconfig(path: Path, server: str) -> None:
+def _write_kubeconfig(path: Path, server: str, ca: Path, user: str, token: str) -> None:
+    """Like k3s's: the server's certificate (self-signed, so its own CA) in the file."""
+    ca_data = base64.b64encode(ca.read_bytes()).decode()
     path.write_text(
         json.dumps(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": "box", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
-                "users": [{"name": "admin", "user": {"token": ADMIN_TOKEN}}],
-                "contexts": [{"name": "box", "context": {"cluster": "box", "user": "admin"}}],
+                "clusters": [{"name": "box", "cluster": {"server": server, "certificate-authority-data": ca_data}}],
+                "users": [{"name": user, "user": {"token": token}}],
+                "contexts": [{"name": "box", "context": {"cluster": "box", "user": user}}],
                 "current-context": "box",
             }
         )
@@ -114,7 +128,10 @@ def running(root: Path, address: str) -> Iterator[ControlPlane]:
     """etcd and kube-apiserver at `address`:6443 for the block; stopped afterwards."""
     bin_dir = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kube-apiserver")
     root.mkdir(parents=True, exist_ok=True)
-    (root / "tokens.csv").write_text(f'{ADMIN_TOKEN},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
+    (root / "tokens.csv").write_text(
+        f'{ADMIN_TOKEN},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'
+        f'{CONTROLLER_TOKEN},{CONTROLLER_USER},{CONTROLLER_USER},"system:masters"\n'
+    )
     (root / "audit-policy.yaml").write_text(AUDIT_POLICY)
     subprocess.run(["openssl", "genrsa", "-out", str(root / "sa.key"), "2048"], check=True, capture_output=True)
     subprocess.run(
@@ -158,16 +175,35 @@ def running(root: Path, address: str) -> Iterator[ControlPlane]:
         stderr=subprocess.STDOUT,
     )
     processes = {"etcd": etcd, "kube-apiserver": apiserver}
+    logs = [etcd_log, apiserver_log]
     try:
-        _write_admin_kubeconfig(root / "admin.kubeconfig", server)
         _wait_ready(server, processes, root)
+        ca = root / "pki" / "apiserver.crt"
+        _write_kubeconfig(root / "admin.kubeconfig", server, ca, ADMIN_USER, ADMIN_TOKEN)
+        _write_kubeconfig(root / "controller.kubeconfig", server, ca, CONTROLLER_USER, CONTROLLER_TOKEN)
+        # Only the token controller: it fills service account token Secrets in, as k3s's does.
+        controller_log = (root / "kube-controller-manager.log").open("wb")
+        logs.append(controller_log)
+        processes["kube-controller-manager"] = subprocess.Popen(
+            [
+                str(bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={root / 'controller.kubeconfig'}",
+                "--controllers=serviceaccount-token-controller",
+                f"--service-account-private-key-file={root / 'sa.key'}",
+                f"--root-ca-file={root / 'pki' / 'apiserver.crt'}",
+                "--leader-elect=false",
+                "--secure-port=0",
+            ],
+            stdout=controller_log,
+            stderr=subprocess.STDOUT,
+        )
         yield ControlPlane(bin_dir, root, address)
     finally:
-        for process in (apiserver, etcd):
+        for process in reversed(processes.values()):
             process.terminate()
             try:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
-        etcd_log.close()
-        apiserver_log.close()
+        for log in logs:
+            log.close()

@@ -266,14 +266,17 @@ def adoption_run(root: str) -> dict[str, Any]:
                 steps.append(_step(engine, ("config", "set", *setting)))
             stack = engine.inline_stack(program=box_program.program(cluster.kubeconfig.read_text()))
             runs = [_engine_run(stack, cluster, action) for action in ("preview", "up", "preview", "up")]
-            outputs = {key: value.value for key, value in stack.outputs().items()}
+            outputs = stack.outputs()
+            readonly = _readonly_reads(cluster, base / "readonly.kubeconfig", outputs["readonlyKubeconfig"].value)
             adopted = playbook_lab.snapshot(cluster)
             convergence = _converge(engine, stack, cluster, runs[1]["steps"])
         return {
             "handover": handover,
             "steps": steps,
             "runs": runs,
-            "outputs": outputs,
+            "provider_versions": outputs["providerVersions"].value,
+            "secret_outputs": sorted(key for key, value in outputs.items() if value.secret),
+            "readonly": readonly,
             "chart_requests": charts.requests,
             "chart_unknown": charts.unknown,
             "before": before,
@@ -281,6 +284,23 @@ def adoption_run(root: str) -> dict[str, Any]:
             "convergence": convergence,
             "converged": playbook_lab.snapshot(cluster),
         }
+
+
+def _readonly_reads(cluster: control_plane.ControlPlane, path: Path, kubeconfig: str) -> dict[str, Any]:
+    """What the stack's read-only kubeconfig may do: list pods and provider CRs, not Secrets."""
+    path.write_text(kubeconfig)
+    path.chmod(0o600)
+    attempts = {
+        "pods": ("get", "pods", "-A"),
+        "coreproviders": ("get", f"coreproviders.{playbook_lab.PROVIDER_GROUP}", "-A"),
+        "secrets": ("get", "secrets", "-A"),
+        "delete namespace": ("delete", "namespace", "capi-system", "--dry-run=server"),
+    }
+    results = {}
+    for name, args in attempts.items():
+        done = cluster.kubectl_as(path, *args)
+        results[name] = {"rc": done.returncode, "stderr": done.stderr}
+    return results
 
 
 def _converge(

@@ -58,11 +58,19 @@ def test_the_adoption_preview_shows_imports_only(adoption: Any) -> None:
     }
 
 
-def test_the_adoption_up_writes_nothing_to_the_cluster(adoption: Any) -> None:
+def test_the_adoption_up_writes_nothing_but_its_own_readonly_account(adoption: Any) -> None:
     up = adoption["runs"][UP]
     assert up["error"] == "", up["error"]
     assert imported(up) == imported(adoption["runs"][PREVIEW])
-    assert up["writes"] == []
+    # Only the program's own read-only account is new (server-side apply creates by patch).
+    written = {(verb, resource, name) for verb, resource, name, _ in up["writes"]}
+    assert {resource for _, resource, _ in written} == {
+        "clusterroles",
+        "serviceaccounts",
+        "clusterrolebindings",
+        "secrets",
+    }, written
+    assert all(verb in ("create", "patch") and name.startswith("lab-mgmt-readonly") for verb, _, name in written)
 
 
 def test_no_playbook_object_is_recreated_or_changed(adoption: Any) -> None:
@@ -80,7 +88,24 @@ def test_no_playbook_object_is_recreated_or_changed(adoption: Any) -> None:
 def test_the_stack_reports_the_playbook_versions(adoption: Any) -> None:
     versions = playbook_lab.stack_versions()
     expected = {setting: versions[setting] for _, _, setting in playbook_lab.PROVIDERS.values()}
-    assert adoption["outputs"]["providerVersions"] == expected
+    assert adoption["provider_versions"] == expected
+
+
+def test_the_readonly_account_is_the_programs_own_and_can_only_read(adoption: Any) -> None:
+    """Created next to the inspector's capi-readonly objects, which keep their UIDs (above); its
+    token came from the real token controller, and its kubeconfig reads but neither lists Secrets
+    nor deletes."""
+    created = {step["urn"].rsplit("::", 1)[1] for step in adoption["runs"][UP]["steps"] if step["op"] == "create"}
+    assert {"mgmt-readonly-role", "mgmt-readonly-account", "mgmt-readonly-binding", "mgmt-readonly-token"} <= created
+    assert f"ServiceAccount/kube-system/{playbook_lab.INSPECTOR}" in adoption["after"]
+    assert "ServiceAccount/kube-system/lab-mgmt-readonly" in adoption["after"]
+    assert "readonlyKubeconfig" in adoption["secret_outputs"]
+    reads = adoption["readonly"]
+    assert reads["pods"]["rc"] == 0, reads["pods"]
+    assert reads["coreproviders"]["rc"] == 0, reads["coreproviders"]
+    for forbidden in ("secrets", "delete namespace"):
+        assert reads[forbidden]["rc"] != 0
+        assert "Forbidden" in reads[forbidden]["stderr"], reads[forbidden]
 
 
 def test_the_next_run_changes_nothing(adoption: Any) -> None:
