@@ -1,5 +1,5 @@
-"""The management cluster's part of the program for the lab in a box: ClusterApi and
-ReadOnlyAccess as __main__.py wires them, under the real engine and the real kubernetes plugin,
+"""The Kubernetes part of the program for the lab in a box: ClusterApi, ReadOnlyAccess and
+WorkloadClusterAccess as __main__.py wires them, under the real engine and the real kubernetes plugin,
 against the box's API server, with the box's admin kubeconfig where __main__.py has the one the
 k3s steps read over SSH.
 
@@ -21,6 +21,7 @@ from components.cluster_api import ClusterApi, last_deployed_versions
 from components.helm_repositories import verify_chart_repositories
 from components.readonly_access import ReadOnlyAccess
 from components.settings import load_settings
+from components.workload_cluster import WorkloadClusterAccess
 
 # The host steps ClusterApi may ask for; any other is refused.
 KNOWN_HOST_STEPS = {"operator_ready.sh"}
@@ -86,7 +87,17 @@ def program(kubeconfig: str) -> Callable[[], None]:
             context_name=f"{settings.vm.name}-ro",
             token_generation=settings.cluster_api.readonly_token_generation,
         )
+        workload_clusters = {
+            cluster.name: WorkloadClusterAccess(
+                cluster, node.provider, token_generation=settings.cluster_api.readonly_token_generation
+            )
+            for cluster in settings.cluster_api.workload_clusters
+        }
         pulumi.export("readonlyKubeconfig", readonly.kubeconfig)
+        pulumi.export(
+            "workloadReadonlyKubeconfigs",
+            pulumi.Output.secret({name: access.kubeconfig for name, access in workload_clusters.items()}),
+        )
         pulumi.export("providerVersions", cluster_api.provider_versions)
 
     return run

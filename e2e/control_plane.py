@@ -146,9 +146,10 @@ def running(root: Path, address: str) -> Iterator[ControlPlane]:
         [
             str(bin_dir / "etcd"),
             f"--data-dir={root / 'etcd'}",
-            *("--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379"),
-            *("--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380"),
-            *("--initial-cluster=default=http://127.0.0.1:2380", "--unsafe-no-fsync"),
+            # On the cluster's own address, so that two clusters can run side by side.
+            *(f"--listen-client-urls=http://{address}:2379", f"--advertise-client-urls=http://{address}:2379"),
+            *(f"--listen-peer-urls=http://{address}:2380", f"--initial-advertise-peer-urls=http://{address}:2380"),
+            *(f"--initial-cluster=default=http://{address}:2380", "--unsafe-no-fsync"),
         ],
         stdout=etcd_log,
         stderr=subprocess.STDOUT,
@@ -156,7 +157,7 @@ def running(root: Path, address: str) -> Iterator[ControlPlane]:
     apiserver = subprocess.Popen(
         [
             str(bin_dir / "kube-apiserver"),
-            "--etcd-servers=http://127.0.0.1:2379",
+            f"--etcd-servers=http://{address}:2379",
             f"--bind-address={address}",
             f"--advertise-address={address}",
             "--secure-port=6443",

@@ -3,7 +3,8 @@ left on the running lab"), laid out on the box's real API server: k3s's HelmChar
 helm-controller's finalizer and their manifest files, the two Helm releases as `helm install`
 stores them (release record, and the one object each stand-in chart renders), the provider
 objects applied client-side from capi-providers.yaml and Ready, the inspector's RBAC and the
-workload cluster's kubeconfig Secret.
+workload cluster lab1's kubeconfig Secret; and inside lab1 (a second API server), the
+inspector's RBAC.
 
 `snapshot` reads back every object the playbook made, with its UID and resourceVersion, so a test
 can tell whether anything was re-created or written.
@@ -67,16 +68,9 @@ PROVIDERS = {
 CAPMOX_SECRET = "capmox-variables"
 INSPECTOR = "capi-readonly"
 
-# What `snapshot` reads: every kind the playbook made objects of.
-SNAPSHOT_KINDS = [
-    "namespaces",
-    "secrets",
-    "configmaps",
-    "serviceaccounts",
-    "clusterroles",
-    "clusterrolebindings",
-    *(f"{kind.lower()}s.{PROVIDER_GROUP}" for kind in PROVIDERS),
-]
+# What `snapshot` reads: every kind the playbook made objects of (lab1 has the core ones only).
+CORE_KINDS = ["namespaces", "secrets", "configmaps", "serviceaccounts", "clusterroles", "clusterrolebindings"]
+SNAPSHOT_KINDS = [*CORE_KINDS, *(f"{kind.lower()}s.{PROVIDER_GROUP}" for kind in PROVIDERS)]
 
 
 def provider_crd(kind: str) -> str:
@@ -224,15 +218,26 @@ subjects:
 - {{kind: ServiceAccount, name: {INSPECTOR}, namespace: kube-system}}
 """
 
-LAB1_KUBECONFIG_SECRET = """apiVersion: v1
-kind: Secret
-metadata: {name: lab1-kubeconfig, namespace: default}
-type: cluster.x-k8s.io/secret
-data: {value: YXBpVmVyc2lvbjogdjEKa2luZDogQ29uZmlnCg==}
-"""
+# What lab1-kubeconfig holds where the box runs no lab1.
+NO_CLUSTER_KUBECONFIG = "apiVersion: v1\nkind: Config\n"
 
 
-def lay_out(cluster: ControlPlane, manifests: Path, capmox_data: dict[str, str]) -> None:
+def workload_kubeconfig_secret(name: str, kubeconfig: str) -> str:
+    """The Secret `<name>-kubeconfig` that CAPI keeps of a workload cluster's admin kubeconfig."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{name}-kubeconfig", "namespace": "default"},
+            "type": "cluster.x-k8s.io/secret",
+            "data": {"value": base64.b64encode(kubeconfig.encode()).decode()},
+        }
+    )
+
+
+def lay_out(
+    cluster: ControlPlane, manifests: Path, capmox_data: dict[str, str], lab1_kubeconfig: str = NO_CLUSTER_KUBECONFIG
+) -> None:
     """The playbook's end state on `cluster`, with the HelmChart files in `manifests`."""
     crds = [HELMCHART_CRD, *(provider_crd(kind) for kind in PROVIDERS)]
     cluster.kubectl("apply", "-f", "-", stdin="---\n".join(crds))
@@ -259,12 +264,17 @@ def lay_out(cluster: ControlPlane, manifests: Path, capmox_data: dict[str, str])
             *("--subresource=status", "--type=merge", "-p", json.dumps({"status": status})),
         )
     cluster.kubectl("apply", "-f", "-", stdin=INSPECTOR_RBAC)
-    cluster.kubectl("apply", "-f", "-", stdin=LAB1_KUBECONFIG_SECRET)
+    cluster.kubectl("apply", "-f", "-", stdin=workload_kubeconfig_secret("lab1", lab1_kubeconfig))
 
 
-def snapshot(cluster: ControlPlane) -> dict[str, list[str]]:
-    """kind/namespace/name -> [uid, resourceVersion] of every object of the playbook's kinds."""
-    listed = json.loads(cluster.kubectl("get", ",".join(SNAPSHOT_KINDS), "-A", "-o", "json").stdout)
+def lay_out_lab1(cluster: ControlPlane) -> None:
+    """What the box's lab1 holds: the inspector's RBAC, which its weekly script applies there too."""
+    cluster.kubectl("apply", "-f", "-", stdin=INSPECTOR_RBAC)
+
+
+def snapshot(cluster: ControlPlane, kinds: list[str] = SNAPSHOT_KINDS) -> dict[str, list[str]]:
+    """kind/namespace/name -> [uid, resourceVersion] of every object of `kinds`."""
+    listed = json.loads(cluster.kubectl("get", ",".join(kinds), "-A", "-o", "json").stdout)
     objects = {}
     for item in listed["items"]:
         meta = item["metadata"]

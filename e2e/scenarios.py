@@ -23,6 +23,8 @@ CAPMOX_SECRET = "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
 PROXMOX_ADDRESS = "192.168.0.8"
 PROXMOX_PORT = 8006
 VM_ADDRESS = "192.168.4.21"
+# The spec does not say where lab1's API server is; any free address of the lab's subnet will do.
+LAB1_ADDRESS = "192.168.4.40"
 
 
 def _readme_first_run(engine: Engine, secrets: dict[str, str]) -> list[dict[str, Any]]:
@@ -233,11 +235,17 @@ def adoption_run(root: str) -> dict[str, Any]:
     the hand-over, the stack config, the adoption preview and `pulumi up`, then a second preview
     and up, which must find nothing to do. The playbook's objects are read before and after."""
     base = Path(root)
-    with control_plane.running(base / "control-plane", VM_ADDRESS) as cluster:
+    with (
+        control_plane.running(base / "control-plane", VM_ADDRESS) as cluster,
+        control_plane.running(base / "lab1", LAB1_ADDRESS) as lab1,
+    ):
         manifests = base / "manifests"
-        playbook_lab.lay_out(cluster, manifests, _playbook_capmox_data())
+        playbook_lab.lay_out(cluster, manifests, _playbook_capmox_data(), lab1.kubeconfig.read_text())
+        playbook_lab.lay_out_lab1(lab1)
         handover = _handover(cluster, base, manifests)
         before = playbook_lab.snapshot(cluster)
+        lab1_before = playbook_lab.snapshot(lab1, playbook_lab.CORE_KINDS)
+        lab1_mark = len(lab1.audit())
         with chart_repo_standin.serve(CHART_REPOS, base) as charts:
             engine = fresh_engine(
                 base / "engine",
@@ -262,12 +270,23 @@ def adoption_run(root: str) -> dict[str, Any]:
                 ("--plaintext", "capmoxExistingSecret", playbook_lab.CAPMOX_SECRET),
                 ("certManagerChartRepo", f"{charts.url}/jetstack"),
                 ("capiOperatorChartRepo", f"{charts.url}/capi-operator"),
+                # docs/operations.md: read-only access to lab1.
+                ("--path", "workloadClusters[0]", "default/lab1"),
             ):
                 steps.append(_step(engine, ("config", "set", *setting)))
             stack = engine.inline_stack(program=box_program.program(cluster.kubeconfig.read_text()))
             runs = [_engine_run(stack, cluster, action) for action in ("preview", "up", "preview", "up")]
             outputs = stack.outputs()
-            readonly = _readonly_reads(cluster, base / "readonly.kubeconfig", outputs["readonlyKubeconfig"].value)
+            readonly = _readonly_reads(
+                cluster,
+                base / "readonly.kubeconfig",
+                outputs["readonlyKubeconfig"].value,
+                coreproviders=("get", f"coreproviders.{playbook_lab.PROVIDER_GROUP}", "-A"),
+            )
+            lab1_readonly = _readonly_reads(
+                lab1, base / "lab1-readonly.kubeconfig", outputs["workloadReadonlyKubeconfigs"].value["lab1"]
+            )
+            lab1_writes = [request for request in _requests_since(lab1, lab1_mark) if request[0] in WRITES]
             adopted = playbook_lab.snapshot(cluster)
             convergence = _converge(engine, stack, cluster, runs[1]["steps"])
         return {
@@ -277,6 +296,10 @@ def adoption_run(root: str) -> dict[str, Any]:
             "provider_versions": outputs["providerVersions"].value,
             "secret_outputs": sorted(key for key, value in outputs.items() if value.secret),
             "readonly": readonly,
+            "lab1_readonly": lab1_readonly,
+            "lab1_before": lab1_before,
+            "lab1_after": playbook_lab.snapshot(lab1, playbook_lab.CORE_KINDS),
+            "lab1_writes": lab1_writes,
             "chart_requests": charts.requests,
             "chart_unknown": charts.unknown,
             "before": before,
@@ -286,15 +309,18 @@ def adoption_run(root: str) -> dict[str, Any]:
         }
 
 
-def _readonly_reads(cluster: control_plane.ControlPlane, path: Path, kubeconfig: str) -> dict[str, Any]:
-    """What the stack's read-only kubeconfig may do: list pods and provider CRs, not Secrets."""
+def _readonly_reads(
+    cluster: control_plane.ControlPlane, path: Path, kubeconfig: str, **more: tuple[str, ...]
+) -> dict[str, Any]:
+    """What a read-only kubeconfig of the stack may do: the reads in `more` and listing pods; not
+    listing Secrets nor deleting a namespace."""
     path.write_text(kubeconfig)
     path.chmod(0o600)
     attempts = {
         "pods": ("get", "pods", "-A"),
-        "coreproviders": ("get", f"coreproviders.{playbook_lab.PROVIDER_GROUP}", "-A"),
+        **more,
         "secrets": ("get", "secrets", "-A"),
-        "delete namespace": ("delete", "namespace", "capi-system", "--dry-run=server"),
+        "delete namespace": ("delete", "namespace", "kube-system", "--dry-run=server"),
     }
     results = {}
     for name, args in attempts.items():
