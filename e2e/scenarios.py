@@ -65,6 +65,15 @@ def readme_first_run(root: str) -> dict[str, Any]:
     }
 
 
+def documented_config_sets(root: str, commands: list[list[str]]) -> list[dict[str, Any]]:
+    """Each `pulumi config set` the docs show, as typed, on a fresh stack; a secret the command
+    reads from stdin gets a UUID, as a Proxmox token secret is."""
+    engine = fresh_engine(Path(root))
+    ran = [_step(engine, ("stack", "init", "lab"))]
+    ran += [_step(engine, tuple(command), stdin=PROGRAM_SECRET) for command in commands]
+    return ran
+
+
 def cli_preview(root: str, unset: list[str], settings: dict[str, str]) -> dict[str, Any]:
     """The README's steps, then config changes, then `pulumi preview --stack lab` as typed."""
     engine = fresh_engine(Path(root))

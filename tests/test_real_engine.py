@@ -10,6 +10,8 @@ the Go module proxy does not serve (docs/versions.md).
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import harness
 import pytest
 
 from e2e import scenarios
+from e2e.engine import REPO
 from e2e.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
@@ -139,3 +142,29 @@ def test_an_adoption_that_would_change_the_lab_is_refused_naming_the_setting(tmp
     result = _inline_preview(tmp_path, {"adopt": "true"}, {}, LAB_TOKENS)
     assert "lab-mgmt:adopt: true needs capmoxExistingSecret" in result["error"]
     assert result["requests"] == [], "settings are refused before anything is asked of Proxmox"
+
+
+# What a documented command holds where the reader puts a value of their own.
+PLACEHOLDERS = ("$(", "<", "…", " KEY")
+
+
+def documented_config_sets() -> list[list[str]]:
+    """Every `pulumi config set` in the README and docs/, as the reader would type it."""
+    commands = []
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for line in re.findall(r"pulumi config set [^`\n]*", doc.read_text()):
+            for part in line.split("&&"):
+                command = part.split(" #", 1)[0].strip()
+                if command.startswith("pulumi config set") and not any(mark in command for mark in PLACEHOLDERS):
+                    commands.append(shlex.split(command)[1:])
+    return commands
+
+
+def test_every_documented_config_set_is_accepted_by_the_cli(tmp_path: Path) -> None:
+    """The CLI refuses a plain value for a key that looks secret ("Token", "Secret" in its
+    name) unless told `--plaintext`; a newcomer copying the docs must not meet that."""
+    commands = documented_config_sets()
+    assert len(commands) >= 15, commands
+    assert ["config", "set", "--plaintext", "capmoxExistingSecret", "capmox-variables"] in commands
+    for step in in_new_netns("documented_config_sets", str(tmp_path), commands):
+        assert step["rc"] == 0, step
