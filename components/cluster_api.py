@@ -92,10 +92,11 @@ def own_stack_reference_name(organization: str, project: str, stack: str) -> str
 
 
 class ClusterNode(Protocol):
-    """What ClusterApi needs of the node its cluster runs on (components.k3s_node.K3sNode): the
-    cluster's Kubernetes provider, and a way to run a script on the node."""
+    """What the program needs of the node its cluster runs on (components.k3s_node.K3sNode): the
+    cluster's Kubernetes provider and admin kubeconfig, and a way to run a script on the node."""
 
     provider: kubernetes.Provider
+    kubeconfig: pulumi.Output[str]
 
     def host_step(
         self,

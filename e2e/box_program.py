@@ -1,7 +1,6 @@
-"""The Kubernetes part of the program for the lab in a box: ClusterApi, ReadOnlyAccess and
-WorkloadClusterAccess as __main__.py wires them, under the real engine and the real kubernetes plugin,
-against the box's API server, with the box's admin kubeconfig where __main__.py has the one the
-k3s steps read over SSH.
+"""The Kubernetes part of the program for the lab in a box: components.management_cluster, as
+__main__.py wires it, under the real engine and the real kubernetes plugin, against the box's API
+server, with the box's admin kubeconfig where __main__.py has the one the k3s steps read over SSH.
 
 The VM and the k3s host steps are left out because their plugins (proxmoxve, command) are not
 served by the Go module proxy (docs/versions.md); the host scripts are tested on their own
@@ -17,11 +16,9 @@ from collections.abc import Callable, Sequence
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.cluster_api import ClusterApi, last_deployed_versions
 from components.helm_repositories import verify_chart_repositories
-from components.readonly_access import ReadOnlyAccess
+from components.management_cluster import manage_cluster
 from components.settings import load_settings
-from components.workload_cluster import WorkloadClusterAccess
 
 # The host steps ClusterApi may ask for; any other is refused.
 KNOWN_HOST_STEPS = {"operator_ready.sh"}
@@ -70,34 +67,9 @@ def program(kubeconfig: str) -> Callable[[], None]:
         settings = load_settings()
         if settings.adopt:
             verify_chart_repositories(settings)
-        node = BoxNode("mgmt", kubeconfig)
-        cluster_api = ClusterApi(
-            "mgmt",
-            node,
-            settings.cluster_api,
-            proxmox_url=settings.proxmox.endpoint,
-            protected=settings.vm.protected,
-            adopt=settings.adopt,
-            deployed_versions=last_deployed_versions(),
-        )
-        readonly = ReadOnlyAccess(
-            "mgmt-readonly",
-            node.provider,
-            node.kubeconfig,
-            context_name=f"{settings.vm.name}-ro",
-            token_generation=settings.cluster_api.readonly_token_generation,
-        )
-        workload_clusters = {
-            cluster.name: WorkloadClusterAccess(
-                cluster, node.provider, token_generation=settings.cluster_api.readonly_token_generation
-            )
-            for cluster in settings.cluster_api.workload_clusters
-        }
-        pulumi.export("readonlyKubeconfig", readonly.kubeconfig)
-        pulumi.export(
-            "workloadReadonlyKubeconfigs",
-            pulumi.Output.secret({name: access.kubeconfig for name, access in workload_clusters.items()}),
-        )
-        pulumi.export("providerVersions", cluster_api.provider_versions)
+        cluster = manage_cluster(settings, BoxNode("mgmt", kubeconfig))
+        pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
+        pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)
+        pulumi.export("providerVersions", cluster.provider_versions)
 
     return run
