@@ -240,9 +240,11 @@ def _engine_run(
 
 
 def adoption_run(root: str) -> dict[str, Any]:
-    """docs/adoption.md's steps on the playbook's lab, as far as the box goes (e2e/box_program.py):
-    the hand-over, the stack config, the adoption preview and `pulumi up`, then a second preview
-    and up, which must find nothing to do. The playbook's objects are read before and after."""
+    """docs/adoption.md's steps on the playbook's lab and lab1, as far as the box goes
+    (e2e/box_program.py): the hand-over, the Helm client and the stack config, the adoption
+    preview and `pulumi up`, then a second preview and up, which must find nothing to do; what
+    the read-only kubeconfigs may do; then the convergence runs. Both clusters' objects are read
+    before and after, and every write the engine sent is read from their audit logs."""
     base = Path(root)
     with (
         control_plane.running(base / "control-plane", VM_ADDRESS) as cluster,
