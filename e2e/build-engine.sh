@@ -84,10 +84,11 @@ build_cli() {
   printf 'LAB_MGMT_ENGINE_BIN=%s\n' "$out"
 }
 
-# The proxy serves the kubernetes provider's module only at this pseudo-version (a commit of
-# January 2026, between releases 4.24 and 4.25), not at the pinned SDK's 4.34.2: the newest there
-# is. The CLI runs it from PATH in place of 4.34.2 and says so in its output (docs/versions.md).
-KUBERNETES_PLUGIN_VERSION=4.0.0-20260115033456-f47bc2d6f199
+# The proxy serves the kubernetes provider's module only at one pseudo-version, which is the
+# commit tagged v4.25.0, not at the pinned SDK's 4.34.2: the newest there is. The CLI runs it from
+# PATH in place of 4.34.2 and says so in its output (docs/versions.md).
+KUBERNETES_PLUGIN_VERSION=4.25.0
+KUBERNETES_PLUGIN_MODULE_VERSION=v4.0.0-20260115033456-f47bc2d6f199
 
 build_kubernetes_plugin() {
   local out="$cache/pulumi-resource-kubernetes-v$KUBERNETES_PLUGIN_VERSION/bin" src cmd
@@ -96,7 +97,7 @@ build_kubernetes_plugin() {
   else
     src="$cache/src/pulumi-kubernetes-v$KUBERNETES_PLUGIN_VERSION"
     rm -rf "$src" && mkdir -p "$out"
-    cp -a "$(module_dir "github.com/pulumi/pulumi-kubernetes/provider/v4@v$KUBERNETES_PLUGIN_VERSION")" "$src"
+    cp -a "$(module_dir "github.com/pulumi/pulumi-kubernetes/provider/v4@$KUBERNETES_PLUGIN_MODULE_VERSION")" "$src"
     chmod -R u+w "$src"
     # Its go.mod points the SDK at the monorepo's ../sdk: take the version it requires instead.
     (cd "$src" && go mod edit -dropreplace=github.com/pulumi/pulumi-kubernetes/sdk/v4)

@@ -213,11 +213,15 @@ def _engine_run(
     """One `preview` or `up` of the box program: each resource's step, the error if it failed,
     and every write the engine (the admin user) sent to the API server."""
     steps: list[dict[str, str]] = []
+    warnings: list[str] = []
 
     def on_event(event: auto.EngineEvent) -> None:
         pre = event.resource_pre_event
         if pre is not None:
             steps.append({"op": str(pre.metadata.op.value), "urn": pre.metadata.urn})
+        diagnostic = event.diagnostic_event
+        if diagnostic is not None and diagnostic.severity == "warning":
+            warnings.append(diagnostic.message.strip())
 
     audited = len(cluster.audit())
     error = ""
@@ -236,6 +240,7 @@ def _engine_run(
         "summary": {str(getattr(op, "value", op)): count for op, count in summary.items()},
         "error": error,
         "writes": writes,
+        "warnings": warnings,
     }
 
 
