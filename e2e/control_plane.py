@@ -26,11 +26,17 @@ from typing import Any
 
 from e2e.engine import built_bin
 
-ADMIN_TOKEN = "lab-in-a-box-admin"
 ADMIN_USER = "admin"
-# The controller's own identity, so that the audit log tells its writes from the admin's.
-CONTROLLER_TOKEN = "lab-in-a-box-controller"
 CONTROLLER_USER = "system:kube-controller-manager"
+OPERATOR_USER = "capi-operator-standin"
+# Who may talk to the box, each with a token and a kubeconfig (`<user>.kubeconfig`) of its own, so
+# that the audit log tells the admin's requests (scripts, kubectl, the engine) from the
+# controllers'. All are cluster admins.
+TOKENS = {
+    ADMIN_USER: "lab-in-a-box-admin",
+    CONTROLLER_USER: "lab-in-a-box-controller",
+    OPERATOR_USER: "lab-in-a-box-operator",
+}
 READY_BOUND_SECONDS = 90
 
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
@@ -59,7 +65,10 @@ class ControlPlane:
 
     @property
     def kubeconfig(self) -> Path:
-        return self.root / "admin.kubeconfig"
+        return self.kubeconfig_of(ADMIN_USER)
+
+    def kubeconfig_of(self, user: str) -> Path:
+        return self.root / f"{user.replace(':', '-')}.kubeconfig"
 
     def kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """As the admin; a failure raises."""
@@ -107,7 +116,7 @@ def _wait_ready(server: str, processes: dict[str, subprocess.Popen[bytes]], logs
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
-    request = urllib.request.Request(f"{server}/readyz", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})  # noqa: S310
+    request = urllib.request.Request(f"{server}/readyz", headers={"Authorization": f"Bearer {TOKENS[ADMIN_USER]}"})  # noqa: S310
     deadline = time.monotonic() + READY_BOUND_SECONDS
     while time.monotonic() < deadline:
         for name, process in processes.items():
@@ -129,8 +138,7 @@ def running(root: Path, address: str) -> Iterator[ControlPlane]:
     bin_dir = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kube-apiserver")
     root.mkdir(parents=True, exist_ok=True)
     (root / "tokens.csv").write_text(
-        f'{ADMIN_TOKEN},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'
-        f'{CONTROLLER_TOKEN},{CONTROLLER_USER},{CONTROLLER_USER},"system:masters"\n'
+        "".join(f'{token},{user},{user},"system:masters"\n' for user, token in TOKENS.items())
     )
     (root / "audit-policy.yaml").write_text(AUDIT_POLICY)
     subprocess.run(["openssl", "genrsa", "-out", str(root / "sa.key"), "2048"], check=True, capture_output=True)
@@ -180,15 +188,16 @@ def running(root: Path, address: str) -> Iterator[ControlPlane]:
     try:
         _wait_ready(server, processes, root)
         ca = root / "pki" / "apiserver.crt"
-        _write_kubeconfig(root / "admin.kubeconfig", server, ca, ADMIN_USER, ADMIN_TOKEN)
-        _write_kubeconfig(root / "controller.kubeconfig", server, ca, CONTROLLER_USER, CONTROLLER_TOKEN)
+        cluster = ControlPlane(bin_dir, root, address)
+        for user, token in TOKENS.items():
+            _write_kubeconfig(cluster.kubeconfig_of(user), server, ca, user, token)
         # Only the token controller: it fills service account token Secrets in, as k3s's does.
         controller_log = (root / "kube-controller-manager.log").open("wb")
         logs.append(controller_log)
         processes["kube-controller-manager"] = subprocess.Popen(
             [
                 str(bin_dir / "kube-controller-manager"),
-                f"--kubeconfig={root / 'controller.kubeconfig'}",
+                f"--kubeconfig={cluster.kubeconfig_of(CONTROLLER_USER)}",
                 "--controllers=serviceaccount-token-controller",
                 f"--service-account-private-key-file={root / 'sa.key'}",
                 f"--root-ca-file={root / 'pki' / 'apiserver.crt'}",
@@ -198,7 +207,7 @@ def running(root: Path, address: str) -> Iterator[ControlPlane]:
             stdout=controller_log,
             stderr=subprocess.STDOUT,
         )
-        yield ControlPlane(bin_dir, root, address)
+        yield cluster
     finally:
         for process in reversed(processes.values()):
             process.terminate()

@@ -2,7 +2,7 @@
 left on the running lab"), laid out on the box's real API server: k3s's HelmCharts with
 helm-controller's finalizer and their manifest files, the two Helm releases as `helm install`
 stores them (release record, and the one object each stand-in chart renders), the provider
-objects applied client-side from capi-providers.yaml and Ready, the inspector's RBAC and the
+objects applied client-side from capi-providers.yaml, the inspector's RBAC and the
 workload cluster lab1's kubeconfig Secret; and inside lab1 (a second API server), the
 inspector's RBAC.
 
@@ -70,7 +70,8 @@ INSPECTOR = "capi-readonly"
 
 # What `snapshot` reads: every kind the playbook made objects of (lab1 has the core ones only).
 CORE_KINDS = ["namespaces", "secrets", "configmaps", "serviceaccounts", "clusterroles", "clusterrolebindings"]
-SNAPSHOT_KINDS = [*CORE_KINDS, *(f"{kind.lower()}s.{PROVIDER_GROUP}" for kind in PROVIDERS)]
+PROVIDER_RESOURCES = [f"{kind.lower()}s.{PROVIDER_GROUP}" for kind in PROVIDERS]
+SNAPSHOT_KINDS = [*CORE_KINDS, *PROVIDER_RESOURCES]
 
 
 def provider_crd(kind: str) -> str:
@@ -238,7 +239,8 @@ def workload_kubeconfig_secret(name: str, kubeconfig: str) -> str:
 def lay_out(
     cluster: ControlPlane, manifests: Path, capmox_data: dict[str, str], lab1_kubeconfig: str = NO_CLUSTER_KUBECONFIG
 ) -> None:
-    """The playbook's end state on `cluster`, with the HelmChart files in `manifests`."""
+    """The playbook's end state on `cluster`, with the HelmChart files in `manifests`. The
+    provider CRs become Ready when an operator (e2e/operator_standin.py) reconciles them."""
     crds = [HELMCHART_CRD, *(provider_crd(kind) for kind in PROVIDERS)]
     cluster.kubectl("apply", "-f", "-", stdin="---\n".join(crds))
     cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
@@ -254,15 +256,6 @@ def lay_out(
         cluster.kubectl("create", "-f", "-", stdin=release_secret(name))
         cluster.kubectl("create", "-f", "-", stdin=chart_repo_standin.rendered(name, namespace, name))
     cluster.kubectl("apply", "-f", "-", stdin=capi_providers_yaml(capmox_data))
-    for kind, (namespace, name, setting) in PROVIDERS.items():
-        status = {
-            "installedVersion": stack_versions()[setting],
-            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-03-14T09:31:07Z"}],
-        }
-        cluster.kubectl(
-            *("patch", f"{kind.lower()}.{PROVIDER_GROUP}", name, "-n", namespace),
-            *("--subresource=status", "--type=merge", "-p", json.dumps({"status": status})),
-        )
     cluster.kubectl("apply", "-f", "-", stdin=INSPECTOR_RBAC)
     cluster.kubectl("apply", "-f", "-", stdin=workload_kubeconfig_secret("lab1", lab1_kubeconfig))
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pulumi import automation as auto
 
-from e2e import box_program, chart_repo_standin, control_plane, playbook_lab, pve_api_standin
+from e2e import box_program, chart_repo_standin, control_plane, operator_standin, playbook_lab, pve_api_standin
 from e2e.engine import REPO, Engine, built_bin, fresh_engine
 
 PROGRAM_TOKEN = "pulumi@pve!lab-mgmt"
@@ -254,10 +255,15 @@ def adoption_run(root: str) -> dict[str, Any]:
     with (
         control_plane.running(base / "control-plane", VM_ADDRESS) as cluster,
         control_plane.running(base / "lab1", LAB1_ADDRESS) as lab1,
+        operator_standin.running(cluster, playbook_lab.PROVIDER_RESOURCES, OPERATOR_INSTALL_SECONDS) as operator,
     ):
         manifests = base / "manifests"
         playbook_lab.lay_out(cluster, manifests, _playbook_capmox_data(), lab1.kubeconfig.read_text())
         playbook_lab.lay_out_lab1(lab1)
+        cluster.kubectl(
+            *("wait", "--for=condition=Ready", ",".join(playbook_lab.PROVIDER_RESOURCES), "--all", "-A"),
+            "--timeout=60s",
+        )
         handover = _handover(cluster, base, manifests)
         before = playbook_lab.snapshot(cluster)
         lab1_before = playbook_lab.snapshot(lab1, playbook_lab.CORE_KINDS)
@@ -305,6 +311,7 @@ def adoption_run(root: str) -> dict[str, Any]:
             lab1_writes = [request for request in _requests_since(lab1, lab1_mark) if request[0] in WRITES]
             adopted = playbook_lab.snapshot(cluster)
             convergence = _converge(engine, stack, cluster, runs[1]["steps"])
+            managed = _manage(engine, stack, cluster, operator)
         return {
             "handover": handover,
             "steps": steps,
@@ -321,8 +328,41 @@ def adoption_run(root: str) -> dict[str, Any]:
             "before": before,
             "after": adopted,
             "convergence": convergence,
+            "managed": managed,
+            "operator_errors": operator.errors,
             "converged": playbook_lab.snapshot(cluster),
         }
+
+
+# How long the operator stand-in takes to install a provider: long enough to tell a `pulumi up`
+# that waits for it from one that does not.
+OPERATOR_INSTALL_SECONDS = 5.0
+BUMPED_CAPMOX = "v0.9.2"
+
+
+def _manage(
+    engine: Engine, stack: auto.Stack, cluster: control_plane.ControlPlane, operator: operator_standin.OperatorStandIn
+) -> dict[str, Any]:
+    """docs/operations.md on the adopted and converged stack: a provider version bump is one CR
+    updated, and `pulumi up` returns once the operator has installed it; two bumps at once are
+    refused at preview."""
+    steps = [_step(engine, ("config", "set", "capmoxVersion", BUMPED_CAPMOX))]
+    preview = _engine_run(stack, cluster, "preview")
+    started = time.time()
+    up = _engine_run(stack, cluster, "up")
+    finished = time.time()
+    versions = stack.outputs()["providerVersions"].value
+    for setting in ("capiCoreVersion", "capiBootstrapVersion"):
+        steps.append(_step(engine, ("config", "set", setting, "v1.12.12")))
+    return {
+        "steps": steps,
+        "preview": preview,
+        "up": up,
+        "up_seconds": finished - started,
+        "reconciled_during_up": [entry for entry in operator.reconciled if started <= entry["at"] <= finished],
+        "provider_versions": versions,
+        "two_bumps": _engine_run(stack, cluster, "preview"),
+    }
 
 
 def _readonly_reads(

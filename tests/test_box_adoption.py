@@ -201,3 +201,33 @@ def test_after_converging_nothing_is_left_to_change_and_nothing_was_recreated(ad
     }
     for run in (run for runs in adoption["convergence"]["runs"].values() for run in runs):
         assert [write for write in run["writes"] if write[0] == "delete"] == []
+
+
+# The adopted stack then manages the lab as docs/operations.md says.
+
+
+def test_a_provider_version_bump_updates_that_one_cr_and_waits_for_the_operator(adoption: Any) -> None:
+    managed = adoption["managed"]
+    for step in managed["steps"]:
+        assert step["rc"] == 0, step
+    assert updated(managed["preview"]) == {"mgmt-infrastructure-proxmox"}
+    up = managed["up"]
+    assert up["error"] == "", up["error"]
+    assert updated(up) == {"mgmt-infrastructure-proxmox"}
+    assert [write[:3] for write in up["writes"]] == [["patch", "infrastructureproviders", "proxmox"]]
+    # `pulumi up` returned only after the operator had installed the new version.
+    installed = [entry for entry in managed["reconciled_during_up"] if entry["kind"] == "InfrastructureProvider"]
+    assert [entry["version"] for entry in installed] == [scenarios.BUMPED_CAPMOX]
+    assert managed["up_seconds"] >= scenarios.OPERATOR_INSTALL_SECONDS
+    assert managed["provider_versions"]["capmoxVersion"] == scenarios.BUMPED_CAPMOX
+
+
+def test_two_provider_bumps_at_once_are_refused_before_anything_is_sent(adoption: Any) -> None:
+    refused = adoption["managed"]["two_bumps"]
+    assert "capiCoreVersion v1.12.11 -> v1.12.12, capiBootstrapVersion v1.12.11 -> v1.12.12" in refused["error"]
+    assert "set capiCoreVersion alone" in refused["error"]
+    assert refused["writes"] == []
+
+
+def test_the_operator_standin_met_nothing_it_did_not_know(adoption: Any) -> None:
+    assert adoption["operator_errors"] == []
