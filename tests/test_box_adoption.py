@@ -1,8 +1,9 @@
-"""Adoption in the lab in a box: the playbook's lab (e2e/playbook_lab.py) on a real
-kube-apiserver and etcd, the hand-over, then the management cluster's part of the program
-(e2e/box_program.py) in adoption mode under the real engine and the real kubernetes plugin, with
-the chart repositories' stand-in, in a network namespace of the test's own. What the engine sent
-the API server is read from its audit log. Selected with `pytest -m engine`.
+"""Adoption in the lab in a box: the playbook's lab (e2e/playbook_lab.py) and lab1 on real
+kube-apiservers, then the Kubernetes part of the program (e2e/box_program.py) under the real
+engine, the real kubernetes plugin and the real Helm client, with the chart repositories' and the
+operator's stand-ins, in a network namespace of the test's own: the hand-over, the adoption run,
+the convergence runs, then a version bump. What the engine sent the API servers is read from their
+audit logs. Selected with `pytest -m engine`.
 
 The VM and the k3s host steps are not in the box: their plugins are not served here.
 """
