@@ -42,6 +42,8 @@ data: {chart: {{ .Chart.Name }}}
 class Chart:
     name: str
     version: str
+    crds: tuple[str, ...] = ()
+    """CustomResourceDefinitions the chart installs before its templates (its crds/ folder)."""
 
     def metadata(self) -> dict[str, str]:
         return {"apiVersion": "v2", "name": self.name, "version": self.version, "appVersion": self.version}
@@ -55,6 +57,7 @@ class Chart:
             "Chart.yaml": yaml.safe_dump(self.metadata()),
             "values.yaml": "{}\n",
             "templates/rendered.yaml": TEMPLATE,
+            **{f"crds/crd-{index}.yaml": crd for index, crd in enumerate(self.crds)},
         }
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w:gz") as tar:

@@ -225,6 +225,7 @@ def _engine_run(
             warnings.append(diagnostic.message.strip())
 
     audited = len(cluster.audit())
+    started = time.time()
     error = ""
     summary: Mapping[Any, int] = {}
     try:
@@ -242,6 +243,8 @@ def _engine_run(
         "error": error,
         "writes": writes,
         "warnings": warnings,
+        "started": started,
+        "finished": time.time(),
     }
 
 
@@ -348,9 +351,7 @@ def _manage(
     refused at preview."""
     steps = [_step(engine, ("config", "set", "capmoxVersion", BUMPED_CAPMOX))]
     preview = _engine_run(stack, cluster, "preview")
-    started = time.time()
     up = _engine_run(stack, cluster, "up")
-    finished = time.time()
     versions = stack.outputs()["providerVersions"].value
     for setting in ("capiCoreVersion", "capiBootstrapVersion"):
         steps.append(_step(engine, ("config", "set", setting, "v1.12.12")))
@@ -358,11 +359,46 @@ def _manage(
         "steps": steps,
         "preview": preview,
         "up": up,
-        "up_seconds": finished - started,
-        "reconciled_during_up": [entry for entry in operator.reconciled if started <= entry["at"] <= finished],
+        "reconciled_during_up": [
+            entry for entry in operator.reconciled if up["started"] <= entry["at"] <= up["finished"]
+        ],
         "provider_versions": versions,
         "two_bumps": _engine_run(stack, cluster, "preview"),
     }
+
+
+def fresh_install(root: str) -> dict[str, Any]:
+    """The program's own first run on an empty cluster (no adoption), then a second one."""
+    base = Path(root)
+    with (
+        control_plane.running(base / "control-plane", VM_ADDRESS) as cluster,
+        operator_standin.running(cluster, playbook_lab.PROVIDER_RESOURCES, OPERATOR_INSTALL_SECONDS) as operator,
+    ):
+        repos = {
+            "jetstack": CHART_REPOS["jetstack"],
+            "capi-operator": [
+                chart_repo_standin.Chart(
+                    "cluster-api-operator",
+                    playbook_lab.PLAYBOOK_CHARTS["cluster-api-operator"][2],
+                    tuple(playbook_lab.provider_crd(kind) for kind in playbook_lab.PROVIDERS),
+                )
+            ],
+        }
+        with chart_repo_standin.serve(repos, base) as charts:
+            engine = fresh_engine(
+                base / "engine",
+                plugin_dirs=(built_bin("LAB_MGMT_KUBERNETES_PLUGIN_BIN", "pulumi-resource-kubernetes"),),
+                extra_env={"SSL_CERT_FILE": str(charts.certificate)},
+            )
+            steps = _readme_first_run(engine, _lab_secrets())
+            for setting in (
+                ("certManagerChartRepo", f"{charts.url}/jetstack"),
+                ("capiOperatorChartRepo", f"{charts.url}/capi-operator"),
+            ):
+                steps.append(_step(engine, ("config", "set", *setting)))
+            stack = engine.inline_stack(program=box_program.program(cluster.kubeconfig.read_text()))
+            runs = [_engine_run(stack, cluster, action) for action in ("preview", "up", "preview", "up")]
+        return {"steps": steps, "runs": runs, "operator_errors": operator.errors, "reconciled": operator.reconciled}
 
 
 def _readonly_reads(
