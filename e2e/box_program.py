@@ -5,8 +5,8 @@ server, with the box's admin kubeconfig where __main__.py has the one the k3s st
 The VM and the k3s host steps are left out because their plugins (proxmoxve, command) are not
 served by the Go module proxy (docs/versions.md); the host scripts are tested on their own
 (tests/test_host_scripts.py, tests/test_box_handover.py). ClusterApi's one host step, the
-operator's readiness check, is recorded as a step that did not run: the box's operator is the
-playbook's, already Ready.
+operator's readiness check on the VM, is recorded as a step that did not run: in the box no
+operator runs, its stand-in (e2e/operator_standin.py) answers for it.
 """
 
 from __future__ import annotations
