@@ -211,6 +211,8 @@ class ClusterApi(pulumi.ComponentResource):
             parent=self,
         )
 
+        # An imported namespace brings its live spec (the `kubernetes` finalizer) among its inputs:
+        # adopted, that is ignored too, or the run would plan an update of it.
         namespaces = {
             p.namespace: kubernetes.core.v1.Namespace(
                 f"{name}-ns-{p.namespace}", metadata={"name": p.namespace}, opts=kept(p.namespace, ["metadata", "spec"])
