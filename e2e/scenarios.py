@@ -248,6 +248,60 @@ def _engine_run(
     }
 
 
+def _box_engine(base: Path, charts: chart_repo_standin.ChartRepoStandIn) -> Engine:
+    """The engine with the kubernetes plugin built here, trusting the chart repositories' stand-in."""
+    return fresh_engine(
+        base / "engine",
+        plugin_dirs=(built_bin("LAB_MGMT_KUBERNETES_PLUGIN_BIN", "pulumi-resource-kubernetes"),),
+        extra_env={"SSL_CERT_FILE": str(charts.certificate)},
+    )
+
+
+def _adopting(
+    base: Path, charts: chart_repo_standin.ChartRepoStandIn, workload_clusters: list[str]
+) -> tuple[Engine, list[dict[str, Any]]]:
+    """docs/adoption.md step 2 on a fresh laptop: the README's first run, the Helm client listing
+    both chart repositories, the adoption settings; the chart repositories are the stand-in's."""
+    engine = _box_engine(base, charts)
+    steps = _readme_first_run(engine, _lab_secrets())
+    helm = built_bin("LAB_MGMT_HELM_BIN", "helm") / "helm"
+    for args in (
+        ("repo", "add", "lab-mgmt-cert-manager", f"{charts.url}/jetstack"),
+        ("repo", "add", "lab-mgmt-cluster-api-operator", f"{charts.url}/capi-operator"),
+        ("repo", "update"),
+    ):
+        done = subprocess.run(
+            [str(helm), *args], env=engine.env(), capture_output=True, text=True, timeout=120, check=False
+        )
+        steps.append({"args": ["helm", *args], "rc": done.returncode, "output": done.stdout + done.stderr})
+    settings: list[tuple[str, ...]] = [
+        ("adopt", "true"),
+        ("--plaintext", "capmoxExistingSecret", playbook_lab.CAPMOX_SECRET),
+        ("certManagerChartRepo", f"{charts.url}/jetstack"),
+        ("capiOperatorChartRepo", f"{charts.url}/capi-operator"),
+    ]
+    # docs/operations.md: read-only access to a workload cluster.
+    settings += [("--path", f"workloadClusters[{index}]", cluster) for index, cluster in enumerate(workload_clusters)]
+    steps += [_step(engine, ("config", "set", *setting)) for setting in settings]
+    return engine, steps
+
+
+def adoption_of_an_incomplete_lab(root: str) -> dict[str, Any]:
+    """The adoption preview on a lab that lacks one of the objects the program imports (the
+    IPAMProvider): the preview must stop, creating nothing in its place."""
+    base = Path(root)
+    with control_plane.running(base / "control-plane", VM_ADDRESS) as cluster:
+        playbook_lab.lay_out(cluster, base / "manifests", _playbook_capmox_data())
+        cluster.kubectl(
+            "delete", f"ipamprovider.{playbook_lab.PROVIDER_GROUP}", "in-cluster", "-n", "capi-ipam-in-cluster-system"
+        )
+        _handover(cluster, base, base / "manifests")
+        with chart_repo_standin.serve(CHART_REPOS, base) as charts:
+            engine, steps = _adopting(base, charts, workload_clusters=[])
+            stack = engine.inline_stack(program=box_program.program(cluster.kubeconfig.read_text()))
+            return {"steps": steps, "preview": _engine_run(stack, cluster, "preview")}
+
+
 def adoption_run(root: str) -> dict[str, Any]:
     """docs/adoption.md's steps on the playbook's lab and lab1, as far as the box goes
     (e2e/box_program.py): the hand-over, the Helm client and the stack config, the adoption
@@ -272,33 +326,7 @@ def adoption_run(root: str) -> dict[str, Any]:
         lab1_before = playbook_lab.snapshot(lab1, playbook_lab.CORE_KINDS)
         lab1_mark = len(lab1.audit())
         with chart_repo_standin.serve(CHART_REPOS, base) as charts:
-            engine = fresh_engine(
-                base / "engine",
-                plugin_dirs=(built_bin("LAB_MGMT_KUBERNETES_PLUGIN_BIN", "pulumi-resource-kubernetes"),),
-                extra_env={"SSL_CERT_FILE": str(charts.certificate)},
-            )
-            steps = _readme_first_run(engine, _lab_secrets())
-            # docs/adoption.md: the laptop's Helm client lists both chart repositories.
-            helm = built_bin("LAB_MGMT_HELM_BIN", "helm") / "helm"
-            for args in (
-                ("repo", "add", "lab-mgmt-cert-manager", f"{charts.url}/jetstack"),
-                ("repo", "add", "lab-mgmt-cluster-api-operator", f"{charts.url}/capi-operator"),
-                ("repo", "update"),
-            ):
-                done = subprocess.run(
-                    [str(helm), *args], env=engine.env(), capture_output=True, text=True, timeout=120, check=False
-                )
-                steps.append({"args": ["helm", *args], "rc": done.returncode, "output": done.stdout + done.stderr})
-            # docs/adoption.md's two lines, then the chart repositories' stand-in.
-            for setting in (
-                ("adopt", "true"),
-                ("--plaintext", "capmoxExistingSecret", playbook_lab.CAPMOX_SECRET),
-                ("certManagerChartRepo", f"{charts.url}/jetstack"),
-                ("capiOperatorChartRepo", f"{charts.url}/capi-operator"),
-                # docs/operations.md: read-only access to lab1.
-                ("--path", "workloadClusters[0]", "default/lab1"),
-            ):
-                steps.append(_step(engine, ("config", "set", *setting)))
+            engine, steps = _adopting(base, charts, workload_clusters=["default/lab1"])
             stack = engine.inline_stack(program=box_program.program(cluster.kubeconfig.read_text()))
             runs = [_engine_run(stack, cluster, action) for action in ("preview", "up", "preview", "up")]
             outputs = stack.outputs()
@@ -385,11 +413,7 @@ def fresh_install(root: str) -> dict[str, Any]:
             ],
         }
         with chart_repo_standin.serve(repos, base) as charts:
-            engine = fresh_engine(
-                base / "engine",
-                plugin_dirs=(built_bin("LAB_MGMT_KUBERNETES_PLUGIN_BIN", "pulumi-resource-kubernetes"),),
-                extra_env={"SSL_CERT_FILE": str(charts.certificate)},
-            )
+            engine = _box_engine(base, charts)
             steps = _readme_first_run(engine, _lab_secrets())
             for setting in (
                 ("certManagerChartRepo", f"{charts.url}/jetstack"),

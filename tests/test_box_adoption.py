@@ -232,3 +232,17 @@ def test_two_provider_bumps_at_once_are_refused_before_anything_is_sent(adoption
 
 def test_the_operator_standin_met_nothing_it_did_not_know(adoption: Any) -> None:
     assert adoption["operator_errors"] == []
+
+
+def test_adopting_a_lab_that_lacks_an_object_stops_at_preview_creating_nothing(tmp_path: Path) -> None:
+    """docs/adoption.md step 4: an import needs the object to exist; the program never creates
+    one in its place while adopting."""
+    result = in_new_netns("adoption_of_an_incomplete_lab", str(tmp_path), addresses=[scenarios.VM_ADDRESS])
+    for step in result["steps"]:
+        assert step["rc"] == 0, step
+    preview = result["preview"]
+    assert "resource 'capi-ipam-in-cluster-system/in-cluster' does not exist" in preview["error"], preview["error"]
+    assert "mgmt-ipam-in-cluster" not in {
+        step["urn"].rsplit("::", 1)[1] for step in preview["steps"] if step["op"] == "create"
+    }
+    assert preview["writes"] == []
