@@ -106,8 +106,7 @@ class ClusterNode(Protocol):
         *,
         after: pulumi.Resource,
         parent: pulumi.Resource,
-        triggers: Sequence[pulumi.Input[object]] = (),
-        secret_stdout: bool = False,
+        triggers: Sequence[pulumi.Input[object]],
     ) -> pulumi.Resource: ...
 
 

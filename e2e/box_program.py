@@ -46,8 +46,7 @@ class BoxNode(pulumi.ComponentResource):
         *,
         after: pulumi.Resource,
         parent: pulumi.Resource,
-        triggers: Sequence[pulumi.Input[object]] = (),
-        secret_stdout: bool = False,
+        triggers: Sequence[pulumi.Input[object]],
     ) -> pulumi.Resource:
         if script not in KNOWN_HOST_STEPS:
             raise RuntimeError(f"the box runs no host step {script}; it knows {sorted(KNOWN_HOST_STEPS)}")

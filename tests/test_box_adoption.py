@@ -25,7 +25,8 @@ pytestmark = pytest.mark.engine
 PREVIEW, UP, SECOND_PREVIEW, SECOND_UP = range(4)
 # What the box puts where the real program has the K3sNode and its SSH steps.
 BOX_TYPES = {"homelab:e2e:BoxNode", "homelab:e2e:HostStepNotRun"}
-RELEASES = {"cert-manager": "cert-manager", "cluster-api-operator": "capi-operator-system"}
+# Release name -> its namespace.
+RELEASES = {name: playbook_lab.PLAYBOOK_CHARTS[name][0] for name in playbook_lab.HANDED_OVER}
 
 
 @pytest.fixture(scope="module")

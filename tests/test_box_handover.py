@@ -16,8 +16,6 @@ from e2e.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
 
-MUTATING = {"create", "update", "patch", "delete", "deletecollection"}
-
 
 @pytest.fixture(scope="module")
 def handover(tmp_path_factory: pytest.TempPathFactory) -> Any:
@@ -26,7 +24,7 @@ def handover(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def writes(run: dict[str, Any], resource: str) -> list[list[Any]]:
-    return [request for request in run["requests"] if request[0] in MUTATING and request[1] == resource]
+    return [request for request in run["requests"] if request[0] in scenarios.WRITES and request[1] == resource]
 
 
 UNMANAGED = {"metadata": {"annotations": {"helmcharts.helm.cattle.io/unmanaged": "true"}}}
@@ -66,6 +64,6 @@ def test_the_manifests_move_out_of_k3s_reach(handover: Any) -> None:
 def test_a_second_run_changes_nothing_and_says_so(handover: Any) -> None:
     second = handover["runs"][1]
     assert second["rc"] == 0, second
-    assert [request for request in second["requests"] if request[0] in MUTATING] == []
+    assert [request for request in second["requests"] if request[0] in scenarios.WRITES] == []
     for name in playbook_lab.HANDED_OVER:
         assert f"{name}: not present" in second["stdout"]
