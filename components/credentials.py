@@ -16,6 +16,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import pulumi
+
 from components.settings import PROJECT, Settings
 
 REQUEST_TIMEOUT_SECONDS = 10
@@ -25,19 +27,40 @@ Permissions = Mapping[str, Mapping[str, int]]
 """Path -> privilege -> propagate flag, as `GET /access/permissions` answers for the caller."""
 PermissionsReader = Callable[..., Permissions]
 
-# What this program's token does on `/`: the role the README creates, less VM.Monitor, which
-# Proxmox VE 9 dropped (its agent privileges are VM.GuestAgent.*), so neither is required here.
-PROGRAM_PRIVILEGES = (
-    *("Datastore.Allocate", "Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit"),
-    *("Pool.Audit", "Sys.Audit", "Sys.Console", "Sys.Modify", "SDN.Use"),
+# What this program's token needs: the role the README creates, less VM.Monitor, which Proxmox
+# VE 9 dropped (its agent privileges are VM.GuestAgent.*), so neither is required here. Each is
+# required on the path where Proxmox checks it, so that a role granted on `/` without propagation,
+# which holds on `/` alone, is caught here and not by a 403 halfway through a run.
+VM_PRIVILEGES = (
     *("VM.Allocate", "VM.Audit", "VM.Clone", "VM.Config.CDROM", "VM.Config.Cloudinit", "VM.Config.CPU"),
     *("VM.Config.Disk", "VM.Config.HWType", "VM.Config.Memory", "VM.Config.Network", "VM.Config.Options"),
     *("VM.Console", "VM.Migrate", "VM.PowerMgmt"),
 )
+# The disk and the cloud-init drive are allocated on the disk storage; the image is downloaded to,
+# listed on and removed from the image storage.
+DISK_STORAGE_PRIVILEGES = ("Datastore.AllocateSpace", "Datastore.Audit")
+IMAGE_STORAGE_PRIVILEGES = ("Datastore.Allocate", "Datastore.AllocateTemplate", "Datastore.Audit")
+NODE_PRIVILEGES = ("Sys.Audit", "Sys.Console", "Sys.Modify")
+# Proxmox checks a URL download (query-url-metadata, download-url) against Sys.Audit and
+# Sys.Modify on `/` itself.
+ROOT_PRIVILEGES = ("Pool.Audit", "Sys.Audit", "Sys.Modify")
+BRIDGE_PRIVILEGES = ("SDN.Use",)
+PROGRAM_PRIVILEGES = tuple(
+    sorted(
+        {
+            *VM_PRIVILEGES,
+            *DISK_STORAGE_PRIVILEGES,
+            *IMAGE_STORAGE_PRIVILEGES,
+            *NODE_PRIVILEGES,
+            *ROOT_PRIVILEGES,
+            *BRIDGE_PRIVILEGES,
+        }
+    )
+)
 
 # CAPMOX's "Proxmox RBAC with least privileges" (cluster-api-provider-proxmox,
 # docs/advanced-setups.md): Sys.Audit on `/`; PVEVMAdmin on its VM pool, PVETemplateUser on its
-# template pool, PVESDNUser on its bridge, PVEDataStoreAdmin on the cloud-init ISO storage and
+# template pool, PVESDNUser on its bridge, PVEDatastoreAdmin on the cloud-init ISO storage and
 # Datastore.AllocateSpace on the disk storage. Those paths are the owner's choice, so the
 # privileges of those roles that CAPMOX uses are required on some path, Sys.Audit on `/`.
 CAPMOX_ROOT_PRIVILEGES = ("Sys.Audit",)
@@ -48,8 +71,9 @@ CAPMOX_PRIVILEGES = (
 )
 
 
-class CredentialsError(RuntimeError):
-    """A token is rejected, lacks privileges, or cannot be checked."""
+class CredentialsError(pulumi.RunError):
+    """A token is rejected, lacks privileges, or cannot be checked (a RunError: the CLI shows the
+    message alone, with no traceback)."""
 
 
 class TokenRejectedError(CredentialsError):
@@ -64,7 +88,8 @@ class TokenCheck:
     """The config key of its secret: what the user fixes."""
     token_id: str
     token_secret: str
-    on_root: tuple[str, ...]
+    on_paths: Mapping[str, tuple[str, ...]]
+    """Path -> the privileges that must hold there."""
     anywhere: tuple[str, ...] = ()
 
 
@@ -97,12 +122,48 @@ def read_permissions(endpoint: str, token_id: str, token_secret: str, *, insecur
     return data
 
 
+def holds(permissions: Permissions, path: str, privilege: str) -> bool:
+    """Whether `privilege` holds on `path`. The answer lists the effective privileges on `/`, a
+    few top-level paths and every path with an ACL, each with its propagate flag; the deepest of
+    them at or above `path` decides, and above `path` only a propagated privilege reaches it."""
+    parts = path.strip("/").split("/") if path != ROOT_PATH else []
+    for depth in range(len(parts), -1, -1):
+        ancestor = "/" + "/".join(parts[:depth])
+        if ancestor in permissions:
+            flag = permissions[ancestor].get(privilege)
+            return flag is not None and (ancestor == path or bool(flag))
+    return False
+
+
 def missing_privileges(permissions: Permissions, check: TokenCheck) -> list[str]:
-    root = permissions.get(ROOT_PATH, {})
     anywhere = {privilege for privileges in permissions.values() for privilege in privileges}
-    missing = [f"{privilege} on /" for privilege in check.on_root if privilege not in root]
+    missing = [
+        f"{privilege} on {path}"
+        for path, privileges in check.on_paths.items()
+        for privilege in privileges
+        if not holds(permissions, path, privilege)
+    ]
     missing += [privilege for privilege in check.anywhere if privilege not in anywhere]
     return missing
+
+
+def program_paths(settings: Settings) -> dict[str, tuple[str, ...]]:
+    """Where Proxmox checks each privilege of this program's token, for these settings."""
+    bridge = f"/sdn/zones/localnetwork/{settings.vm.bridge}"
+    if settings.vm.vlan_tag is not None:
+        bridge += f"/{settings.vm.vlan_tag}"
+    paths: dict[str, tuple[str, ...]] = {}
+    for path, privileges in (
+        (ROOT_PATH, ROOT_PRIVILEGES),
+        (f"/nodes/{settings.proxmox.node}", NODE_PRIVILEGES),
+        (f"/vms/{settings.vm.vm_id}", VM_PRIVILEGES),
+        (f"/storage/{settings.vm.disk_storage}", DISK_STORAGE_PRIVILEGES),
+        (f"/storage/{settings.image.storage}", IMAGE_STORAGE_PRIVILEGES),
+        (bridge, BRIDGE_PRIVILEGES),
+    ):
+        # One storage can be both: it then needs both sets.
+        paths[path] = tuple(dict.fromkeys((*paths.get(path, ()), *privileges)))
+    return paths
 
 
 def token_checks(settings: Settings) -> tuple[TokenCheck, TokenCheck]:
@@ -111,13 +172,13 @@ def token_checks(settings: Settings) -> tuple[TokenCheck, TokenCheck]:
             "proxmoxApiTokenSecret",
             settings.proxmox.api_token_id,
             settings.proxmox.api_token_secret,
-            on_root=PROGRAM_PRIVILEGES,
+            on_paths=program_paths(settings),
         ),
         TokenCheck(
             "capmoxTokenSecret",
             settings.cluster_api.capmox_token_id,
             settings.cluster_api.capmox_token_secret,
-            on_root=CAPMOX_ROOT_PRIVILEGES,
+            on_paths={ROOT_PATH: CAPMOX_ROOT_PRIVILEGES},
             anywhere=CAPMOX_PRIVILEGES,
         ),
     )

@@ -4,6 +4,7 @@ which name the key, the token id and what is missing, and never a secret."""
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,13 +89,64 @@ def test_a_missing_privilege_of_the_programs_token_is_named() -> None:
             (CAPMOX_TOKEN, CAPMOX_SECRET): harness.FULL_PERMISSIONS,
         }
     )
-    assert message.endswith(f"lab-mgmt:proxmoxApiTokenSecret (token {PROGRAM_TOKEN}): lacks VM.Allocate on /")
+    assert message.endswith(f"lab-mgmt:proxmoxApiTokenSecret (token {PROGRAM_TOKEN}): lacks VM.Allocate on /vms/201")
 
 
 def test_both_tokens_problems_come_in_one_message() -> None:
     message = failure({(PROGRAM_TOKEN, PROGRAM_SECRET): without("Sys.Modify")})
     assert "proxmoxApiTokenSecret (token pulumi@pve!lab-mgmt): lacks Sys.Modify on /" in message
     assert "capmoxTokenSecret (token capmox@pve!capi): rejected" in message
+
+
+def test_a_role_on_root_without_propagation_fails_naming_each_path_where_it_is_used() -> None:
+    """`pveum acl modify / ... -propagate 0` grants on `/` alone: the VM, its storages, the node and
+    the bridge, where Proxmox checks the privileges, get none of them."""
+    unpropagated = {"/": dict.fromkeys(harness.FULL_PERMISSIONS["/"], 0)}
+    message = failure(
+        {(PROGRAM_TOKEN, PROGRAM_SECRET): unpropagated, (CAPMOX_TOKEN, CAPMOX_SECRET): harness.FULL_PERMISSIONS}
+    )
+    for missing in (
+        "VM.Allocate on /vms/201",
+        "VM.Config.Cloudinit on /vms/201",
+        "Datastore.AllocateSpace on /storage/local-lvm",
+        "Datastore.AllocateTemplate on /storage/local",
+        "Sys.Modify on /nodes/pv1-1",
+        "SDN.Use on /sdn/zones/localnetwork/vmbr0/4",
+    ):
+        assert missing in message
+    # What holds on / itself is not missing.
+    assert "on /," not in message
+    assert not message.endswith(" on /")
+
+
+def test_privileges_granted_where_they_are_used_pass() -> None:
+    """The narrowest grant that works: each privilege on its own path, propagated only where the
+    path is a parent (the VLAN below the bridge)."""
+    paths = credentials.program_paths(parse_settings(lab_raw()))
+    narrow = {path: dict.fromkeys(privileges, 0) for path, privileges in paths.items()}
+    bridge = "/sdn/zones/localnetwork/vmbr0"
+    narrow[bridge] = narrow.pop(f"{bridge}/4") | {"SDN.Use": 1}
+    run = harness.run_program(
+        tokens={(PROGRAM_TOKEN, PROGRAM_SECRET): narrow, (CAPMOX_TOKEN, CAPMOX_SECRET): harness.FULL_PERMISSIONS}
+    )
+    assert len(run.permission_calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("permissions", "path", "held"),
+    [
+        ({"/": {"VM.Audit": 1}}, "/vms/201", True),
+        ({"/": {"VM.Audit": 0}}, "/vms/201", False),
+        ({"/": {"VM.Audit": 0}}, "/", True),
+        # A deeper entry is what Proxmox computed there: it decides, not the root.
+        ({"/": {"VM.Audit": 1}, "/vms": {"VM.Console": 1}}, "/vms/201", False),
+        ({"/vms/201": {"VM.Audit": 0}}, "/vms/201", True),
+        ({"/vms/2011": {"VM.Audit": 1}}, "/vms/201", False),
+    ],
+    ids=["propagated", "not-propagated", "on-the-path-itself", "deeper-entry-decides", "exact", "sibling"],
+)
+def test_where_a_privilege_holds(permissions: credentials.Permissions, path: str, held: bool) -> None:
+    assert credentials.holds(permissions, path, "VM.Audit") is held
 
 
 def test_capmox_least_privilege_layout_passes() -> None:
@@ -183,3 +235,31 @@ def test_harness_never_lets_the_program_reach_the_lab() -> None:
     run = harness.run_program()
     assert credentials.read_permissions is read_permissions
     assert run.permission_calls, "the run must have gone through the stand-in table"
+
+
+# --- the roles the README creates -----------------------------------------------------------------
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+# The roles Proxmox VE ships (pveum role list on 8.4 and 9).
+PVE_BUILT_IN_ROLES = {
+    *("Administrator", "NoAccess", "PVEAdmin", "PVEAuditor", "PVEDatastoreAdmin", "PVEDatastoreUser"),
+    *("PVEMappingAdmin", "PVEMappingUser", "PVEPoolAdmin", "PVEPoolUser", "PVESDNAdmin", "PVESDNUser"),
+    *("PVESysAdmin", "PVETemplateUser", "PVEUserAdmin", "PVEVMAdmin", "PVEVMUser"),
+}
+
+
+def test_the_readme_creates_the_role_for_proxmox_ve_8_and_9() -> None:
+    """Proxmox VE 9 rejects VM.Monitor: its command must leave it out, and both must grant what
+    the check requires."""
+    pve8, pve9 = (set(privs.split()) for privs in re.findall(r'pveum role add LabMgmt -privs "([^"]+)"', README))
+    required = set(credentials.PROGRAM_PRIVILEGES)
+    assert pve8 - required == {"VM.Monitor"}
+    assert pve9 - required == {"VM.GuestAgent.Audit"}
+    assert required <= pve8 & pve9
+
+
+def test_every_built_in_role_named_exists() -> None:
+    source = (Path(credentials.__file__)).read_text()
+    named = set(re.findall(r"\bPVE[A-Za-z]+", README + source)) - {"PVEAPIToken"}
+    assert named, "the README names the roles CAPMOX needs"
+    assert named - PVE_BUILT_IN_ROLES == set()
