@@ -33,6 +33,8 @@ K3S_VERSION = re.compile(r"^v\d+\.\d+\.\d+\+k3s\d+$")
 V_SEMVER = re.compile(r"^v\d+\.\d+\.\d+$")
 BARE_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# How cloud-images.ubuntu.com names a build's directory: its date, maybe a respin number.
+DATED_SERIAL = re.compile(r"^(?:release-)?((?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])(?:\.\d+)?)$")
 # What `pveum user token add` prints as a token's secret.
 TOKEN_SECRET = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
 TOKEN_ID = re.compile(r"^[^@!\s]+@[^@!\s]+![A-Za-z][A-Za-z0-9._-]*$")
@@ -90,13 +92,18 @@ class ImageSettings:
     storage: str
 
     @property
+    def serial(self) -> str | None:
+        """The dated build serial a directory of the URL names (`20260926`, `release-20260926`,
+        `20260926.1`); None for a floating one (`current`, `release`)."""
+        parts = [p for p in urlparse(self.url).path.split("/") if p][:-1]
+        return next((match[1] for p in reversed(parts) if (match := DATED_SERIAL.fullmatch(p))), None)
+
+    @property
     def file_name(self) -> str:
         """Proxmox imports only files named *.qcow2 (the Ubuntu .img is qcow2); the serial in the
         URL's path keeps names of two image builds apart."""
-        parts = [p for p in urlparse(self.url).path.split("/") if p]
-        stem = parts[-1].rsplit(".", 1)[0]
-        serial = next((p for p in reversed(parts[:-1]) if p.isdigit()), None)
-        return f"{stem}-{serial}.qcow2" if serial else f"{stem}.qcow2"
+        stem = urlparse(self.url).path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        return f"{stem}-{self.serial}.qcow2"
 
 
 @dataclass(frozen=True)
@@ -356,13 +363,18 @@ def _read_vm(r: _Reader) -> VmSettings:
 
 def _read_image(r: _Reader) -> ImageSettings:
     url = r.https_url("imageUrl")
-    if url.startswith("https://") and not urlparse(url).path.endswith((".img", ".qcow2")):
-        r.fail("imageUrl", f"{url!r} is not a cloud image file (.img or .qcow2)")
-    return ImageSettings(
+    image = ImageSettings(
         url=url,
         sha256=r.matching("imageSha256", SHA256, "a sha256 digest (64 lower-case hex characters)"),
         storage=r.matching("imageStorage", NAME, "a storage id"),
     )
+    if url.startswith("https://") and not urlparse(url).path.endswith((".img", ".qcow2")):
+        r.fail("imageUrl", f"{url!r} is not a cloud image file (.img or .qcow2)")
+    elif url.startswith("https://") and image.serial is None:
+        # A floating directory serves another build tomorrow: the pinned checksum would fail, or
+        # two builds would share one file name on the storage.
+        r.fail("imageUrl", f"{url!r} names no dated serial (e.g. .../noble/20260926/...); pin one, never `current`")
+    return image
 
 
 def _read_kubeconfig_path(r: _Reader) -> Path | None:

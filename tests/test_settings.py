@@ -125,6 +125,27 @@ BAD_INPUTS: list[Any] = [
         "is not an https:// URL",
         id="imageUrl-http",
     ),
+    pytest.param(
+        {"imageUrl": IMAGE_URL.replace("20260926", "current")},
+        (),
+        "imageUrl",
+        "names no dated serial (e.g. .../noble/20260926/...); pin one, never `current`",
+        id="imageUrl-current",
+    ),
+    pytest.param(
+        {"imageUrl": "https://cloud-images.ubuntu.com/noble/2026/noble-server-cloudimg-amd64.img"},
+        (),
+        "imageUrl",
+        "names no dated serial",
+        id="imageUrl-year-only",
+    ),
+    pytest.param(
+        {"imageUrl": "https://cloud-images.ubuntu.com/noble/20261340/noble-server-cloudimg-amd64.img"},
+        (),
+        "imageUrl",
+        "names no dated serial",
+        id="imageUrl-no-such-date",
+    ),
     pytest.param({"imageSha256": SHA[:8]}, (), "imageSha256", "is not a sha256 digest", id="imageSha256-short"),
     pytest.param({"imageSha256": SHA.upper()}, (), "imageSha256", "is not a sha256 digest", id="imageSha256-uppercase"),
     pytest.param({"imageSha256": "z" * 64}, (), "imageSha256", "is not a sha256 digest", id="imageSha256-nonhex"),
@@ -332,6 +353,22 @@ def test_lab_proxmox_and_image(lab: Settings) -> None:
     assert lab.image.storage == "local"
     assert lab.image.file_name.endswith(".qcow2")
     assert "20260926" in lab.image.file_name
+
+
+@pytest.mark.parametrize(
+    ("url", "file_name"),
+    [
+        (IMAGE_URL, "noble-server-cloudimg-amd64-20260926.qcow2"),
+        (
+            "https://cloud-images.ubuntu.com/releases/noble/release-20260926/ubuntu-24.04-server-cloudimg-amd64.img",
+            "ubuntu-24.04-server-cloudimg-amd64-20260926.qcow2",
+        ),
+        (IMAGE_URL.replace("20260926", "20260926.1"), "noble-server-cloudimg-amd64-20260926.1.qcow2"),
+    ],
+    ids=["daily", "release", "respin"],
+)
+def test_every_dated_serial_form_is_accepted_and_names_the_file(url: str, file_name: str) -> None:
+    assert parse_settings(lab_raw(imageUrl=url)).image.file_name == file_name
 
 
 def test_image_file_name_follows_the_serial() -> None:
