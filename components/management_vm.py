@@ -78,9 +78,13 @@ class ManagementVm(pulumi.ComponentResource):
                 file_name=image.file_name,
                 checksum=image.sha256,
                 checksum_algorithm="sha256",
-                # The URL names a dated serial whose checksum is pinned: a different upstream size
-                # must fail loudly, not re-download behind the user's back and cascade into the VM.
+                # The URL names a dated serial whose checksum is pinned, so the provider's size
+                # checks (on by default) could only re-download behind the user's back: off, the
+                # file is never replaced unless its URL, name or checksum changes.
                 overwrite=False,
+                # A file of the same name that the program did not download (left by an earlier
+                # attempt, say) stops the download with an error instead of being deleted.
+                overwrite_unmanaged=False,
                 upload_timeout=IMAGE_DOWNLOAD_TIMEOUT_SECONDS,
                 opts=pulumi.ResourceOptions(parent=self, provider=provider),
             )

@@ -35,7 +35,11 @@ def test_image_is_downloaded_for_import_with_its_checksum(lab: Run) -> None:
         "fileName": "noble-server-cloudimg-amd64-20260926.qcow2",
         "checksum": "6a81c37564db9b1ee84e141922625e1d7c5b389b99bb3c572e0243607d5bb4d2",
         "checksumAlgorithm": "sha256",
+        # No size checks, which would re-download a pinned image behind the user's back; and a
+        # file the stack did not download is an error, never deleted (bpg provider docs,
+        # download_file: `overwrite`, `overwrite_unmanaged`).
         "overwrite": False,
+        "overwriteUnmanaged": False,
         "uploadTimeout": 1800,
     }
 
