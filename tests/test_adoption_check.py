@@ -15,12 +15,20 @@ RELEASE = f"{STACK}homelab:index:ClusterApi$kubernetes:helm.sh/v3:Release::mgmt-
 COMMAND = f"{STACK}homelab:index:K3sNode$command:remote:Command::mgmt-host-ready"
 ROLE = f"{STACK}homelab:index:ReadOnlyAccess$kubernetes:rbac.authorization.k8s.io/v1:ClusterRole::mgmt-readonly-role"
 NAMESPACE = f"{STACK}homelab:index:ClusterApi$kubernetes:core/v1:Namespace::mgmt-ns-capi-system"
+CAPMOX_SECRET = f"{STACK}homelab:index:ClusterApi$kubernetes:core/v1:Secret::mgmt-capmox-credentials"
+TOKEN_SECRET = f"{STACK}homelab:index:ReadOnlyAccess$kubernetes:core/v1:Secret::mgmt-readonly-token"
+WORKLOAD_TOKEN_SECRET = (
+    f"{STACK}homelab:index:WorkloadClusterAccess$homelab:index:ReadOnlyAccess"
+    "$kubernetes:core/v1:Secret::lab1-readonly-token"
+)
 GOOD = [
     {"op": "same", "urn": f"{STACK}pulumi:pulumi:Stack::lab-mgmt-lab"},
     {"op": "import", "urn": VM},
     {"op": "import", "urn": RELEASE},
     {"op": "create", "urn": COMMAND},
     {"op": "create", "urn": ROLE},
+    {"op": "create", "urn": TOKEN_SECRET},
+    {"op": "create", "urn": WORKLOAD_TOKEN_SECRET},
 ]
 
 
@@ -32,7 +40,7 @@ def check(tmp_path: Path, steps: list[dict[str, str]]) -> int:
 
 def test_imports_and_the_programs_own_objects_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert check(tmp_path, GOOD) == 0
-    assert "5 steps" in capsys.readouterr().out
+    assert "7 steps" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -43,8 +51,10 @@ def test_imports_and_the_programs_own_objects_pass(tmp_path: Path, capsys: pytes
         {"op": "delete", "urn": ROLE},
         {"op": "create-replacement", "urn": VM},
         {"op": "create", "urn": NAMESPACE},  # exists in the lab: must be imported, not created
+        # CAPMOX keeps the playbook's Secret while adopting (capmoxExistingSecret).
+        {"op": "create", "urn": CAPMOX_SECRET},
     ],
-    ids=["update", "replace", "delete", "create-replacement", "create-existing"],
+    ids=["update", "replace", "delete", "create-replacement", "create-existing", "create-capmox-secret"],
 )
 def test_anything_that_would_change_the_lab_fails_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], step: dict[str, str]

@@ -31,14 +31,23 @@ NEW_TO_THE_LAB = {
     "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
     "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
     "kubernetes:core/v1:ServiceAccount",
-    # The read-only token Secret; the CAPMOX Secret is never created while adopting.
-    "kubernetes:core/v1:Secret",
 }
+# New to the lab only under these parents: the read-only token Secret is the program's own, while
+# a CAPMOX credentials Secret created in an adoption run would take CAPMOX off the playbook's.
+NEW_TO_THE_LAB_UNDER = {"kubernetes:core/v1:Secret": "homelab:index:ReadOnlyAccess"}
 
 
-def _type_of(urn: str) -> str:
+def _types_of(urn: str) -> list[str]:
+    """The resource's type, preceded by its parents' types, outermost first."""
     # urn:pulumi:<stack>::<project>::<parent types$>type::<name>
-    return urn.split("::")[2].rsplit("$", 1)[-1]
+    return urn.split("::")[2].split("$")
+
+
+def _new_to_the_lab(urn: str) -> bool:
+    *parents, type_ = _types_of(urn)
+    if type_ in NEW_TO_THE_LAB_UNDER:
+        return parents[-1:] == [NEW_TO_THE_LAB_UNDER[type_]]
+    return type_ in NEW_TO_THE_LAB
 
 
 def problems(steps: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -47,7 +56,7 @@ def problems(steps: Iterable[Mapping[str, Any]]) -> list[str]:
         op, urn = step.get("op", "?"), step.get("urn", "?")
         if op in HARMLESS_OPS:
             continue
-        if op == "create" and _type_of(urn) in NEW_TO_THE_LAB:
+        if op == "create" and _new_to_the_lab(urn):
             continue
         found.append(f"{op}: {urn}")
     return found
