@@ -320,6 +320,9 @@ class _Mocks(pulumi.runtime.Mocks):
         elif args.typ == "proxmoxve:index/vmLegacy:VmLegacy":
             # Proxmox picks the MAC address when it creates the VM.
             outputs["networkDevices"] = [{**nic, "macAddress": self.vm_mac} for nic in outputs["networkDevices"]]
+            # The provider's id of a VM is its VMID, created or imported (as node/VMID) alike.
+            outputs.update(self.live_outputs.get(args.name, {}))
+            return str(int(args.inputs["vmId"])), outputs
         elif args.typ == "proxmoxve:download/file:File":
             inputs = args.inputs
             return f"{inputs['datastoreId']}:{inputs['contentType']}/{inputs['fileName']}", outputs

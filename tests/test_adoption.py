@@ -5,6 +5,8 @@ every mode (no reboot by the provider, nothing on the cluster uninstalled by Pul
 from __future__ import annotations
 
 import base64
+import re
+from pathlib import Path
 
 import harness
 import pytest
@@ -42,6 +44,7 @@ IMPORTED = {
     (f"{OPERATOR_API}:IPAMProvider", "mgmt-ipam-in-cluster"): "capi-ipam-in-cluster-system/in-cluster",
 }
 KEPT = [key for key in IMPORTED if key != VM]
+ADOPTION_DOC = (Path(__file__).resolve().parent.parent / "docs" / "adoption.md").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +175,44 @@ def test_the_host_steps_report_a_difference_instead_of_changing_the_adopted_host
     for name, (script, argument) in steps.items():
         assert adopted.get("command:remote:Command", name).plain["create"] == script_command(script, argument, "adopt")
         assert lab.get("command:remote:Command", name).plain["create"] == script_command(script, argument)
+
+
+def test_every_object_that_leaving_adoption_changes_has_its_convergence_run(adopted: harness.Run) -> None:
+    """docs/adoption.md step 8 promises that after its runs a preview without --target finds
+    nothing to change: each object that turning `adopt` off (and dropping capmoxExistingSecret)
+    changes must be the target of one of them."""
+    converged = harness.run_program()
+    step_8 = ADOPTION_DOC.split("## 8.", 1)[1].split("\n## ", 1)[0]
+    targeted = set(re.findall(r"`(mgmt-[a-z0-9-]+)`", step_8))
+    # Named as groups: "the five CR URNs", "the five `mgmt-ns-…` URNs".
+    if "the five CR URNs" in step_8:
+        targeted |= {name for type_, name in KEPT if type_.startswith(OPERATOR_API)}
+    if "the five `mgmt-ns-…` URNs" in step_8:
+        targeted |= {name for type_, name in KEPT if type_ == NAMESPACE}
+    assert {name for _, name in harness.changed(adopted, converged)} - targeted == set()
+
+
+def test_the_host_steps_change_only_their_mode_when_adoption_ends(adopted: harness.Run) -> None:
+    converged = harness.run_program()
+    changed_steps = {key[1] for key in harness.changed(adopted, converged) if key[0] == "command:remote:Command"}
+    assert changed_steps == {"mgmt-k3s-config", "mgmt-k3s-install"}
+    for name in changed_steps:
+        before, after = (
+            adopted.get("command:remote:Command", name).plain,
+            converged.get("command:remote:Command", name).plain,
+        )
+        assert {key for key in before.keys() | after.keys() if before.get(key) != after.get(key)} == {"create"}
+
+
+@pytest.mark.parametrize(
+    ("row", "what"),
+    [("`PROXMOX_URL` form", "capmoxExistingSecret"), ("Proxmox VE version", "mgmt-image")],
+    ids=["proxmox-url", "pve-version"],
+)
+def test_a_step_the_table_refers_to_is_the_one_that_does_it(row: str, what: str) -> None:
+    (line,) = [line for line in ADOPTION_DOC.splitlines() if line.startswith(f"| {row}")]
+    (reference,) = re.findall(r"step (\d+)\.(\d+)", line)
+    section, item = reference
+    items = ADOPTION_DOC.split(f"## {section}.", 1)[1].split("\n## ", 1)[0]
+    (text,) = re.findall(rf"^{item}\. (.*?)(?=^\d+\. |^\S|\Z)", items, re.MULTILINE | re.DOTALL)
+    assert what in text

@@ -36,7 +36,7 @@ SCRIPTS = {
     "node-ready": "node_ready.sh",
     "read-kubeconfig": "read_kubeconfig.sh",
 }
-INSTANCE = "mgmt-vm-id/BC:24:11:4A:00:01"
+INSTANCE = "201/BC:24:11:4A:00:01"
 K3S_CONFIG = {"disable": ["traefik"], "tls-san": ["192.168.4.21"], "write-kubeconfig-mode": "0600"}
 HOST_STEPS = {(COMMAND, f"mgmt-{step}") for step in STEPS}
 
@@ -175,7 +175,7 @@ def test_a_new_vm_reruns_every_host_step_and_is_a_new_cluster(lab: Run) -> None:
     rebuilt = run_program(vm_mac="BC:24:11:4A:00:02")
     touched = changed(lab, rebuilt)
     assert {*HOST_STEPS, (COMMAND, "mgmt-operator-ready"), K8S_PROVIDER} <= touched
-    assert rebuilt.get(*K8S_PROVIDER).plain["clusterIdentifier"] == "lab-mgmt/mgmt-vm-id/BC:24:11:4A:00:02"
+    assert rebuilt.get(*K8S_PROVIDER).plain["clusterIdentifier"] == "lab-mgmt/201/BC:24:11:4A:00:02"
 
 
 def test_kubeconfig_file_is_written_only_when_asked(lab: Run, tmp_path_factory: pytest.TempPathFactory) -> None:

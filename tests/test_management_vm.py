@@ -178,5 +178,5 @@ def _host_command_triggers(run: Run) -> list[Any]:
 
 
 def test_instance_key_names_this_vm_instance(lab: Run) -> None:
-    assert _host_command_triggers(lab) == ["mgmt-vm-id/BC:24:11:4A:00:01"]
-    assert _host_command_triggers(run_program(vm_mac="BC:24:11:4A:00:02")) == ["mgmt-vm-id/BC:24:11:4A:00:02"]
+    assert _host_command_triggers(lab) == ["201/BC:24:11:4A:00:01"]
+    assert _host_command_triggers(run_program(vm_mac="BC:24:11:4A:00:02")) == ["201/BC:24:11:4A:00:02"]
