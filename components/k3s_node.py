@@ -15,7 +15,7 @@ import yaml
 from components.host_script import host_command
 from components.kubeconfig import rename_k3s_kubeconfig
 from components.management_vm import ManagementVm
-from components.settings import K3sSettings
+from components.settings import PROJECT, K3sSettings
 
 # A booting VM refuses or drops SSH for a minute or two. 60 dials, each bounded at 10 seconds and
 # spaced by the provider's backoff (up to 5 seconds), wait about 5 to 15 minutes for it.
@@ -115,8 +115,10 @@ class K3sNode(pulumi.ComponentResource):
             f"{name}-kubernetes",
             kubeconfig=self.kubeconfig,
             # k3s renews its client certificates, which changes the kubeconfig; only a new VM is a
-            # new cluster whose objects must all be created again.
-            cluster_identifier=vm.instance_key.apply(lambda key: f"{vm.name}/{key}"),
+            # new cluster whose objects must all be created again. Not the VM's name either: a
+            # rename is the same cluster. The constant prefix keeps the identity of stacks
+            # deployed with the default name as it was.
+            cluster_identifier=vm.instance_key.apply(lambda key: f"{PROJECT}/{key}"),
             opts=pulumi.ResourceOptions(parent=self),
         )
 

@@ -171,6 +171,14 @@ def test_k3s_config_change_reruns_the_config_step_and_the_wait_only(lab: Run, mo
     assert changed(lab, run_program()) == {(COMMAND, "mgmt-k3s-config"), (COMMAND, "mgmt-node-ready")}
 
 
+def test_renaming_the_vm_keeps_the_clusters_identity(lab: Run) -> None:
+    """A changed cluster_identifier makes pulumi-kubernetes replace every object on the cluster;
+    a renamed VM is the same cluster."""
+    renamed = run_program({"vmName": "lab-core"})
+    assert renamed.get(*K8S_PROVIDER).plain["clusterIdentifier"] == lab.get(*K8S_PROVIDER).plain["clusterIdentifier"]
+    assert yaml.safe_load(renamed.outputs["kubeconfig"][0])["current-context"] == "lab-core"
+
+
 def test_a_new_vm_reruns_every_host_step_and_is_a_new_cluster(lab: Run) -> None:
     rebuilt = run_program(vm_mac="BC:24:11:4A:00:02")
     touched = changed(lab, rebuilt)
