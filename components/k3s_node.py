@@ -99,7 +99,7 @@ class K3sNode(pulumi.ComponentResource):
         node_ready = self.host_step(
             f"{name}-node-ready",
             "node_ready.sh",
-            [str(NODE_READY_BOUND_SECONDS)],
+            [str(NODE_READY_BOUND_SECONDS), k3s.version],
             after=k3s_install,
             triggers=[k3s.version, config_digest],
             parent=self,

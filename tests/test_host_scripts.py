@@ -67,6 +67,7 @@ case "$*" in
   "is-active --quiet $unit") [ -e "$STUB_STATE/$unit.active" ] || exit 3 ;;
   "enable $unit") touch "$STUB_STATE/$unit.enabled" ;;
   "start $unit" | "restart $unit") touch "$STUB_STATE/$unit.active" ;;
+  "show k3s -p ExecMainStartTimestamp --value") state k3s-started "" ;;
   *) unexpected ;;
 esac
 """
@@ -116,7 +117,8 @@ cp "$STUB_LIB/k3s" "$STUB_BIN/k3s"
 INSTALLER
 """
 
-# Not on PATH until installed. `get nodes` prints the k3s-nodes state from poll k3s-node-from-poll.
+# Not on PATH until installed. `get nodes` prints the k3s-nodes state from poll k3s-node-from-poll,
+# k3s-nodes-before (what the Node objects said before that) until then.
 # A HelmChart NAME in kube-system exists while state helmchart.NAME does; helmchart.NAME.finalizer
 # is the helm-controller's finalizer, .unmanaged the annotation that makes the controller leave
 # the chart alone, .terminating a delete that a finalizer holds up. A delete the finalizer holds
@@ -168,10 +170,10 @@ case "$*" in
     echo "helmchart.helm.cattle.io \"$name\" deleted"
     ;;
   --version) printf 'k3s version %s (1a2b3c4d)\ngo version go1.23.6\n' "$(state k3s-version '')" ;;
-  "kubectl get nodes -o name --request-timeout=10s")
+  "kubectl get nodes --request-timeout=10s -o jsonpath=$NODE_COLUMNS")
     polls=$(($(state k3s-node-polls 0) + 1))
     printf '%s' "$polls" >"$STUB_STATE/k3s-node-polls"
-    if [ "$polls" -ge "$(state k3s-node-from-poll 1)" ]; then state k3s-nodes ""; fi
+    if [ "$polls" -ge "$(state k3s-node-from-poll 1)" ]; then state k3s-nodes ""; else state k3s-nodes-before ""; fi
     ;;
   "kubectl create --dry-run=server -o name -f -")
     cat >"$STUB_STATE/k3s-dry-run-input"
@@ -233,8 +235,14 @@ AGENT_ENABLE = ("systemctl", "enable", AGENT)
 AGENT_START = ("systemctl", "start", AGENT)
 K3S_RESTART = ("systemctl", "restart", "k3s")
 K3S_VERSION = ("k3s", "--version")
-GET_NODES = ("k3s", "kubectl", "get", "nodes", "-o", "name", "--request-timeout=10s")
-WAIT_READY = ("k3s", "kubectl", "wait", "--for=condition=Ready", "node", "--all")
+# What node_ready.sh asks of each node: name, kubelet version, Ready and its last heartbeat.
+NODE_COLUMNS = (
+    '{range .items[*]}{.metadata.name}{" "}{.status.nodeInfo.kubeletVersion}{" "}'
+    '{.status.conditions[?(@.type=="Ready")].status}{" "}'
+    '{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}{"\\n"}{end}'
+)
+GET_NODES = ("k3s", "kubectl", "get", "nodes", "--request-timeout=10s", "-o", f"jsonpath={NODE_COLUMNS}")
+K3S_STARTED = ("systemctl", "show", "k3s", "-p", "ExecMainStartTimestamp", "--value")
 
 
 @dataclass(frozen=True)
@@ -290,6 +298,7 @@ class Host:
             "STUB_STATE": str(self.state),
             "STUB_BIN": str(self.bin),
             "STUB_LIB": str(self.lib),
+            "NODE_COLUMNS": NODE_COLUMNS,
         }
 
     def set(self, key: str, value: str | int = "") -> None:
@@ -712,56 +721,79 @@ def test_k3s_install_stops_when_the_download_fails(host: Host) -> None:
 # --- node_ready.sh ------------------------------------------------------------------------------
 
 
-def wait_timeout_seconds(call: Call) -> int:
-    match = re.fullmatch(r"--timeout=(\d+)s", call[-1])
-    assert match is not None, call
-    return int(match[1])
+STARTED = "Sat 2026-09-26 10:00:00 UTC"
+FRESH = f"vm1 {VERSION} True 2026-09-26T10:00:07Z\n"
+NODES_BEFORE = {
+    # The Node as the k3s before the restart left it: Ready, heartbeat from before the start.
+    "stale-ready": f"vm1 {VERSION} True 2026-09-26T09:59:52Z\n",
+    # After an upgrade, the old kubelet's last status: the old version, still Ready.
+    "old-version": f"vm1 {OLD_VERSION} True 2026-09-26T10:00:07Z\n",
+    "not-ready": f"vm1 {VERSION} False 2026-09-26T10:00:05Z\n",
+    "not-registered": "",
+}
 
 
-@pytest.mark.parametrize("node_from_poll", [1, 2], ids=["node-registered", "node-registers-late"])
-def test_node_ready_waits_for_the_node_within_the_bound(host: Host, node_from_poll: int) -> None:
+def test_node_ready_passes_on_a_fresh_heartbeat_of_the_pinned_version(host: Host) -> None:
     host.install_k3s(VERSION)
-    host.set("k3s-nodes", "node/vm1\n")
-    host.set("k3s-node-from-poll", node_from_poll)
-    bound = 60
+    host.set("k3s-started", STARTED)
+    host.set("k3s-nodes", FRESH)
 
-    result = host.run("node_ready.sh", str(bound))
+    result = host.run("node_ready.sh", "60", VERSION)
 
-    assert (result.returncode, result.stdout) == (0, "node/vm1 condition met\n"), result.stderr
-    assert result.calls[:-1] == [GET_NODES] * node_from_poll
-    assert result.calls[-1][:-1] == WAIT_READY
-    # What is left of the bound after the polls (each followed by one sleep), within a second.
-    remaining = bound - POLL_INTERVAL_SECONDS * (node_from_poll - 1)
-    assert remaining - 2 <= wait_timeout_seconds(result.calls[-1]) <= remaining
+    assert (result.returncode, result.stdout) == (0, f"every node Ready on k3s {VERSION}\n"), result.stderr
+    assert result.calls == [K3S_STARTED, GET_NODES]
 
 
-def test_node_ready_fails_when_the_node_does_not_become_ready(host: Host) -> None:
+@pytest.mark.parametrize("before", NODES_BEFORE.values(), ids=NODES_BEFORE.keys())
+def test_node_ready_waits_past_what_the_node_said_before_k3s_started(host: Host, before: str) -> None:
+    """A stale Ready (from before the restart, or of the version before an upgrade) is no answer."""
     host.install_k3s(VERSION)
-    host.set("k3s-nodes", "node/vm1\n")
-    host.set("k3s-wait-rc", 1)
+    host.set("k3s-started", STARTED)
+    host.set("k3s-nodes-before", before)
+    host.set("k3s-nodes", FRESH)
+    host.set("k3s-node-from-poll", 2)
 
-    result = host.run("node_ready.sh", "60")
+    result = host.run("node_ready.sh", "60", VERSION)
 
-    assert result.returncode == 1
-    assert result.stderr == "error: timed out waiting for the condition on nodes/vm1\n"
-    assert result.calls[:-1] == [GET_NODES]
-    assert result.calls[-1][:-1] == WAIT_READY
+    assert result.returncode == 0, result.stderr
+    assert result.calls == [K3S_STARTED, GET_NODES, GET_NODES]
 
 
-def test_node_ready_fails_within_the_bound_when_no_node_registers(host: Host) -> None:
+@pytest.mark.parametrize(
+    ("nodes", "why"),
+    [
+        (NODES_BEFORE["stale-ready"], "node vm1 is Ready only as of 2026-09-26T09:59:52Z, before k3s started at"),
+        (NODES_BEFORE["old-version"], f"node vm1 runs {OLD_VERSION}, not {VERSION}"),
+        (NODES_BEFORE["not-ready"], "node vm1 is not Ready (False)"),
+        ("", "no node registered"),
+    ],
+    ids=["stale-ready", "old-version", "not-ready", "not-registered"],
+)
+def test_node_ready_fails_within_the_bound_naming_why(host: Host, nodes: str, why: str) -> None:
     host.install_k3s(VERSION)
+    host.set("k3s-started", STARTED)
+    host.set("k3s-nodes", nodes)
     bound = 2
 
     started = time.monotonic()
-    result = host.run("node_ready.sh", str(bound))
+    result = host.run("node_ready.sh", str(bound), VERSION)
     elapsed = time.monotonic() - started
 
     assert result.returncode == 1
-    assert result.stderr == f"no node registered within {bound}s\n"
-    assert len(result.calls) >= 2
-    assert set(result.calls) == {GET_NODES}
+    assert result.stderr.startswith(f"not ready within {bound}s: {why}"), result.stderr
+    assert result.calls[0] == K3S_STARTED
+    assert len(result.calls) >= 3
+    assert set(result.calls[1:]) == {GET_NODES}
     # The bound is counted in whole seconds and checked between polls.
     assert bound - 1 <= elapsed < bound + POLL_INTERVAL_SECONDS
+
+
+def test_node_ready_fails_at_once_when_k3s_is_not_running(host: Host) -> None:
+    host.install_k3s(VERSION)
+
+    result = host.run("node_ready.sh", "60", VERSION)
+
+    assert (result.returncode, result.stderr, result.calls) == (1, "k3s is not running\n", [K3S_STARTED])
 
 
 # --- read_kubeconfig.sh -------------------------------------------------------------------------

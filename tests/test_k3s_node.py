@@ -69,7 +69,7 @@ def test_step_arguments(lab: Run) -> None:
     (config_b64,) = argv(lab, "k3s-config")[5:]
     assert yaml.safe_load(base64.b64decode(config_b64)) == K3S_CONFIG
     assert argv(lab, "k3s-install")[5:] == ["v1.35.8+k3s1"]
-    assert argv(lab, "node-ready")[5:] == ["300"]
+    assert argv(lab, "node-ready")[5:] == ["300", "v1.35.8+k3s1"]
     assert argv(lab, "read-kubeconfig")[5:] == []
 
 
