@@ -2,11 +2,12 @@
 
 import pulumi
 
+from components.cluster_api import last_deployment
 from components.credentials import verify_tokens
 from components.helm_repositories import verify_chart_repositories
 from components.k3s_node import K3sNode
 from components.management_cluster import manage_cluster
-from components.management_vm import ManagementVm
+from components.management_vm import PROTECTED_OUTPUT, ManagementVm
 from components.settings import load_settings
 
 settings = load_settings()
@@ -15,11 +16,13 @@ if not settings.proxmox.skip_credentials_check:
 if settings.adopt:
     verify_chart_repositories(settings)
 
-vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image, adopt=settings.adopt)
+deployment = last_deployment()
+vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image, adopt=settings.adopt, deployment=deployment)
 k3s = K3sNode("mgmt", vm, settings.k3s, settings.vm.ci_user, adopt=settings.adopt)
-cluster = manage_cluster(settings, k3s)
+cluster = manage_cluster(settings, k3s, deployment)
 
 pulumi.export("vmAddress", vm.address)
+pulumi.export(PROTECTED_OUTPUT, vm.protection)
 pulumi.export("kubeconfig", k3s.kubeconfig)
 pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
 pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)

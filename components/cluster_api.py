@@ -110,17 +110,26 @@ class ClusterNode(Protocol):
     ) -> pulumi.Resource: ...
 
 
-def last_deployed_versions() -> pulumi.Output[Mapping[str, str] | None]:
-    """The providerVersions output of this stack's last deployment, which the upgrade check
-    compares against; None for a stack that was never deployed."""
-    last_deployment = pulumi.StackReference(
+def last_deployment() -> pulumi.Output[Mapping[str, Any]]:
+    """The outputs of this stack's last deployment, as a whole secret (the kubeconfigs are);
+    empty for a stack that was never deployed."""
+    reference = pulumi.StackReference(
         "last-deployment",
         stack_name=own_stack_reference_name(pulumi.get_organization(), pulumi.get_project(), pulumi.get_stack()),
     )
-    # The outputs as a whole are secret (the kubeconfigs are); the versions are not.
-    return pulumi.Output.unsecret(
-        last_deployment.outputs.apply(lambda outputs: (outputs or {}).get("providerVersions"))
-    )
+    return reference.outputs.apply(lambda outputs: dict(outputs or {}))
+
+
+def deployed_output(deployment: pulumi.Output[Mapping[str, Any]], name: str) -> pulumi.Output[Any]:
+    """One output of the last deployment, None where it had none; not secret, so only for
+    outputs that are not."""
+    return pulumi.Output.unsecret(deployment.apply(lambda outputs: outputs.get(name)))
+
+
+def last_deployed_versions(deployment: pulumi.Output[Mapping[str, Any]]) -> pulumi.Output[Mapping[str, str] | None]:
+    """The providerVersions output of the last deployment, which the upgrade check compares
+    against; None for a stack that was never deployed."""
+    return deployed_output(deployment, "providerVersions")
 
 
 class ClusterApi(pulumi.ComponentResource):

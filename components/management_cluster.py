@@ -5,11 +5,13 @@ onto its own API server, so that what the box proves is what the program does.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
-from components.cluster_api import ClusterApi, ClusterNode, last_deployed_versions
+from components.cluster_api import ClusterApi, ClusterNode, last_deployed_versions, last_deployment
 from components.readonly_access import ReadOnlyAccess
 from components.settings import Settings
 from components.workload_cluster import WorkloadClusterAccess
@@ -23,7 +25,11 @@ class ManagementCluster:
     """Workload cluster name -> its read-only kubeconfig; secret as a whole."""
 
 
-def manage_cluster(settings: Settings, node: ClusterNode) -> ManagementCluster:
+def manage_cluster(
+    settings: Settings, node: ClusterNode, deployment: pulumi.Output[Mapping[str, Any]] | None = None
+) -> ManagementCluster:
+    """`deployment`: the outputs of this stack's last deployment, when the caller reads them
+    already (a stack reads them once); else they are read here."""
     cluster_api = ClusterApi(
         "mgmt",
         node,
@@ -31,7 +37,7 @@ def manage_cluster(settings: Settings, node: ClusterNode) -> ManagementCluster:
         proxmox_url=settings.proxmox.endpoint,
         protected=settings.vm.protected,
         adopt=settings.adopt,
-        deployed_versions=last_deployed_versions(),
+        deployed_versions=last_deployed_versions(deployment if deployment is not None else last_deployment()),
     )
     readonly = ReadOnlyAccess(
         "mgmt-readonly",

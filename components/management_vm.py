@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi
 import pulumi_proxmoxve as proxmoxve
 
-from components.settings import ImageSettings, ProxmoxSettings, VmSettings
+from components.settings import PROJECT, ImageSettings, ProxmoxSettings, VmSettings
 
 # The image has no qemu-guest-agent until the k3s component installs it, so the provider must not
 # wait for the agent to report an address (15 minutes by default); the bound caps any other
@@ -26,6 +27,26 @@ ADOPTED_AS_IS = [
 ]
 
 
+# The stack output that records the VM's protection as deployed, which the rebuild guard reads.
+PROTECTED_OUTPUT = "vmProtected"
+
+
+class RebuildRefusedError(pulumi.RunError):
+    """vmRebuildFromImage without vmProtected=false applied in an earlier run."""
+
+
+def rebuild_protection(deployment: Mapping[str, Any]) -> bool:
+    """The VM's protection in a run that may rebuild it: off, once the last deployment shows it
+    lifted. A stack never deployed has no VM to rebuild."""
+    if deployment and deployment.get(PROTECTED_OUTPUT) is not False:
+        raise RebuildRefusedError(
+            f"{PROJECT}:vmRebuildFromImage: true needs vmProtected=false applied in an earlier `pulumi up`, "
+            "and the last deployment has the VM protected: run `pulumi up` with vmProtected=false and "
+            "vmRebuildFromImage=false first (docs/operations.md)"
+        )
+    return False
+
+
 class ManagementVm(pulumi.ComponentResource):
     """The cloud image on the node's image storage, and the VM imported from it.
 
@@ -37,6 +58,8 @@ class ManagementVm(pulumi.ComponentResource):
 
     vm_id: int
     name: str
+    protection: pulumi.Output[bool]
+    """Proxmox's delete lock as deployed; exported as PROTECTED_OUTPUT for the next run's guard."""
     address: str
     image: proxmoxve.download.File | None
     """The cloud image on the node; none while adopting a VM that exists."""
@@ -52,8 +75,10 @@ class ManagementVm(pulumi.ComponentResource):
         image: ImageSettings,
         *,
         adopt: bool,
+        deployment: pulumi.Output[Mapping[str, Any]],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """`deployment`: the outputs of this stack's last deployment."""
         super().__init__("homelab:index:ManagementVm", name, None, opts)
 
         provider = proxmoxve.Provider(
@@ -99,7 +124,11 @@ class ManagementVm(pulumi.ComponentResource):
             description="Kubernetes management cluster (k3s), managed by the lab-mgmt Pulumi program.",
             on_boot=True,
             started=True,
-            protection=vm.protected,
+            # A rebuild deletes the VM: the VM is sent only once the last deployment shows its
+            # locks lifted, so a run that lifts them and rebuilds at once stops at preview.
+            protection=(
+                pulumi.Output.unsecret(deployment.apply(rebuild_protection)) if vm.rebuild_from_image else vm.protected
+            ),
             operating_system=proxmoxve.VmLegacyOperatingSystemArgs(type="l26"),
             cpu=proxmoxve.VmLegacyCpuArgs(cores=vm.cores, type="x86-64-v2-AES"),
             memory=proxmoxve.VmLegacyMemoryArgs(dedicated=vm.memory_mib),
@@ -164,11 +193,19 @@ class ManagementVm(pulumi.ComponentResource):
         self.vm_id = vm.vm_id
         self.name = vm.name
         self.address = str(vm.address.ip)
+        self.protection = self.vm.protection.apply(bool)
         # Proxmox assigns a random MAC when it creates the VM; the VMID alone survives a rebuild.
         self.instance_key = pulumi.Output.all(self.vm.id, self.vm.network_devices).apply(
             lambda args: _instance_key(args[0], args[1])
         )
-        self.register_outputs({"vmId": self.vm_id, "address": self.address, "instanceKey": self.instance_key})
+        self.register_outputs(
+            {
+                "vmId": self.vm_id,
+                "address": self.address,
+                "instanceKey": self.instance_key,
+                "protection": self.protection,
+            }
+        )
 
 
 def _instance_key(vm_id: str, network_devices: list[dict[str, Any]] | None) -> str:

@@ -9,6 +9,7 @@ additional_secret_outputs, and numbers come back as floats; both are accounted f
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import gc
@@ -469,6 +470,10 @@ def run_program(
         # not report them ("Future exception was never retrieved") at the end of the session.
         ROOT.set(None)
         settings.configure(settings.Settings(project=None, stack=None))
+        # Every output that derives from a failed one holds the error too; the test has seen it.
+        for future in [obj for obj in gc.get_objects() if isinstance(obj, asyncio.Future)]:
+            if future.done() and not future.cancelled():
+                future.exception()
         gc.collect()
         raise
     root = ROOT.get()

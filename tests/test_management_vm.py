@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from harness import DUMMY_SECRETS, SECRET, Resource, Run, changed, contains_plain, replaced, run_program
 
+from components.management_vm import RebuildRefusedError
+
 VM = ("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
 IMAGE = ("proxmoxve:download/file:File", "mgmt-image")
 PROXMOX = ("pulumi:providers:proxmoxve", "mgmt-proxmox")
@@ -166,6 +168,36 @@ def test_a_deliberate_rebuild_replaces_the_vm_from_the_new_image() -> None:
     assert vm.plain["disks"][0]["importFrom"] == "local:import/noble-server-cloudimg-amd64-20261020.qcow2"
     assert replaced(unprotected, rebuilt) == {VM}
     assert {VM, IMAGE} <= changed(unprotected, rebuilt)
+
+
+# What the last deployment of a lab left, as the next run reads it back.
+DEPLOYED = {"vmAddress": "192.168.4.21", "kubeconfig": "..."}
+
+
+@pytest.mark.parametrize(
+    "deployed",
+    [{**DEPLOYED, "vmProtected": True}, DEPLOYED],
+    ids=["deployed-protected", "deployed-before-the-output-existed"],
+)
+def test_a_rebuild_is_refused_unless_an_earlier_run_lifted_the_locks(deployed: dict[str, Any]) -> None:
+    """settings.py sees one config; the guard needs what was deployed: vmProtected=false and
+    vmRebuildFromImage=true set together, on a protected VM, must not replace it."""
+    record = Run()
+    with pytest.raises(RebuildRefusedError, match="lab-mgmt:vmRebuildFromImage: true needs vmProtected=false applied"):
+        run_program({**REBUILD, **NEXT_IMAGE}, previous_outputs=deployed, record=record)
+    assert VM not in record.names()
+
+
+def test_a_rebuild_goes_ahead_after_a_run_that_lifted_the_locks() -> None:
+    lifted = run_program(UNPROTECTED)
+    assert lifted.outputs["vmProtected"] == (False, False)
+    rebuilt = run_program({**REBUILD, **NEXT_IMAGE}, previous_outputs={**DEPLOYED, "vmProtected": False})
+    assert rebuilt.get(*VM).plain["protection"] is False
+    assert replaced(lifted, rebuilt) == {VM}
+
+
+def test_the_deployed_protection_is_a_stack_output(lab: Run) -> None:
+    assert lab.outputs["vmProtected"] == (True, False)
 
 
 def test_allowing_a_rebuild_without_a_new_image_replaces_nothing() -> None:

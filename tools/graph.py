@@ -176,7 +176,9 @@ def _setting(key: str, before: Mapping[str, str], after: Mapping[str, str]) -> s
 def change_row(change: ChangeSet, installed: Mapping[str, object]) -> str:
     after_settings = {**change.base, **change.settings}
     before = harness.run_program(change.base, previous_outputs=installed)
-    after = harness.run_program(after_settings, previous_outputs=installed, vm_mac=change.vm_mac)
+    # The change is applied to what the base settings deployed (the rebuild guard reads that).
+    deployed = {**installed, "vmProtected": before.outputs["vmProtected"][0]}
+    after = harness.run_program(after_settings, previous_outputs=deployed, vm_mac=change.vm_mac)
     before_config, after_config = harness.stack_config(change.base), harness.stack_config(after_settings)
     settings = ", ".join(_setting(key, before_config, after_config) for key in change.settings)
     touched = ", ".join(f"`{name}`" for name in sorted(name for _, name in harness.changed(before, after)))
