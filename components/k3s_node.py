@@ -104,8 +104,17 @@ class K3sNode(pulumi.ComponentResource):
             triggers=[k3s.version, config_digest],
             parent=self,
         )
+        # k3s writes its admin kubeconfig anew whenever it starts, with a client certificate it
+        # renews at start when it is near expiry: read it again after every restart the program
+        # causes (a new version or config), as the node wait does.
         read_kubeconfig = self.host_step(
-            f"{name}-read-kubeconfig", "read_kubeconfig.sh", [], after=node_ready, parent=self, secret_stdout=True
+            f"{name}-read-kubeconfig",
+            "read_kubeconfig.sh",
+            [],
+            after=node_ready,
+            triggers=[k3s.version, config_digest],
+            parent=self,
+            secret_stdout=True,
         )
 
         self.kubeconfig = pulumi.Output.secret(
@@ -129,6 +138,9 @@ class K3sNode(pulumi.ComponentResource):
                 f"{name}-kubeconfig-file",
                 create=f"umask 077 && mkdir -p {directory} && cat > {path} && chmod 0600 {path}",
                 delete=f"rm -f {path}",
+                # A new path replaces the command, so the old one's delete removes the old file;
+                # an update would only write the new one.
+                triggers=[str(k3s.kubeconfig_path)],
                 stdin=self.kubeconfig,
                 add_previous_output_in_env=False,
                 logging=command.local.Logging.STDERR,

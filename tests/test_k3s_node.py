@@ -84,6 +84,7 @@ def test_triggers_are_explicit_and_deterministic(lab: Run) -> None:
     digest = hashlib.sha256(yaml.safe_dump(K3S_CONFIG, sort_keys=True).encode()).hexdigest()
     expected = {name: [INSTANCE] for name in STEPS}
     expected["node-ready"] = [INSTANCE, "v1.35.8+k3s1", digest]
+    expected["read-kubeconfig"] = [INSTANCE, "v1.35.8+k3s1", digest]
     assert {name: step(lab, name)["triggers"] for name in STEPS} == expected
 
 
@@ -159,16 +160,21 @@ def test_a_second_run_re_runs_nothing(lab: Run) -> None:
     assert changed(lab, run_program()) == set()
 
 
+# What a k3s restart (a new version or config) re-runs: the wait, and the read of the kubeconfig
+# k3s wrote anew when it started, which the provider then takes in place.
+AFTER_A_RESTART = {(COMMAND, "mgmt-node-ready"), (COMMAND, "mgmt-read-kubeconfig")}
+
+
 def test_k3s_bump_reruns_the_install_and_the_wait_only(lab: Run) -> None:
     bumped = run_program({"k3sVersion": "v1.35.9+k3s1"})
-    assert changed(lab, bumped) == {(COMMAND, "mgmt-k3s-install"), (COMMAND, "mgmt-node-ready")}
+    assert changed(lab, bumped) == {(COMMAND, "mgmt-k3s-install"), *AFTER_A_RESTART}
     assert argv(bumped, "k3s-install")[5:] == ["v1.35.9+k3s1"]
 
 
 def test_k3s_config_change_reruns_the_config_step_and_the_wait_only(lab: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     render = components.k3s_node.render_k3s_config
     monkeypatch.setattr(components.k3s_node, "render_k3s_config", lambda address: render(address) + "debug: true\n")
-    assert changed(lab, run_program()) == {(COMMAND, "mgmt-k3s-config"), (COMMAND, "mgmt-node-ready")}
+    assert changed(lab, run_program()) == {(COMMAND, "mgmt-k3s-config"), *AFTER_A_RESTART}
 
 
 def test_renaming_the_vm_keeps_the_clusters_identity(lab: Run) -> None:
@@ -196,6 +202,8 @@ def test_kubeconfig_file_is_written_only_when_asked(lab: Run, tmp_path_factory: 
         f"umask 077 && mkdir -p {shlex.quote(str(path.parent))} && cat > {quoted} && chmod 0600 {quoted}"
     )
     assert writer.plain["delete"] == f"rm -f {quoted}"
+    # Another path replaces the writer: the old one's delete removes the old file.
+    assert writer.plain["triggers"] == [str(path)]
     assert set(writer.inputs["stdin"]) == {SECRET}
     assert writer.plain["stdin"] == run.outputs["kubeconfig"][0]
     assert writer.plain["logging"] == "stderr"
