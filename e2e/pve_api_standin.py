@@ -1,33 +1,171 @@
-"""A stand-in for the one Proxmox VE API call the program makes itself: `GET
-/api2/json/access/permissions`, over HTTPS with a self-signed certificate, on 127.0.0.1 or, inside
+"""A stand-in for the Proxmox VE API: the program's own token check (`GET /access/permissions`)
+and every call bpg/terraform-provider-proxmox v0.111.1 (in pulumi-proxmoxve 8.3.0) makes for the
+program's `download.File` and `VmLegacy` (the call map: /work/shared/notes/
+proxmox-api-calls-verified.md), over HTTPS with a self-signed certificate, on 127.0.0.1 or, inside
 a network namespace that a test made, on the lab's own address.
 
 It answers from its own table of tokens, as Proxmox VE does: 401 for an unknown token id or a
-wrong secret, the caller's permissions otherwise. Every request is recorded; any other path or
-method is answered 501 naming it and recorded as unknown, so a test can fail on it.
+wrong secret. Bodies are form-encoded; answers are `{"data": ...}`, and failures a non-2xx status
+whose reason phrase is Proxmox VE's message. The node's storages, volumes, VMs and tasks live in
+a JSON file in the given directory (e2e/pve_tasks.py), so a stand-in started again there goes on.
+
+Every request is recorded with its parameter names (never their values). A call or parameter it
+does not know is answered 501 naming it and recorded in `unknown`, so a test can fail on it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+import re
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any, Protocol
 
 from e2e import https_server
+from e2e.pve_storage import Storage
+from e2e.pve_tasks import ApiError, NodeState
+from e2e.pve_vms import Vms
 
 PERMISSIONS_PATH = "/api2/json/access/permissions"
+API_PREFIX = "/api2/json/"
+WRITES = ("POST", "PUT", "DELETE")
+NODE = "pv1-1"
+VERSION = {"version": "8.4.1", "release": "8.4", "repoid": "2a5fa54a8503f96d"}
+
+
+class Guest(Protocol):
+    """The VM's inside, told of each power change by the stand-in (e2e/guest.py)."""
+
+    def start(self, vmid: int, config: dict[str, str]) -> None:
+        """The VM starts; `config` is its Proxmox VE config as strings (`ciuser`, `sshkeys` as
+        stored: URL-encoded, keys separated by `\\n`; `ipconfig0`, `nameserver`, `net0` with its
+        MAC as `virtio=BC:24:11:..,bridge=..`)."""
+
+    def stop(self, vmid: int) -> None:
+        """The VM is shut down or stopped."""
+
+    def destroy(self, vmid: int) -> None:
+        """The VM is deleted."""
+
+    def agent_interfaces(self, vmid: int) -> list[dict[str, Any]] | None:
+        """`network-get-interfaces` as the guest agent answers it, or None when no agent runs."""
+
+
+@dataclass
+class Faults:
+    """What a test makes go wrong, as Proxmox VE can."""
+
+    vm_create: str | None = None
+    """VM create answers 500 with this message."""
+    download: str | None = None
+    """A download task ends in error with this exit status."""
+
+
+@dataclass(frozen=True)
+class Call:
+    method: str
+    path: str
+    """Without the query string."""
+    params: tuple[str, ...]
+    """The names of the query and body parameters, sorted."""
 
 
 @dataclass
 class PveApiStandIn:
     url: str
     certificate: Path
-    requests: list[tuple[str, str]] = field(default_factory=list)
-    """(method, path) of every request."""
+    faults: Faults
+    calls: list[Call] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
+
+    @property
+    def requests(self) -> list[tuple[str, str]]:
+        """(method, path) of every request."""
+        return [(call.method, call.path) for call in self.calls]
+
+    @property
+    def writes(self) -> list[Call]:
+        return [call for call in self.calls if call.method in WRITES]
+
+
+@dataclass(frozen=True)
+class Ask:
+    user: str
+    permissions: Mapping[str, Mapping[str, int]]
+    params: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    pattern: str
+    """Path segments after /api2/json/; `{name}` matches one segment, percent-decoded."""
+    params: frozenset[str]
+    answer: Callable[..., object]
+    """Called with the Ask and, as keywords, the segments the pattern names."""
+
+
+def routes(vms: Vms, storage: Storage, state: NodeState) -> list[Route]:
+    """Every call served, each where the provider makes it (paths and parameters as in
+    proxmox/nodes/**, proxmox/cluster, proxmox/pools, proxmox/version of the provider)."""
+    vm, disk = "nodes/{node}/qemu/{vmid}", "nodes/{node}/storage/{storage}"
+    task = "nodes/{node}/tasks/{upid}"
+    create = frozenset(
+        (
+            *("acpi", "agent", "balloon", "bios", "boot", "ciuser", "cores", "cpu", "description", "ide2", "ide3"),
+            *("ipconfig0", "keyboard", "memory", "name", "nameserver", "net0", "numa", "onboot", "ostype"),
+            *("protection", "scsi0", "scsihw", "serial0", "sockets", "sshkeys", "tablet", "template", "vga"),
+        )
+    )
+    download = "checksum checksum-algorithm content filename node storage url verify-certificates"
+
+    def p(names: str = "") -> frozenset[str]:
+        return frozenset(names.split())
+
+    return [
+        Route("GET", "access/permissions", p(), lambda a: a.permissions),
+        Route("GET", "version", p(), lambda a: VERSION),
+        Route("GET", "cluster/resources", p("type"), lambda a: vms.resources(a.params["type"])),
+        # No resource pools in the lab.
+        Route("GET", "pools", p(), lambda a: []),
+        Route("GET", "nodes/{node}/query-url-metadata", p("url verify-certificates"), storage.url_metadata),
+        Route("POST", f"{disk}/download-url", p(download), storage.download),
+        Route("GET", f"{disk}/content", p("content"), storage.listing),
+        Route("GET", f"{disk}/content/{{volid}}", p(), storage.volume),
+        Route("DELETE", f"{disk}/content/{{volid}}", p(), storage.delete),
+        Route("GET", f"{task}/status", p(), state.task_status),
+        Route("GET", f"{task}/log", p(), state.task_log),
+        Route("DELETE", task, p(), state.stop_task),
+        Route("POST", "nodes/{node}/qemu", create | {"vmid"}, vms.create),
+        Route("GET", f"{vm}/config", p(), vms.config),
+        Route("PUT", f"{vm}/config", create | {"delete"}, vms.update),
+        Route("POST", f"{vm}/config", create | {"delete"}, vms.update_async),
+        Route("PUT", f"{vm}/cloudinit", p(), vms.regenerate_cloudinit),
+        Route("PUT", f"{vm}/resize", p("disk size"), vms.resize),
+        Route("GET", f"{vm}/status/current", p(), vms.status),
+        Route("POST", f"{vm}/status/start", p("timeout"), vms.start),
+        Route("POST", f"{vm}/status/shutdown", p("forceStop timeout"), vms.shutdown),
+        Route("POST", f"{vm}/status/stop", p(), vms.stop),
+        Route("DELETE", vm, p("destroy-unreferenced-disks purge"), vms.delete),
+        Route("GET", f"{vm}/agent/network-get-interfaces", p(), vms.agent_interfaces),
+    ]
+
+
+def match(route: Route, method: str, segments: list[str]) -> dict[str, str] | None:
+    pattern = route.pattern.split("/")
+    if method != route.method or len(pattern) != len(segments):
+        return None
+    found = {}
+    for expected, segment in zip(pattern, segments, strict=True):
+        if re.fullmatch(r"\{\w+\}", expected):
+            found[expected[1:-1]] = urllib.parse.unquote(segment)
+        elif expected != segment:
+            return None
+    return found
 
 
 @contextmanager
@@ -35,36 +173,79 @@ def serve(
     tokens: Mapping[tuple[str, str], Mapping[str, Mapping[str, int]]],
     directory: Path,
     address: tuple[str, int] = ("127.0.0.1", 0),
+    *,
+    guest: Guest | None = None,
+    node: str = NODE,
+    trusted_certificates: Path | None = None,
 ) -> Iterator[PveApiStandIn]:
-    """The stand-in at `address` (an ephemeral loopback port by default), for the block."""
+    """The stand-in at `address` (an ephemeral loopback port by default), for the block, keeping
+    its node's state in `directory`; a download verifying certificates trusts
+    `trusted_certificates` (a CA file) besides the system's."""
     key, cert = https_server.self_signed_certificate(directory, "pve-standin", address[0])
+    faults = Faults()
+    state = NodeState(directory, node)
+    storage = Storage(state, faults, trusted_certificates)
+    served = routes(Vms(state, storage, guest, faults), storage, state)
     standin: PveApiStandIn
 
     class Handler(BaseHTTPRequestHandler):
+        # HTTP/1.0 (the default) closes each connection after its answer, so a client never
+        # reaches a stopped stand-in over a kept-alive connection after a restart.
+
         def do_GET(self) -> None:
-            standin.requests.append(("GET", self.path))
-            if self.path.split("?", 1)[0] != PERMISSIONS_PATH:
-                self._unknown()
+            self._handle()
+
+        def do_POST(self) -> None:
+            self._handle()
+
+        def do_PUT(self) -> None:
+            self._handle()
+
+        def do_DELETE(self) -> None:
+            self._handle()
+
+        def _handle(self) -> None:
+            raw_path, _, query = self.path.partition("?")
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+            params = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+            params |= dict(urllib.parse.parse_qsl(body, keep_blank_values=True))
+            standin.calls.append(Call(self.command, raw_path, tuple(sorted(params))))
+            form = self.headers.get_content_type() == "application/x-www-form-urlencoded"
+            if body and not form:
+                self._unknown(f"{self.command} {raw_path} with a {self.headers.get_content_type()} body")
+                return
+            segments = raw_path.removeprefix(API_PREFIX).rstrip("/").split("/")
+            found = [(route, m) for route in served if (m := match(route, self.command, segments)) is not None]
+            if not raw_path.startswith(API_PREFIX) or not found:
+                self._unknown(f"{self.command} {raw_path}")
+                return
+            route, path = found[0]
+            if extra := sorted(set(params) - route.params):
+                self._unknown(f"{self.command} {raw_path} parameter {', '.join(extra)}")
                 return
             auth = self.headers.get("Authorization", "")
             token_id, _, secret = auth.removeprefix("PVEAPIToken=").partition("=")
             permissions = tokens.get((token_id, secret)) if auth.startswith("PVEAPIToken=") else None
             if permissions is None:
-                self._answer(401, {"data": None})
+                self._answer(401, None, "authentication failure")
                 return
-            self._answer(200, {"data": permissions})
+            try:
+                with state.lock:
+                    data = route.answer(Ask(token_id, permissions, params), **path)
+                    state.save()
+            except ApiError as error:
+                self._answer(error.status, None, error.message)
+                return
+            self._answer(200, data)
 
-        def do_POST(self) -> None:
-            standin.requests.append(("POST", self.path))
-            self._unknown()
+        def _unknown(self, what: str) -> None:
+            standin.unknown.append(what)
+            self._answer(501, None, f"stand-in does not know {what}")
 
-        def _unknown(self) -> None:
-            standin.unknown.append(f"{self.command} {self.path}")
-            self._answer(501, {"errors": f"stand-in does not know {self.command} {self.path}"})
-
-        def _answer(self, status: int, body: object) -> None:
-            payload = json.dumps(body).encode()
-            self.send_response(status)
+        def _answer(self, status: int, data: object, message: str | None = None) -> None:
+            reason = " ".join((message or "").split()) or None
+            payload = json.dumps({"data": data} | ({"message": f"{message}\n"} if message else {})).encode()
+            self.send_response(status, reason)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
@@ -74,5 +255,11 @@ def serve(
             """Requests are recorded above; nothing goes to stderr."""
 
     with https_server.serving(Handler, address, key, cert) as server:
-        standin = PveApiStandIn(url=f"https://{address[0]}:{server.server_address[1]}/", certificate=cert)
-        yield standin
+        standin = PveApiStandIn(
+            url=f"https://{address[0]}:{server.server_address[1]}/", certificate=cert, faults=faults
+        )
+        try:
+            yield standin
+        finally:
+            for fetch in storage.fetches:
+                fetch.join()
