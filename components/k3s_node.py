@@ -144,7 +144,9 @@ class K3sNode(pulumi.ComponentResource):
                 stdin=self.kubeconfig,
                 add_previous_output_in_env=False,
                 logging=command.local.Logging.STDERR,
-                opts=pulumi.ResourceOptions(parent=self),
+                # Delete first: a replacement on the same path (as when the trigger first appears)
+                # would otherwise remove the file its replacement has just written.
+                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
             )
 
         self.register_outputs({"kubeconfig": self.kubeconfig})

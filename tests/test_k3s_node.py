@@ -202,8 +202,10 @@ def test_kubeconfig_file_is_written_only_when_asked(lab: Run, tmp_path_factory: 
         f"umask 077 && mkdir -p {shlex.quote(str(path.parent))} && cat > {quoted} && chmod 0600 {quoted}"
     )
     assert writer.plain["delete"] == f"rm -f {quoted}"
-    # Another path replaces the writer: the old one's delete removes the old file.
+    # Another path replaces the writer: the old one's delete removes the old file, before the
+    # new one writes (on the same path, the other order would remove the file just written).
     assert writer.plain["triggers"] == [str(path)]
+    assert writer.delete_before_replace is True
     assert set(writer.inputs["stdin"]) == {SECRET}
     assert writer.plain["stdin"] == run.outputs["kubeconfig"][0]
     assert writer.plain["logging"] == "stderr"
