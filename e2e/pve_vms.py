@@ -10,6 +10,8 @@ in: a drive's `file=` becomes its volume (`local-lvm:vm-201-disk-0`), a NIC's `m
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 import time
 import uuid
@@ -62,8 +64,10 @@ class Vms:
         return self.state.done_task("qmcreate", vmid, ask.user, [f"created VM {vmid}"])
 
     def config(self, ask: Ask, node: str, vmid: str) -> dict[str, Any]:
-        config = dict(self.vm(node, vmid)["config"])
-        return {**config, "digest": secrets.token_hex(20)}
+        config = self.vm(node, vmid)["config"]
+        # Proxmox VE's digest is the SHA1 of the config file: it changes exactly when the config does.
+        digest = hashlib.sha1(json.dumps(config, sort_keys=True).encode(), usedforsecurity=False).hexdigest()
+        return {**config, "digest": digest}
 
     def update(self, ask: Ask, node: str, vmid: str) -> None:
         """Applied at once: Proxmox VE keeps a running VM's change pending, but `GET config` shows
