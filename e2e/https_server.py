@@ -1,6 +1,6 @@
 """What the HTTPS stand-ins (e2e/pve_api_standin.py, e2e/chart_repo_standin.py) share: a
 throwaway self-signed certificate for the address they answer at, and a threaded server that
-runs for a `with` block."""
+runs for a `with` block; also a plain file server over HTTPS (a box-local cloud image mirror)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 
 def self_signed_certificate(directory: Path, name: str, address: str) -> tuple[Path, Path]:
@@ -45,3 +46,18 @@ def serving(
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@contextmanager
+def serving_files(directory: Path, address: tuple[str, int], key: Path, cert: Path) -> Iterator[ThreadingHTTPServer]:
+    """The files under `directory` (GET and HEAD), over TLS at `address`, for the block."""
+
+    class Files(SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(directory), **kwargs)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet: a scenario's output is the CLI's."""
+
+    with serving(Files, address, key, cert) as server:
+        yield server
