@@ -58,6 +58,17 @@ rules:
 
 
 @dataclass(frozen=True)
+class Pki:
+    """Certificates made by the caller, as k3s makes its own: the API server's serving certificate
+    and key, the CA that signed it, and the CA its clients' certificates are signed by."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    client_ca: Path
+
+
+@dataclass(frozen=True)
 class ControlPlane:
     bin_dir: Path
     root: Path
@@ -133,19 +144,30 @@ def _wait_ready(server: str, processes: dict[str, subprocess.Popen[bytes]], logs
 
 
 @contextmanager
-def running(root: Path, address: str) -> Iterator[ControlPlane]:
-    """etcd and kube-apiserver at `address`:6443 for the block; stopped afterwards."""
+def running(
+    root: Path, address: str, *, bind_address: str | None = None, pki: Pki | None = None
+) -> Iterator[ControlPlane]:
+    """etcd and kube-apiserver at `address`:6443 for the block; stopped afterwards. The API server
+    listens on `bind_address` (default: `address`) and serves `pki`'s certificate where given,
+    else one of its own. Started again on the same `root`, it keeps its data and its service
+    account signing key, so the tokens it issued stay valid, as a restarted k3s's do."""
     bin_dir = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kube-apiserver")
     root.mkdir(parents=True, exist_ok=True)
     (root / "tokens.csv").write_text(
         "".join(f'{token},{user},{user},"system:masters"\n' for user, token in TOKENS.items())
     )
     (root / "audit-policy.yaml").write_text(AUDIT_POLICY)
-    subprocess.run(["openssl", "genrsa", "-out", str(root / "sa.key"), "2048"], check=True, capture_output=True)
+    if not (root / "sa.key").exists():
+        subprocess.run(["openssl", "genrsa", "-out", str(root / "sa.key"), "2048"], check=True, capture_output=True)
     subprocess.run(
         ["openssl", "rsa", "-in", str(root / "sa.key"), "-pubout", "-out", str(root / "sa.pub")],
         check=True,
         capture_output=True,
+    )
+    tls = (
+        [f"--tls-cert-file={pki.cert}", f"--tls-private-key-file={pki.key}", f"--client-ca-file={pki.client_ca}"]
+        if pki
+        else [f"--cert-dir={root / 'pki'}"]
     )
     server = f"https://{address}:6443"
     etcd_log = (root / "etcd.log").open("wb")
@@ -166,10 +188,10 @@ def running(root: Path, address: str) -> Iterator[ControlPlane]:
         [
             str(bin_dir / "kube-apiserver"),
             f"--etcd-servers=http://{address}:2379",
-            f"--bind-address={address}",
+            f"--bind-address={bind_address or address}",
             f"--advertise-address={address}",
             "--secure-port=6443",
-            f"--cert-dir={root / 'pki'}",
+            *tls,
             f"--token-auth-file={root / 'tokens.csv'}",
             "--authorization-mode=RBAC",
             "--service-cluster-ip-range=10.43.0.0/16",
@@ -187,7 +209,7 @@ def running(root: Path, address: str) -> Iterator[ControlPlane]:
     logs = [etcd_log, apiserver_log]
     try:
         _wait_ready(server, processes, root)
-        ca = root / "pki" / "apiserver.crt"
+        ca = pki.ca if pki else root / "pki" / "apiserver.crt"
         cluster = ControlPlane(bin_dir, root, address)
         for user, token in TOKENS.items():
             _write_kubeconfig(cluster.kubeconfig_of(user), server, ca, user, token)
@@ -200,7 +222,7 @@ def running(root: Path, address: str) -> Iterator[ControlPlane]:
                 f"--kubeconfig={cluster.kubeconfig_of(CONTROLLER_USER)}",
                 "--controllers=serviceaccount-token-controller",
                 f"--service-account-private-key-file={root / 'sa.key'}",
-                f"--root-ca-file={root / 'pki' / 'apiserver.crt'}",
+                f"--root-ca-file={ca}",
                 "--leader-elect=false",
                 "--secure-port=0",
             ],
