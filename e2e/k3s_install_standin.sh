@@ -15,10 +15,16 @@ LOG=/var/log/box/installer.log
 
 fatal() {
   echo "[ERROR] $*" >&2
-  echo "$(date +%s) ${INSTALL_K3S_VERSION:-} failed: $*" >>"$LOG"
   exit 1
 }
 info() { echo "[INFO]  $*"; }
+# A failed run is logged too, whichever command failed.
+finish() {
+  rc=$?
+  rm -rf "${tmp:-}"
+  [ "$rc" -eq 0 ] || echo "$(date +%s) ${INSTALL_K3S_VERSION:-} failed (exit $rc)" >>"$LOG"
+}
+trap finish EXIT
 
 for name in $(env | sed -n -e 's/^\(INSTALL_K3S_[A-Z_]*\)=.*/\1/p' -e 's/^\(K3S_[A-Z_]*\)=.*/\1/p'); do
   [ "$name" = INSTALL_K3S_VERSION ] || fatal "the box's installer does not know $name"
@@ -29,7 +35,6 @@ done
 hashes() { sha256sum "$BIN" "$UNIT" "$ENV_FILE" 2>/dev/null || true; }
 before="$(hashes)"
 tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
 tag="$(printf %s "$INSTALL_K3S_VERSION" | sed 's/+/%2B/g')"
 
 info "Downloading hash $GITHUB_URL/download/$tag/sha256sum-amd64.txt"
