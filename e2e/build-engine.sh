@@ -7,10 +7,14 @@
 #   ... control-plane                  also etcd, kube-apiserver, kube-controller-manager and
 #                                      kubectl at the Kubernetes minor of the pinned k3s:
 #                                      LAB_MGMT_CONTROL_PLANE_BIN
-#   ... plugins                        also the provider plugins that can be built here (only
-#                                      kubernetes: LAB_MGMT_KUBERNETES_PLUGIN_BIN), naming those
-#                                      that cannot, and the Helm client whose repositories that
-#                                      plugin reads: LAB_MGMT_HELM_BIN
+#   ... plugins                        also the provider plugins and the Python language host:
+#                                      kubernetes from the Go module proxy
+#                                      (LAB_MGMT_KUBERNETES_PLUGIN_BIN); proxmoxve and command
+#                                      (LAB_MGMT_PROXMOXVE_PLUGIN_BIN, LAB_MGMT_COMMAND_PLUGIN_BIN)
+#                                      and pulumi-language-python (beside the CLI) from the
+#                                      upstream archives in $LAB_MGMT_VENDOR; and the
+#                                      Helm client whose repositories the kubernetes plugin reads
+#                                      (LAB_MGMT_HELM_BIN)
 #
 # The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
 # pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
@@ -81,6 +85,7 @@ build_cli() {
     mv "$out/pulumi.partial" "$out/pulumi"
     rm -rf "$src"
   fi
+  cli_bin="$out"
   printf 'LAB_MGMT_ENGINE_BIN=%s\n' "$out"
 }
 
@@ -138,13 +143,201 @@ build_helm() {
   printf 'LAB_MGMT_HELM_BIN=%s\n' "$out"
 }
 
-# The other two plugins, at the pseudo-versions of the commits the pinned SDKs were released from:
-# named, so that the day the proxy serves them is noticed.
-report_unbuildable_plugins() {
-  module_dir "github.com/pulumi/pulumi-command/provider@v0.0.0-20260304002345-f0839b236d7b" >/dev/null ||
-    say "pulumi-resource-command $(pinned pulumi-command): not buildable here"
-  module_dir "github.com/muhlba91/pulumi-proxmoxve/provider@v0.0.0-20260705145838-fb7a0201b341" >/dev/null ||
-    say "pulumi-resource-proxmoxve $(pinned pulumi-proxmoxve): not buildable here"
+# What the Go module proxy refuses comes as exact upstream archives (`git archive` of the tagged
+# commits, ../shared/vendor/README.md) from the directory LAB_MGMT_VENDOR names: by default the
+# shared folder beside the clone, which CI has. Each is checked against the sha256 written here
+# before anything is unpacked from it.
+vendor="${LAB_MGMT_VENDOR:-$repo/../shared/vendor}"
+declare -A ARCHIVE_SHA256=(
+  [pulumi-proxmoxve-v8.3.0-provider.tar.gz]=eb7877e8d08af97933552f379b732f1ab17c723db48732031cf21e465a4c03d1
+  [terraform-provider-proxmox-v0.111.1.tar.gz]=f9007da4c358d18b9a839472f8276705637a79327face163dddcf0b93e28d723
+  [pulumi-yaml-v1.36.0.tar.gz]=bec44690b4173f32c13baf1911ef045adcbcae09a0f111a1eb434ce3b5d06d21
+  [pulumi-language-dotnet-v3.107.1.tar.gz]=0cbf74600eb99410b73523883c581ab3473cf7940e1acf14cb99c951d59f3834
+  [pulumi-command-v1.2.1-provider.tar.gz]=fb75e890a529036cbf095567c56b21f71bf4225312f4d31a1e2683d8e64d5731
+  [pulumi-language-python-v3.259.0.tar.gz]=2ce827cb6325a6b67a2716f84fbfe914d87886e9c2b38eb39636388b974b669f
+)
+
+have_archives() {
+  local archive
+  for archive in "$@"; do [ -f "$vendor/$archive" ] || return 1; done
+}
+
+# Unpacks a checked archive into $2 (its top directory stripped); a wrong checksum stops the build.
+unpack() {
+  local archive="$1" into="$2" actual
+  actual="$(sha256sum "$vendor/$archive" | cut -d' ' -f1)"
+  if [ "$actual" != "${ARCHIVE_SHA256[$archive]}" ]; then
+    say "$vendor/$archive has sha256 $actual, expected ${ARCHIVE_SHA256[$archive]}: refusing to build from it"
+    return 1
+  fi
+  mkdir -p "$into" && tar -xzf "$vendor/$archive" -C "$into" --strip-components=1
+}
+
+# Without the archives, a machine that reaches the plugins' release downloads installs the released
+# plugin into a cache PULUMI_HOME and uses its binary; on one that reaches neither, one line says
+# what is missing and where to put it.
+released_plugin() {
+  local name="$1" version="$2" archive="$3" home="$cache/released-plugins"
+  if PULUMI_HOME="$home" "$cli_bin/pulumi" plugin install resource "$name" "$version" >/dev/null 2>&1; then
+    say "pulumi-resource-$name v$version: no $archive in $vendor, installed the released plugin"
+    printf '%s\n' "$home/plugins/resource-$name-v$version"
+    return
+  fi
+  say "pulumi-resource-$name v$version: missing $archive (put it in $vendor or set LAB_MGMT_VENDOR), and its release cannot be downloaded"
+  return 1
+}
+
+# The plugin versions the pinned Python SDKs ask the engine for (docs/versions.md).
+PROXMOXVE_VERSION=8.3.0
+TERRAFORM_PROXMOX_VERSION=0.111.1
+COMMAND_VERSION=1.2.1
+LANGUAGE_HOST_VERSION=3.259.0
+
+# pulumi-terraform-bridge's tfgen (linked in for schema generation, unused here: the plugin embeds
+# its schema) imports example converters from two modules that are neither served by the Go module
+# proxy nor among the archives. Each stand-in module has the one function signature tfgen calls.
+write_converter_standins() {
+  local into="$1"
+  mkdir -p "$into/pulumi-java/pkg/codegen/java" "$into/pulumi-hcl/pkg/codegen"
+  cat >"$into/pulumi-java/go.mod" <<'GOMOD'
+module github.com/pulumi/pulumi-java
+
+go 1.24
+
+require (
+	github.com/hashicorp/hcl/v2 v2.24.0
+	github.com/pulumi/pulumi/pkg/v3 v3.246.0
+)
+GOMOD
+  cat >"$into/pulumi-java/pkg/codegen/java/standin.go" <<'GO'
+// Package java stands in for pulumi-java's program generator, which the Go module proxy does not
+// serve. pulumi-terraform-bridge's tfgen calls it only to translate documentation examples while
+// generating SDKs; the provider plugin never calls it while serving a program.
+package java
+
+import (
+	"errors"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/pulumi/pulumi/pkg/v3/codegen/pcl"
+)
+
+func GenerateProgram(*pcl.Program) (map[string][]byte, hcl.Diagnostics, error) {
+	return nil, nil, errors.New("lab-mgmt build: Java example conversion is not available in this plugin build")
+}
+GO
+  cat >"$into/pulumi-hcl/go.mod" <<'GOMOD'
+module github.com/pulumi-labs/pulumi-hcl
+
+go 1.24
+
+require (
+	github.com/hashicorp/hcl/v2 v2.24.0
+	github.com/pulumi/pulumi/pkg/v3 v3.246.0
+)
+GOMOD
+  cat >"$into/pulumi-hcl/pkg/codegen/standin.go" <<'GO'
+// Package codegen stands in for pulumi-hcl's program generator, which the Go module proxy does not
+// serve at the version the bridge requires. pulumi-terraform-bridge's tfgen calls it only to
+// translate documentation examples while generating SDKs; the provider plugin never calls it while
+// serving a program.
+package codegen
+
+import (
+	"errors"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/pulumi/pulumi/pkg/v3/codegen/pcl"
+)
+
+type GenerateProgramOption func()
+
+func SkipRequiredProvidersVersion() GenerateProgramOption { return func() {} }
+
+func GenerateProgram(*pcl.Program, ...GenerateProgramOption) (map[string][]byte, hcl.Diagnostics, error) {
+	return nil, nil, errors.New("lab-mgmt build: HCL example conversion is not available in this plugin build")
+}
+GO
+}
+
+build_proxmoxve_plugin() {
+  local out="$cache/pulumi-resource-proxmoxve-v$PROXMOXVE_VERSION/bin" src="$cache/src/pulumi-proxmoxve-v$PROXMOXVE_VERSION"
+  local archives=("pulumi-proxmoxve-v$PROXMOXVE_VERSION-provider.tar.gz" "terraform-provider-proxmox-v$TERRAFORM_PROXMOX_VERSION.tar.gz"
+    pulumi-yaml-v1.36.0.tar.gz pulumi-language-dotnet-v3.107.1.tar.gz)
+  if [ -x "$out/pulumi-resource-proxmoxve" ]; then
+    say "pulumi-resource-proxmoxve v$PROXMOXVE_VERSION: cached"
+  elif ! have_archives "${archives[@]}"; then
+    out="$(released_plugin proxmoxve "$PROXMOXVE_VERSION" "${archives[0]} (and the three it needs)")"
+  else
+    rm -rf "$src" && mkdir -p "$src" "$out"
+    unpack "${archives[0]}" "$src/pulumi-proxmoxve"
+    unpack "${archives[1]}" "$src/terraform-provider-proxmox"
+    unpack "${archives[2]}" "$src/pulumi-yaml"
+    unpack "${archives[3]}" "$src/pulumi-dotnet"
+    write_converter_standins "$src"
+    (cd "$src/pulumi-proxmoxve/provider" && go mod edit \
+      -replace="github.com/bpg/terraform-provider-proxmox=$src/terraform-provider-proxmox" \
+      -replace="github.com/pulumi/pulumi-yaml=$src/pulumi-yaml" \
+      -replace="github.com/pulumi/pulumi-dotnet/pulumi-language-dotnet/v3=$src/pulumi-dotnet/pulumi-language-dotnet" \
+      -replace="github.com/pulumi/pulumi-java=$src/pulumi-java" \
+      -replace="github.com/pulumi-labs/pulumi-hcl=$src/pulumi-hcl")
+    say "pulumi-resource-proxmoxve v$PROXMOXVE_VERSION: building (about 7 minutes cold on 2 cores)"
+    (cd "$src/pulumi-proxmoxve/provider" && go build -trimpath \
+      -ldflags "-s -w -X github.com/muhlba91/pulumi-proxmoxve/provider/pkg/version.Version=$PROXMOXVE_VERSION" \
+      -o "$out/pulumi-resource-proxmoxve.partial" ./cmd/pulumi-resource-proxmoxve)
+    mv "$out/pulumi-resource-proxmoxve.partial" "$out/pulumi-resource-proxmoxve"
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_PROXMOXVE_PLUGIN_BIN=%s\n' "$out"
+}
+
+build_command_plugin() {
+  local out="$cache/pulumi-resource-command-v$COMMAND_VERSION/bin" src="$cache/src/pulumi-command-v$COMMAND_VERSION"
+  local archive=pulumi-command-v$COMMAND_VERSION-provider.tar.gz
+  if [ -x "$out/pulumi-resource-command" ]; then
+    say "pulumi-resource-command v$COMMAND_VERSION: cached"
+  elif ! have_archives "$archive"; then
+    out="$(released_plugin command "$COMMAND_VERSION" "$archive")"
+  else
+    rm -rf "$src" && mkdir -p "$out"
+    unpack "$archive" "$src"
+    say "pulumi-resource-command v$COMMAND_VERSION: building (about 5 minutes cold on 2 cores)"
+    (cd "$src/provider" && go build -trimpath \
+      -ldflags "-s -w -X github.com/pulumi/pulumi-command/provider/pkg/version.Version=$COMMAND_VERSION" \
+      -o "$out/pulumi-resource-command.partial" ./cmd/pulumi-resource-command)
+    mv "$out/pulumi-resource-command.partial" "$out/pulumi-resource-command"
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_COMMAND_PLUGIN_BIN=%s\n' "$out"
+}
+
+# The language host's module is not served either; its newest archived tag is v3.259.0, whose
+# main.go builds against the CLI's own pkg/sdk modules laid out as in the monorepo. It goes beside
+# the CLI, as a released CLI ships it (the CLI warns of a language host found anywhere else), with
+# pulumi-language-python-exec, which the sdk module carries and the host runs from beside itself.
+build_language_host() {
+  local version out="$cli_bin" src archive=pulumi-language-python-v$LANGUAGE_HOST_VERSION.tar.gz
+  version="$(cli_version "$(pinned pulumi)")"
+  src="$cache/src/pulumi-language-python-v$LANGUAGE_HOST_VERSION"
+  if [ -x "$out/pulumi-language-python" ]; then
+    say "pulumi-language-python: beside the CLI"
+  elif ! have_archives "$archive"; then
+    say "pulumi-language-python: missing $archive (put it in $vendor or set LAB_MGMT_VENDOR), or use a released CLI, which ships it"
+    return 1
+  else
+    rm -rf "$src" && mkdir -p "$src"
+    cp -a "$(module_dir "github.com/pulumi/pulumi/pkg/v3@v$version")" "$src/pkg"
+    cp -a "$(module_dir "github.com/pulumi/pulumi/sdk/v3@v$version")" "$src/sdk"
+    chmod -R u+w "$src"
+    unpack "$archive" "$src"
+    say "pulumi-language-python v$LANGUAGE_HOST_VERSION on v$version packages: building (about 3 minutes cold on 2 cores)"
+    (cd "$src/sdk/python/cmd/pulumi-language-python" && go build -trimpath \
+      -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$LANGUAGE_HOST_VERSION" \
+      -o "$out/pulumi-language-python.partial" .)
+    install -m 0755 "$src/sdk/python/cmd/pulumi-language-python-exec" "$out/pulumi-language-python-exec"
+    mv "$out/pulumi-language-python.partial" "$out/pulumi-language-python"
+    rm -rf "$src"
+  fi
 }
 
 # The newest patch release of the pinned k3s's Kubernetes minor that the proxy serves, and an etcd
@@ -205,7 +398,7 @@ build_cli
 for target in "$@"; do
   case "$target" in
     control-plane) build_control_plane ;;
-    plugins) build_kubernetes_plugin && build_helm && report_unbuildable_plugins ;;
+    plugins) build_kubernetes_plugin && build_helm && build_proxmoxve_plugin && build_command_plugin && build_language_host ;;
     *) say "unknown target $target; expected control-plane or plugins" && exit 2 ;;
   esac
 done
