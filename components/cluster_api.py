@@ -55,8 +55,9 @@ PROVIDERS = (
 INFRASTRUCTURE = PROVIDERS[3]
 
 
-class UpgradeOrderError(RuntimeError):
-    """More than one provider version changed in one run."""
+class UpgradeOrderError(pulumi.RunError):
+    """More than one provider version changed in one run (a RunError: the CLI shows the message
+    alone, with no traceback)."""
 
 
 def provider_versions(versions: ProviderVersions) -> dict[str, str]:

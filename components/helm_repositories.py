@@ -15,13 +15,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pulumi
 import yaml
 
 from components.settings import PROJECT, Settings
 
 
-class ChartRepositoryError(ValueError):
-    """An adopted release's chart is not in this machine's Helm repositories."""
+class ChartRepositoryError(pulumi.RunError, ValueError):
+    """An adopted release's chart is not in this machine's Helm repositories (a RunError: the CLI
+    shows the message alone, with no traceback)."""
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,9 @@ SSH_KEY_TYPES = (
 )
 
 
-class SettingsError(ValueError):
-    """The stack config has one or more bad values; the message lists every one."""
+class SettingsError(pulumi.RunError, ValueError):
+    """The stack config has one or more bad values; the message lists every one. A RunError, so
+    the CLI shows the message alone, with no Python traceback above it."""
 
 
 @dataclass(frozen=True)
