@@ -1,17 +1,18 @@
 """The Kubernetes part of the program for the lab in a box: components.management_cluster, as
 __main__.py wires it, under the real engine and the real kubernetes plugin, against the box's API
-server, with the box's admin kubeconfig where __main__.py has the one the k3s steps read over SSH.
+server, with the box's admin kubeconfig (the file LAB_MGMT_BOX_KUBECONFIG names) where __main__.py
+has the one the k3s steps read over SSH. The box's engine runs this file as the project's
+`__main__.py` (e2e.engine.fresh_engine's `main`), through the CLI and the language host.
 
-The VM and the k3s host steps are left out because their plugins (proxmoxve, command) are not
-served by the Go module proxy (docs/versions.md); the host scripts are tested on their own
-(tests/test_host_scripts.py, tests/test_box_handover.py). ClusterApi's one host step, the
-operator's readiness check on the VM, is recorded as a step that did not run: in the box no
+The VM and the k3s host steps are left out of this part of the box; the host scripts are tested
+on their own (tests/test_host_scripts.py, tests/test_box_handover.py). ClusterApi's one host step,
+the operator's readiness check on the VM, is recorded as a step that did not run: in the box no
 operator runs, its stand-in (e2e/operator_standin.py) answers for it.
 """
 
-from __future__ import annotations
-
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Sequence
+from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as kubernetes
@@ -20,6 +21,7 @@ from components.helm_repositories import verify_chart_repositories
 from components.management_cluster import manage_cluster
 from components.settings import load_settings
 
+KUBECONFIG_VARIABLE = "LAB_MGMT_BOX_KUBECONFIG"
 # The host steps ClusterApi may ask for; any other is refused.
 KNOWN_HOST_STEPS = {"operator_ready.sh"}
 
@@ -61,14 +63,15 @@ class HostStepNotRun(pulumi.ComponentResource):
         self.register_outputs({"script": script})
 
 
-def program(kubeconfig: str) -> Callable[[], None]:
-    def run() -> None:
-        settings = load_settings()
-        if settings.adopt:
-            verify_chart_repositories(settings)
-        cluster = manage_cluster(settings, BoxNode("mgmt", kubeconfig))
-        pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
-        pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)
-        pulumi.export("providerVersions", cluster.provider_versions)
+def program(kubeconfig: str) -> None:
+    settings = load_settings()
+    if settings.adopt:
+        verify_chart_repositories(settings)
+    cluster = manage_cluster(settings, BoxNode("mgmt", kubeconfig))
+    pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
+    pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)
+    pulumi.export("providerVersions", cluster.provider_versions)
 
-    return run
+
+if __name__ == "__main__":
+    program(Path(os.environ[KUBECONFIG_VARIABLE]).read_text())

@@ -10,12 +10,9 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
-
-from pulumi import automation as auto
 
 from components.host_script import script_command
 from components.k3s_node import render_k3s_config
@@ -31,7 +28,7 @@ from e2e import (
     playbook_lab,
     pve_api_standin,
 )
-from e2e.engine import REPO, Engine, built_bin, fresh_engine
+from e2e.engine import PASSPHRASE, PLUGINS, REPO, Engine, built_bin, fresh_engine
 
 PROGRAM_TOKEN = "pulumi@pve!lab-mgmt"
 CAPMOX_TOKEN = "capmox@pve!capi"
@@ -82,6 +79,118 @@ def readme_first_run(root: str) -> dict[str, Any]:
     }
 
 
+def readme_first_run_commands() -> list[str]:
+    """The README's first run, as a user types it: the first command block under "Configure and
+    run"."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Configure and run") :]
+    block = section[section.index("\n    ") + 1 :]
+    return [line.removeprefix("    ") for line in block.split("\n\n", 1)[0].splitlines()]
+
+
+# What stands in for the user at a prompt, and for the pip install of the requirements (the
+# engine's project copy runs in the tests' own virtualenv: no package index is reachable here).
+TYPED_SECRETS = {"proxmoxApiTokenSecret": PROGRAM_SECRET, "capmoxTokenSecret": CAPMOX_SECRET}
+ALREADY_INSTALLED = "python3 -m venv .venv && .venv/bin/pip install -r requirements.txt"
+
+
+def newcomer_first_run(root: str, tokens: list[Any]) -> dict[str, Any]:
+    """The README's first run word for word, in one shell, on a laptop with an empty HOME (but for
+    an SSH key pair and the plugins, which the CLI would download), with only the variables the
+    README sets, against the Proxmox VE API stand-in at the lab's address answering from `tokens`
+    ([token id, secret, permissions] triples)."""
+    engine = fresh_engine(Path(root))
+    key = engine.root / ".ssh" / "id_ed25519"
+    key.parent.mkdir()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "owner@laptop", "-f", str(key)], check=True)
+    typed = []
+    for command in readme_first_run_commands():
+        secret = command.removeprefix("pulumi config set --secret ")
+        if command == ALREADY_INSTALLED:
+            continue
+        if command.startswith("export PULUMI_CONFIG_PASSPHRASE="):
+            typed.append(f"export PULUMI_CONFIG_PASSPHRASE={PASSPHRASE}")
+        elif secret in TYPED_SECRETS:
+            typed.append(f"{command} <<<'{TYPED_SECRETS[secret]}'")
+        else:
+            typed.append(command)
+    # A user whose home directory is the new, empty one: the CLI reads it from /etc/passwd
+    # (`~` in `pulumi login file://~/...`, and where its plugins live), so the scenario's own
+    # mount namespace gets a password database saying so.
+    passwd = engine.root.parent / "passwd"
+    passwd.write_text(
+        "".join(
+            f"root:x:0:0:root:{engine.root}:/bin/bash\n" if line.startswith("root:") else line + "\n"
+            for line in Path("/etc/passwd").read_text().splitlines()
+        )
+    )
+    as_newcomer = ["unshare", "--mount", "--", "sh", "-c", 'mount --bind "$0" /etc/passwd && exec "$@"', str(passwd)]
+    table = {(token_id, secret): permissions for token_id, secret, permissions in tokens}
+    with pve_api_standin.serve(table, engine.root, (PROXMOX_ADDRESS, PROXMOX_PORT)) as standin:
+        done = subprocess.run(
+            [*as_newcomer, "bash", "-euo", "pipefail", "-c", "\n".join(typed)],
+            cwd=engine.project,
+            env=engine.newcomer_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    return {
+        "typed": typed,
+        "rc": done.returncode,
+        "output": done.stdout + done.stderr,
+        "requests": standin.requests,
+        "state_files": sorted(str(p.relative_to(engine.root)) for p in (engine.root / ".pulumi-state").rglob("*.json")),
+    }
+
+
+def mistakes(root: str) -> dict[str, Any]:
+    """The CLI's output for three mistakes a newcomer makes: a bad setting, a Proxmox API that
+    cannot be reached (nothing listens at its address), and an adoption whose charts this
+    machine's Helm client does not list."""
+    engine = fresh_engine(Path(root))
+    steps = _readme_first_run(engine, _lab_secrets())
+    outputs = {}
+    mistakes: dict[str, list[tuple[str, ...]]] = {
+        "bad setting": [("vmId", "12")],
+        "unreachable API": [("vmId", "201")],
+        "adoption without charts": [
+            ("skipCredentialsCheck", "true"),
+            ("adopt", "true"),
+            ("--plaintext", "capmoxExistingSecret", "capmox-variables"),
+        ],
+    }
+    for mistake, settings in mistakes.items():
+        steps += [_step(engine, ("config", "set", *setting)) for setting in settings]
+        preview = engine.pulumi("preview", "--stack", "lab")
+        outputs[mistake] = {"rc": preview.returncode, "output": preview.stdout + preview.stderr}
+    return {"steps": steps, "outputs": outputs}
+
+
+def installed_plugins(root: str) -> dict[str, Any]:
+    """What `pulumi plugin ls` lists in a fresh engine's PULUMI_HOME, and whether each installed
+    binary is the one e2e/build-engine.sh built."""
+    engine = fresh_engine(Path(root))
+    listed = engine.pulumi("plugin", "ls", "--json")
+    listed.check_returncode()
+    plugins = json.loads(listed.stdout)
+    return {
+        "listed": [[plugin["kind"], plugin["name"], plugin["version"]] for plugin in plugins],
+        "built_here": {
+            plugin.name: _digest(
+                engine.pulumi_home / "plugins" / f"resource-{plugin.name}-v{plugin.version}" / plugin.binary.name
+            )
+            == _digest(plugin.binary)
+            for plugin in PLUGINS
+        },
+    }
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def documented_config_sets(root: str, commands: list[list[str]]) -> list[dict[str, Any]]:
     """Each `pulumi config set` the docs show, as typed, on a fresh stack; a secret the command
     reads from stdin gets a UUID, as a Proxmox token secret is."""
@@ -103,11 +212,11 @@ def cli_preview(root: str, unset: list[str], settings: dict[str, str]) -> dict[s
     return {"steps": steps, "rc": preview.returncode, "output": preview.stdout + preview.stderr}
 
 
-def inline_preview(
+def program_preview(
     root: str, settings: dict[str, str], secrets: dict[str, str], tokens: list[Any], legacy_layout: bool = False
 ) -> dict[str, Any]:
-    """The README's steps with `secrets`, then `settings`, then a preview by the real engine
-    with the Proxmox VE API stand-in at the lab's address answering from `tokens`
+    """The README's steps with `secrets`, then `settings`, then `pulumi preview` of the program by
+    the CLI, with the Proxmox VE API stand-in at the lab's address answering from `tokens`
     ([token id, secret, permissions] triples)."""
     engine = fresh_engine(Path(root), legacy_layout=legacy_layout)
     steps = _readme_first_run(engine, {**_lab_secrets(), **secrets})
@@ -115,15 +224,14 @@ def inline_preview(
         steps.append(_step(engine, ("config", "set", key, value)))
     table = {(token_id, secret): permissions for token_id, secret, permissions in tokens}
     with pve_api_standin.serve(table, engine.root, (PROXMOX_ADDRESS, PROXMOX_PORT)) as standin:
-        try:
-            engine.inline_stack().preview()
-            error = ""
-        except auto.CommandError as failed:
-            error = str(failed)
+        preview = engine.run("preview")
     stacks = engine.root / "state" / ".pulumi" / "stacks"
     return {
         "steps": steps,
-        "error": error,
+        "rc": preview.rc,
+        "output": preview.output,
+        "plan": preview.steps(),
+        "warnings": preview.diagnostics("warning"),
         "requests": standin.requests,
         "unknown": standin.unknown,
         "state_files": sorted(str(path.relative_to(stacks)) for path in stacks.rglob("*.json")),
@@ -225,60 +333,45 @@ PROVIDER_CR_RESOURCES = (
 
 
 def _engine_run(
-    stack: auto.Stack, cluster: control_plane.ControlPlane, action: str, targets: list[str] | None = None
+    engine: Engine, cluster: control_plane.ControlPlane, action: str, targets: list[str] | None = None
 ) -> dict[str, Any]:
-    """One `preview` or `up` of the box program: each resource's step, the error if it failed,
-    and every write the engine (the admin user) sent to the API server."""
-    steps: list[dict[str, str]] = []
-    warnings: list[str] = []
-
-    def on_event(event: auto.EngineEvent) -> None:
-        pre = event.resource_pre_event
-        if pre is not None:
-            steps.append({"op": str(pre.metadata.op.value), "urn": pre.metadata.urn})
-        diagnostic = event.diagnostic_event
-        if diagnostic is not None and diagnostic.severity == "warning":
-            warnings.append(diagnostic.message.strip())
-
+    """One `pulumi preview` or `pulumi up` of the box program: each resource's step, the error if
+    it failed, and every write the engine (the admin user) sent to the API server."""
     audited = len(cluster.audit())
     started = time.time()
-    error = ""
-    summary: Mapping[Any, int] = {}
-    try:
-        if action == "preview":
-            summary = stack.preview(on_event=on_event, target=targets).change_summary
-        else:
-            summary = stack.up(on_event=on_event, target=targets).summary.resource_changes or {}
-    except auto.CommandError as failed:
-        error = str(failed)
+    run = engine.run(action, targets=targets or ())
     writes = [request for request in _requests_since(cluster, audited) if request[0] in WRITES]
     return {
         "action": action,
-        "steps": steps,
-        "summary": {str(getattr(op, "value", op)): count for op, count in summary.items()},
-        "error": error,
+        "steps": run.steps(),
+        "summary": run.summary(),
+        "error": run.output if run.rc != 0 else "",
         "writes": writes,
-        "warnings": warnings,
+        "warnings": run.diagnostics("warning"),
         "started": started,
         "finished": time.time(),
     }
 
 
-def _box_engine(base: Path, charts: chart_repo_standin.ChartRepoStandIn) -> Engine:
-    """The engine with the kubernetes plugin built here, trusting the chart repositories' stand-in."""
+def _box_engine(base: Path, charts: chart_repo_standin.ChartRepoStandIn, cluster: control_plane.ControlPlane) -> Engine:
+    """The engine running the box's program (e2e/box_program.py) against `cluster`, trusting the
+    chart repositories' stand-in."""
     return fresh_engine(
         base / "engine",
-        plugin_dirs=(built_bin("LAB_MGMT_KUBERNETES_PLUGIN_BIN", "pulumi-resource-kubernetes"),),
-        extra_env={"SSL_CERT_FILE": str(charts.certificate)},
+        extra_env={"SSL_CERT_FILE": str(charts.certificate), box_program.KUBECONFIG_VARIABLE: str(cluster.kubeconfig)},
+        main=Path(box_program.__file__),
     )
 
 
 def _adopting(
-    base: Path, charts: chart_repo_standin.ChartRepoStandIn, workload_clusters: list[str]
+    base: Path,
+    charts: chart_repo_standin.ChartRepoStandIn,
+    cluster: control_plane.ControlPlane,
+    workload_clusters: list[str],
 ) -> tuple[Engine, list[dict[str, Any]]]:
     """docs/adoption.md step 2 on a fresh laptop: the README's first run, the Helm client listing
     both chart repositories, the adoption settings; the chart repositories are the stand-in's."""
-    engine = _box_engine(base, charts)
+    engine = _box_engine(base, charts, cluster)
     steps = _readme_first_run(engine, _lab_secrets())
     helm = built_bin("LAB_MGMT_HELM_BIN", "helm") / "helm"
     for args in (
@@ -313,9 +406,8 @@ def adoption_of_an_incomplete_lab(root: str) -> dict[str, Any]:
         )
         _handover(cluster, base, base / "manifests")
         with chart_repo_standin.serve(CHART_REPOS, base) as charts:
-            engine, steps = _adopting(base, charts, workload_clusters=[])
-            stack = engine.inline_stack(program=box_program.program(cluster.kubeconfig.read_text()))
-            return {"steps": steps, "preview": _engine_run(stack, cluster, "preview")}
+            engine, steps = _adopting(base, charts, cluster, workload_clusters=[])
+            return {"steps": steps, "preview": _engine_run(engine, cluster, "preview")}
 
 
 def adoption_run(root: str) -> dict[str, Any]:
@@ -342,29 +434,28 @@ def adoption_run(root: str) -> dict[str, Any]:
         lab1_before = playbook_lab.snapshot(lab1, playbook_lab.CORE_KINDS)
         lab1_mark = len(lab1.audit())
         with chart_repo_standin.serve(CHART_REPOS, base) as charts:
-            engine, steps = _adopting(base, charts, workload_clusters=["default/lab1"])
-            stack = engine.inline_stack(program=box_program.program(cluster.kubeconfig.read_text()))
-            runs = [_engine_run(stack, cluster, action) for action in ("preview", "up", "preview", "up")]
-            outputs = stack.outputs()
+            engine, steps = _adopting(base, charts, cluster, workload_clusters=["default/lab1"])
+            runs = [_engine_run(engine, cluster, action) for action in ("preview", "up", "preview", "up")]
+            outputs = engine.outputs()
             readonly = _readonly_reads(
                 cluster,
                 base / "readonly.kubeconfig",
-                outputs["readonlyKubeconfig"].value,
+                outputs["readonlyKubeconfig"],
                 coreproviders=("get", f"coreproviders.{playbook_lab.PROVIDER_GROUP}", "-A"),
             )
             lab1_readonly = _readonly_reads(
-                lab1, base / "lab1-readonly.kubeconfig", outputs["workloadReadonlyKubeconfigs"].value["lab1"]
+                lab1, base / "lab1-readonly.kubeconfig", outputs["workloadReadonlyKubeconfigs"]["lab1"]
             )
             lab1_writes = [request for request in _requests_since(lab1, lab1_mark) if request[0] in WRITES]
             adopted = playbook_lab.snapshot(cluster)
-            convergence = _converge(engine, stack, cluster, runs[1]["steps"])
-            managed = _manage(engine, stack, cluster, operator)
+            convergence = _converge(engine, cluster, runs[1]["steps"])
+            managed = _manage(engine, cluster, operator)
         return {
             "handover": handover,
             "steps": steps,
             "runs": runs,
-            "provider_versions": outputs["providerVersions"].value,
-            "secret_outputs": sorted(key for key, value in outputs.items() if value.secret),
+            "provider_versions": outputs["providerVersions"],
+            "secret_outputs": engine.secret_outputs(),
             "readonly": readonly,
             "lab1_readonly": lab1_readonly,
             "lab1_before": lab1_before,
@@ -388,15 +479,15 @@ BUMPED_CAPMOX = "v0.9.2"
 
 
 def _manage(
-    engine: Engine, stack: auto.Stack, cluster: control_plane.ControlPlane, operator: operator_standin.OperatorStandIn
+    engine: Engine, cluster: control_plane.ControlPlane, operator: operator_standin.OperatorStandIn
 ) -> dict[str, Any]:
     """docs/operations.md on the adopted and converged stack: a provider version bump is one CR
     updated, and `pulumi up` returns once the operator has installed it; two bumps at once are
     refused at preview."""
     steps = [_step(engine, ("config", "set", "capmoxVersion", BUMPED_CAPMOX))]
-    preview = _engine_run(stack, cluster, "preview")
-    up = _engine_run(stack, cluster, "up")
-    versions = stack.outputs()["providerVersions"].value
+    preview = _engine_run(engine, cluster, "preview")
+    up = _engine_run(engine, cluster, "up")
+    versions = engine.outputs()["providerVersions"]
     for setting in ("capiCoreVersion", "capiBootstrapVersion"):
         steps.append(_step(engine, ("config", "set", setting, "v1.12.12")))
     return {
@@ -407,7 +498,7 @@ def _manage(
             entry for entry in operator.reconciled if up["started"] <= entry["at"] <= up["finished"]
         ],
         "provider_versions": versions,
-        "two_bumps": _engine_run(stack, cluster, "preview"),
+        "two_bumps": _engine_run(engine, cluster, "preview"),
     }
 
 
@@ -429,15 +520,14 @@ def fresh_install(root: str) -> dict[str, Any]:
             ],
         }
         with chart_repo_standin.serve(repos, base) as charts:
-            engine = _box_engine(base, charts)
+            engine = _box_engine(base, charts, cluster)
             steps = _readme_first_run(engine, _lab_secrets())
             for setting in (
                 ("certManagerChartRepo", f"{charts.url}/jetstack"),
                 ("capiOperatorChartRepo", f"{charts.url}/capi-operator"),
             ):
                 steps.append(_step(engine, ("config", "set", *setting)))
-            stack = engine.inline_stack(program=box_program.program(cluster.kubeconfig.read_text()))
-            runs = [_engine_run(stack, cluster, action) for action in ("preview", "up", "preview", "up")]
+            runs = [_engine_run(engine, cluster, action) for action in ("preview", "up", "preview", "up")]
         return {"steps": steps, "runs": runs, "operator_errors": operator.errors, "reconciled": operator.reconciled}
 
 
@@ -462,7 +552,7 @@ def _readonly_reads(
 
 
 def _converge(
-    engine: Engine, stack: auto.Stack, cluster: control_plane.ControlPlane, adoption_steps: list[dict[str, str]]
+    engine: Engine, cluster: control_plane.ControlPlane, adoption_steps: list[dict[str, str]]
 ) -> dict[str, Any]:
     """docs/adoption.md step 8, as far as the box goes (the image and the VM are not in it): adoption
     off, then one targeted run per group, each previewed first, then a preview of everything."""
@@ -479,11 +569,11 @@ def _converge(
     runs: dict[str, list[dict[str, Any]]] = {}
     for group, names in groups.items():
         targets = [urns[name] for name in names]
-        runs[group] = [_engine_run(stack, cluster, action, targets) for action in ("preview", "up")]
+        runs[group] = [_engine_run(engine, cluster, action, targets) for action in ("preview", "up")]
     steps.append(_step(engine, ("config", "rm", "capmoxExistingSecret")))
     targets = [secret_urn, urns["mgmt-infrastructure-proxmox"]]
-    runs["CAPMOX Secret"] = [_engine_run(stack, cluster, action, targets) for action in ("preview", "up")]
-    runs["everything"] = [_engine_run(stack, cluster, "preview")]
+    runs["CAPMOX Secret"] = [_engine_run(engine, cluster, action, targets) for action in ("preview", "up")]
+    runs["everything"] = [_engine_run(engine, cluster, "preview")]
     providers = {
         kind: json.loads(
             cluster.kubectl(

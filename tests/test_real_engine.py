@@ -1,10 +1,9 @@
-"""The real `pulumi` CLI (built by e2e/build-engine.sh) on a copy of the project, each test in a
-network namespace of its own (e2e/netns.py): the README's first-run steps, the CLI's own config
-checks, the program's checks, and the token check against a Proxmox VE API stand-in at the lab's
-address. Selected with `pytest -m engine`; `.ci/run` builds the engine and runs them.
-
-What cannot run yet: a whole preview, which needs the proxmoxve and command provider plugins that
-the Go module proxy does not serve (docs/versions.md).
+"""The real `pulumi` CLI, Python language host and provider plugins (built by
+e2e/build-engine.sh) on a copy of the project, each test in a network namespace of its own
+(e2e/netns.py): the README's first-run steps, the CLI's own config checks, the program's checks,
+the token check against a Proxmox VE API stand-in at the lab's address, and the whole program's
+preview, which must plan what the mocks harness records. Selected with `pytest -m engine`;
+`.ci/run` builds the engine and runs them.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import harness
 import pytest
 
 from e2e import scenarios
-from e2e.engine import REPO
+from e2e.engine import KUBERNETES_PLUGIN_WARNING, REPO
 from e2e.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
@@ -50,6 +49,18 @@ def test_readme_first_run_keeps_every_secret_encrypted(tmp_path: Path) -> None:
     assert config["lab-mgmt:sshPublicKeys"]["value"].startswith('["ssh-ed25519 ')
 
 
+def test_each_plugin_is_installed_at_the_version_its_sdk_asks_for(tmp_path: Path) -> None:
+    """The CLI then runs them as it runs released plugins, never from PATH; the kubernetes binary
+    is v4.25.0's, the one the Go module proxy serves (docs/versions.md)."""
+    result = in_new_netns("installed_plugins", str(tmp_path))
+    assert sorted(result["listed"]) == [
+        ["resource", "command", "1.2.1"],
+        ["resource", "kubernetes", "4.34.2"],
+        ["resource", "proxmoxve", "8.3.0"],
+    ]
+    assert result["built_here"] == {"proxmoxve": True, "command": True, "kubernetes": True}
+
+
 def test_the_cli_refuses_a_missing_required_secret_naming_it(tmp_path: Path) -> None:
     result = in_new_netns("cli_preview", str(tmp_path), ["capmoxTokenSecret"], {})
     assert_steps_passed(result)
@@ -66,11 +77,11 @@ def test_the_cli_refuses_a_value_of_the_wrong_type_naming_it(tmp_path: Path) -> 
     assert "integer" in result["output"]
 
 
-def _inline_preview(
+def _preview(
     tmp_path: Path, settings: dict[str, str], secrets: dict[str, str], tokens: list[Any], *, legacy_layout: bool = False
 ) -> Any:
     result = in_new_netns(
-        "inline_preview",
+        "program_preview",
         str(tmp_path),
         settings,
         secrets,
@@ -81,7 +92,7 @@ def _inline_preview(
     assert_steps_passed(result)
     assert result["unknown"] == [], "the program called the Proxmox VE API for something unknown"
     for secret in (scenarios.PROGRAM_SECRET, scenarios.CAPMOX_SECRET, WRONG_SECRET):
-        assert secret not in result["error"]
+        assert secret not in result["output"]
     return result
 
 
@@ -93,54 +104,76 @@ PERMISSIONS_CALL = ["GET", "/api2/json/access/permissions"]
 
 
 def test_the_program_refuses_a_bad_value_naming_the_key(tmp_path: Path) -> None:
-    result = _inline_preview(tmp_path, {"vmGateway": "10.9.9.9"}, {}, LAB_TOKENS)
-    assert "lab-mgmt:vmGateway: 10.9.9.9 is outside the VM's subnet 192.168.4.0/24" in result["error"]
+    result = _preview(tmp_path, {"vmGateway": "10.9.9.9"}, {}, LAB_TOKENS)
+    assert "lab-mgmt:vmGateway: 10.9.9.9 is outside the VM's subnet 192.168.4.0/24" in result["output"]
     assert result["requests"] == [], "settings are refused before anything is asked of Proxmox"
 
 
 def test_a_wrong_capmox_secret_stops_the_preview_naming_the_token(tmp_path: Path) -> None:
-    result = _inline_preview(tmp_path, {}, {"capmoxTokenSecret": WRONG_SECRET}, LAB_TOKENS)
-    assert f"lab-mgmt:capmoxTokenSecret (token {scenarios.CAPMOX_TOKEN}): rejected" in result["error"]
+    result = _preview(tmp_path, {}, {"capmoxTokenSecret": WRONG_SECRET}, LAB_TOKENS)
+    assert f"lab-mgmt:capmoxTokenSecret (token {scenarios.CAPMOX_TOKEN}): rejected" in result["output"]
     assert result["requests"] == [PERMISSIONS_CALL, PERMISSIONS_CALL]
 
 
 def test_a_token_lacking_vm_allocate_stops_the_preview_naming_it(tmp_path: Path) -> None:
     lacking = {"/": {p: 1 for p in ALL_PRIVILEGES["/"] if p != "VM.Allocate"}}
     tokens = [[scenarios.PROGRAM_TOKEN, scenarios.PROGRAM_SECRET, lacking], LAB_TOKENS[1]]
-    result = _inline_preview(tmp_path, {}, {}, tokens)
+    result = _preview(tmp_path, {}, {}, tokens)
     assert (
-        f"lab-mgmt:proxmoxApiTokenSecret (token {scenarios.PROGRAM_TOKEN}): lacks VM.Allocate on /" in result["error"]
+        f"lab-mgmt:proxmoxApiTokenSecret (token {scenarios.PROGRAM_TOKEN}): lacks VM.Allocate on /" in result["output"]
     )
 
 
-def assert_reaches_the_first_provider(result: dict[str, Any]) -> None:
-    """Past the checks and the stack's reference to itself, the program registers its resources
-    until the first needs the proxmoxve plugin, which this machine cannot build
-    (docs/versions.md)."""
-    assert "Proxmox API tokens not usable" not in result["error"]
-    assert "read pulumi:pulumi:StackReference last-deployment" in result["error"]
-    assert "no resource plugin 'pulumi-resource-proxmoxve' found" in result["error"]
+def planned(result: dict[str, Any]) -> set[tuple[str, str]]:
+    """(type, name) of every resource the preview planned, as the mocks harness records them:
+    without the providers the engine makes by default (`default`, `default_1_2_1`)."""
+    names = set()
+    for step in result["plan"]:
+        type_part, name = step["urn"].split("::")[2:]
+        type_ = type_part.rsplit("$", 1)[-1]
+        if not (type_.startswith("pulumi:providers:") and name.startswith("default")):
+            names.add((type_, name))
+    return names
 
 
-def test_the_right_tokens_cost_one_call_each_and_pass(tmp_path: Path) -> None:
-    result = _inline_preview(tmp_path, {}, {}, LAB_TOKENS)
+def assert_plans_the_mocks_graph(result: dict[str, Any], overrides: dict[str, Any]) -> None:
+    assert result["rc"] == 0, result["output"]
+    assert result["warnings"] == [KUBERNETES_PLUGIN_WARNING]
+    mocks = harness.run_program(overrides, preview=True)
+    assert planned(result) == mocks.names()
+    assert {step["op"] for step in result["plan"]} <= {"create", "read", "same"}
+
+
+def test_the_right_tokens_cost_one_call_each_and_the_whole_program_plans_the_mocks_graph(tmp_path: Path) -> None:
+    result = _preview(tmp_path, {}, {}, LAB_TOKENS)
     assert result["requests"] == [PERMISSIONS_CALL, PERMISSIONS_CALL]
     assert result["state_files"] == ["lab-mgmt/lab.json"]
-    assert_reaches_the_first_provider(result)
+    assert_plans_the_mocks_graph(result, {})
+
+
+OTHER_LAB = {"proxmoxNode": "pve-b2", "vmId": "350", "vmAddress": "10.20.30.40/24", "vmGateway": "10.20.30.1"}
+
+
+def test_the_whole_program_plans_the_mocks_graph_for_another_lab(tmp_path: Path) -> None:
+    result = _preview(tmp_path, OTHER_LAB, {}, LAB_TOKENS)
+    assert_plans_the_mocks_graph(result, {**OTHER_LAB, "vmId": 350})
+    vm = next(step for step in result["plan"] if step["urn"].endswith("::mgmt-vm"))
+    assert vm["op"] == "create"
 
 
 def test_the_stack_reads_itself_on_a_file_backend_in_the_old_layout(tmp_path: Path) -> None:
     """State made before project-scoped stacks refuses `organization/lab-mgmt/lab` as a stack
     name; the program names itself so that both layouts read it. (The CLI itself now refuses
     such state and asks for `pulumi state upgrade` unless told to go on.)"""
-    result = _inline_preview(tmp_path, {}, {}, LAB_TOKENS, legacy_layout=True)
+    result = _preview(tmp_path, {}, {}, LAB_TOKENS, legacy_layout=True)
     assert result["state_files"] == ["lab.json"]
-    assert_reaches_the_first_provider(result)
+    assert result["rc"] == 0, result["output"]
+    assert ("pulumi:pulumi:StackReference", "last-deployment") in planned(result)
 
 
 def test_an_adoption_that_would_change_the_lab_is_refused_naming_the_setting(tmp_path: Path) -> None:
-    result = _inline_preview(tmp_path, {"adopt": "true"}, {}, LAB_TOKENS)
-    assert "lab-mgmt:adopt: true needs capmoxExistingSecret" in result["error"]
+    result = _preview(tmp_path, {"adopt": "true"}, {}, LAB_TOKENS)
+    assert "lab-mgmt:adopt: true needs capmoxExistingSecret" in result["output"]
     assert result["requests"] == [], "settings are refused before anything is asked of Proxmox"
 
 
@@ -168,3 +201,31 @@ def test_every_documented_config_set_is_accepted_by_the_cli(tmp_path: Path) -> N
     assert ["config", "set", "--plaintext", "capmoxExistingSecret", "capmox-variables"] in commands
     for step in in_new_netns("documented_config_sets", str(tmp_path), commands):
         assert step["rc"] == 0, step
+
+
+def test_the_readme_first_run_works_word_for_word_on_a_new_laptop(tmp_path: Path) -> None:
+    """From `pulumi login` to the plan, as typed, with HOME empty and only the passphrase set."""
+    result = in_new_netns("newcomer_first_run", str(tmp_path), LAB_TOKENS, addresses=[scenarios.PROXMOX_ADDRESS])
+    assert result["typed"][0] == "mkdir -p ~/.pulumi-state && pulumi login file://~/.pulumi-state"
+    assert result["typed"][-1] == "pulumi preview"
+    assert result["rc"] == 0, result["output"]
+    assert result["requests"] == [PERMISSIONS_CALL, PERMISSIONS_CALL]
+    assert ".pulumi-state/.pulumi/stacks/lab-mgmt/lab.json" in result["state_files"]
+    assert re.search(r"Resources:\s+\+ \d+ to create", result["output"]), result["output"][-2000:]
+
+
+def test_a_mistake_reads_as_a_message_naming_the_key_and_the_fix(tmp_path: Path) -> None:
+    result = in_new_netns("mistakes", str(tmp_path), addresses=[scenarios.PROXMOX_ADDRESS])
+    assert_steps_passed(result)
+    expected = {
+        "bad setting": ["lab-mgmt:vmId: 12 is outside"],
+        "unreachable API": ["lab-mgmt:proxmoxApiTokenSecret", "set lab-mgmt:skipCredentialsCheck true"],
+        "adoption without charts": ["lab-mgmt:certManagerChartRepo", "helm repo add", "helm repo update"],
+    }
+    for mistake, fragments in expected.items():
+        shown = result["outputs"][mistake]
+        assert shown["rc"] != 0, mistake
+        for fragment in fragments:
+            assert fragment in shown["output"], (mistake, fragment, shown["output"])
+        assert "Traceback" not in shown["output"], (mistake, shown["output"])
+        assert "unhandled exception" not in shown["output"], (mistake, shown["output"])
