@@ -10,6 +10,8 @@ the operator's readiness check on the VM, is recorded as a step that did not run
 operator runs, its stand-in (e2e/operator_standin.py) answers for it.
 """
 
+# No `from __future__ import annotations`: run as the project's __main__.py, the classes below
+# have their annotations read by the Pulumi SDK against a namespace that is not this module's.
 import os
 from collections.abc import Sequence
 from pathlib import Path
