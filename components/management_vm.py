@@ -18,6 +18,12 @@ IMAGE_DOWNLOAD_TIMEOUT_SECONDS = 1800
 # Import needs the `import` content type on the image storage and Proxmox VE 8.4 or newer.
 IMPORT_CONTENT_TYPE = "import"
 IMPORT_SOURCE = "disks[0].importFrom"
+# The provider's schema defaults a disk's speed limits to a block of zeros, which the bridge puts
+# into the inputs, but it reads a disk back with a speed block only when Proxmox holds a limit
+# (iops_rd, mbps_wr, ...), and it never sends a zero one: with no limits set, every run would plan
+# the zeros again and send the disk anew. The program sets no limits, so the block is not its to
+# compare.
+DISK_SPEED = "disks[0].speed"
 # Every input the program sets on the VM, so that adopting it changes none of them; the
 # provider-only rebootAfterUpdate is among them, so the import plans no update at all.
 ADOPTED_AS_IS = [
@@ -185,7 +191,9 @@ class ManagementVm(pulumi.ComponentResource):
                 # source is an in-place update that sends Proxmox nothing (bpg provider PR #2568).
                 # So a new image is for future builds only, unless a rebuild is allowed, and then
                 # the new source must replace the VM to take effect at all.
-                ignore_changes=ADOPTED_AS_IS if adopt else [] if vm.rebuild_from_image else [IMPORT_SOURCE],
+                ignore_changes=(
+                    ADOPTED_AS_IS if adopt else [DISK_SPEED] if vm.rebuild_from_image else [IMPORT_SOURCE, DISK_SPEED]
+                ),
                 replace_on_changes=[IMPORT_SOURCE] if vm.rebuild_from_image else [],
             ),
         )
