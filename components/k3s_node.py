@@ -34,12 +34,14 @@ def render_k3s_config(address: str) -> str:
 
 
 class K3sNode(pulumi.ComponentResource):
-    """Host ready, guest agent, k3s config, k3s at the pinned version, node Ready, kubeconfig.
+    """Host ready, host keys kept, guest agent, k3s config, k3s at the pinned version, node Ready,
+    kubeconfig.
 
     The first step trusts the VM's SSH host key on first use and prints it; every later step pins
-    it, so another machine answering at the VM's address is refused. A re-created VM re-runs
-    every step, the first one included, and so is pinned anew. No step has a delete command:
-    nothing here ever uninstalls k3s or removes its data.
+    it, so another machine answering at the VM's address is refused. The next one tells cloud-init
+    to keep the host keys at a new instance-id, so a cloud-init change keeps the pinned key right.
+    A re-created VM re-runs every step, the first one included, and so is pinned anew. No step has
+    a delete command: nothing here ever uninstalls k3s or removes its data.
     """
 
     connection: command.remote.ConnectionArgs
@@ -84,7 +86,12 @@ class K3sNode(pulumi.ComponentResource):
         self.connection = connection(host_ready.stdout.apply(str.strip))
         self._instance_key = vm.instance_key
 
-        guest_agent = self.host_step(f"{name}-guest-agent", "guest_agent.sh", [], after=host_ready, parent=self)
+        # First after the key is pinned: a cloud-init change (user, keys, name, network) is a new
+        # instance at the next reboot, which would otherwise give the VM new host keys.
+        keep_host_keys = self.host_step(
+            f"{name}-keep-host-keys", "keep_host_keys.sh", [], after=host_ready, parent=self
+        )
+        guest_agent = self.host_step(f"{name}-guest-agent", "guest_agent.sh", [], after=keep_host_keys, parent=self)
         config_b64 = base64.b64encode(config_text.encode()).decode()
         # Taking over a running lab: the config and k3s steps report a difference instead of
         # rewriting the file, restarting or upgrading k3s.

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "components" / "scripts"
 SCRIPTS = sorted(path.name for path in SCRIPTS_DIR.glob("*.sh"))
@@ -270,6 +271,7 @@ class Host:
         self.log = root / "calls.log"
         self.host_key_file = root / "etc" / "ssh" / "ssh_host_ed25519_key.pub"
         self.k3s_config_file = root / "etc" / "rancher" / "k3s" / "config.yaml"
+        self.cloud_cfg_drop_in = root / "etc" / "cloud" / "cloud.cfg.d" / "99-lab-mgmt-keep-host-keys.cfg"
         self.kubeconfig_file = root / "etc" / "rancher" / "k3s" / "k3s.yaml"
         self.manifests_dir = root / "var" / "lib" / "rancher" / "k3s" / "server" / "manifests"
         self.handed_over_dir = self.manifests_dir.with_name("manifests-handed-over")
@@ -292,6 +294,7 @@ class Host:
             "TMPDIR": str(self.tmp),
             "HOST_KEY_FILE": str(self.host_key_file),
             "K3S_CONFIG_FILE": str(self.k3s_config_file),
+            "CLOUD_CFG_DROP_IN": str(self.cloud_cfg_drop_in),
             "K3S_KUBECONFIG_FILE": str(self.kubeconfig_file),
             "K3S_MANIFESTS_DIR": str(self.manifests_dir),
             "STUB_LOG": str(self.log),
@@ -372,6 +375,7 @@ def code_lines(script: str) -> list[str]:
 def test_scripts_are_found() -> None:
     assert set(SCRIPTS) >= {
         "host_ready.sh",
+        "keep_host_keys.sh",
         "guest_agent.sh",
         "k3s_config.sh",
         "k3s_install.sh",
@@ -431,6 +435,45 @@ def test_host_ready_fails_with_cloud_init_details_when_cloud_init_failed(host: H
     assert result.stdout == ""
     assert result.stderr == f"cloud-init did not finish cleanly (exit 1):\n{details}"
     assert result.calls == [CLOUD_INIT_WAIT, CLOUD_INIT_LONG]
+
+
+# --- keep_host_keys.sh --------------------------------------------------------------------------
+
+KEEP_HOST_KEYS_WRITTEN = "SSH host keys kept across a new cloud-init instance ({} written)\n"
+KEEP_HOST_KEYS_UNCHANGED = "SSH host keys kept across a new cloud-init instance (unchanged)\n"
+
+
+def test_keep_host_keys_turns_ssh_deletekeys_off_then_a_second_run_changes_nothing(host: Host) -> None:
+    first = host.run("keep_host_keys.sh")
+
+    assert (first.returncode, first.stdout, first.stderr) == (
+        0,
+        KEEP_HOST_KEYS_WRITTEN.format(host.cloud_cfg_drop_in),
+        "",
+    )
+    # cloud-init merges every *.cfg of cloud.cfg.d into its system config as YAML.
+    assert yaml.safe_load(host.cloud_cfg_drop_in.read_text()) == {"ssh_deletekeys": False}
+    assert stat.S_IMODE(host.cloud_cfg_drop_in.stat().st_mode) == 0o644
+    assert [path.name for path in host.cloud_cfg_drop_in.parent.iterdir()] == [host.cloud_cfg_drop_in.name]
+    assert first.calls == []
+    written = host.cloud_cfg_drop_in.stat()
+
+    second = host.run("keep_host_keys.sh")
+
+    assert (second.returncode, second.stdout, second.stderr) == (0, KEEP_HOST_KEYS_UNCHANGED, "")
+    after = host.cloud_cfg_drop_in.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+
+
+@pytest.mark.parametrize("existing", ["ssh_deletekeys: true\n", ""], ids=["deletekeys-on", "empty"])
+def test_keep_host_keys_rewrites_a_drop_in_that_says_otherwise(host: Host, existing: str) -> None:
+    host.cloud_cfg_drop_in.parent.mkdir(parents=True)
+    host.cloud_cfg_drop_in.write_text(existing)
+
+    result = host.run("keep_host_keys.sh")
+
+    assert (result.returncode, result.stdout) == (0, KEEP_HOST_KEYS_WRITTEN.format(host.cloud_cfg_drop_in))
+    assert yaml.safe_load(host.cloud_cfg_drop_in.read_text()) == {"ssh_deletekeys": False}
 
 
 # --- guest_agent.sh -----------------------------------------------------------------------------

@@ -27,9 +27,10 @@ from components.host_script import SCRIPTS_DIR
 
 COMMAND = "command:remote:Command"
 K8S_PROVIDER = ("pulumi:providers:kubernetes", "mgmt-kubernetes")
-STEPS = ["host-ready", "guest-agent", "k3s-config", "k3s-install", "node-ready", "read-kubeconfig"]
+STEPS = ["host-ready", "keep-host-keys", "guest-agent", "k3s-config", "k3s-install", "node-ready", "read-kubeconfig"]
 SCRIPTS = {
     "host-ready": "host_ready.sh",
+    "keep-host-keys": "keep_host_keys.sh",
     "guest-agent": "guest_agent.sh",
     "k3s-config": "k3s_config.sh",
     "k3s-install": "k3s_install.sh",
@@ -65,6 +66,7 @@ def test_every_step_runs_its_own_script_as_root(lab: Run) -> None:
 
 def test_step_arguments(lab: Run) -> None:
     assert argv(lab, "host-ready")[5:] == []
+    assert argv(lab, "keep-host-keys")[5:] == []
     assert argv(lab, "guest-agent")[5:] == []
     (config_b64,) = argv(lab, "k3s-config")[5:]
     assert yaml.safe_load(base64.b64decode(config_b64)) == K3S_CONFIG
