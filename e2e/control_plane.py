@@ -18,7 +18,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,12 +145,19 @@ def _wait_ready(server: str, processes: dict[str, subprocess.Popen[bytes]], logs
 
 @contextmanager
 def running(
-    root: Path, address: str, *, bind_address: str | None = None, pki: Pki | None = None
+    root: Path,
+    address: str,
+    *,
+    bind_address: str | None = None,
+    pki: Pki | None = None,
+    controllers: Sequence[str] = ("serviceaccount-token-controller",),
 ) -> Iterator[ControlPlane]:
     """etcd and kube-apiserver at `address`:6443 for the block; stopped afterwards. The API server
     listens on `bind_address` (default: `address`) and serves `pki`'s certificate where given,
     else one of its own. Started again on the same `root`, it keeps its data and its service
-    account signing key, so the tokens it issued stay valid, as a restarted k3s's do."""
+    account signing key, so the tokens it issued stay valid, as a restarted k3s's do.
+    kube-controller-manager runs `controllers` (by default the token controller alone, which
+    fills service account token Secrets in, as k3s's does)."""
     bin_dir = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kube-apiserver")
     root.mkdir(parents=True, exist_ok=True)
     (root / "tokens.csv").write_text(
@@ -213,14 +220,13 @@ def running(
         cluster = ControlPlane(bin_dir, root, address)
         for user, token in TOKENS.items():
             _write_kubeconfig(cluster.kubeconfig_of(user), server, ca, user, token)
-        # Only the token controller: it fills service account token Secrets in, as k3s's does.
         controller_log = (root / "kube-controller-manager.log").open("wb")
         logs.append(controller_log)
         processes["kube-controller-manager"] = subprocess.Popen(
             [
                 str(bin_dir / "kube-controller-manager"),
                 f"--kubeconfig={cluster.kubeconfig_of(CONTROLLER_USER)}",
-                "--controllers=serviceaccount-token-controller",
+                f"--controllers={','.join(controllers)}",
                 f"--service-account-private-key-file={root / 'sa.key'}",
                 f"--root-ca-file={ca}",
                 "--leader-elect=false",

@@ -33,6 +33,9 @@ KUBECONFIG = Path("/etc/rancher/k3s/k3s.yaml")
 DATA = Path("/var/lib/rancher/k3s/server")
 KNOWN_CONFIG = {"disable", "tls-san", "write-kubeconfig-mode"}
 HEARTBEAT_SECONDS = 10
+# Of the controllers k3s runs, those a chart's workload needs to become Available: a Deployment's
+# ReplicaSet, its Pods, their status (whoever stands in for the kubelet sets the Pods' own).
+CONTROLLERS = ("serviceaccount-token-controller", "deployment-controller", "replicaset-controller")
 
 
 def _openssl(*args: str) -> None:
@@ -177,7 +180,13 @@ def server(version: str) -> None:
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
-    with control_plane.running(DATA / "box", address, bind_address="0.0.0.0", pki=pki) as cluster:  # noqa: S104 - k3s listens on all
+    with control_plane.running(
+        DATA / "box",
+        address,
+        bind_address="0.0.0.0",  # noqa: S104 - k3s listens on all
+        pki=pki,
+        controllers=CONTROLLERS,
+    ) as cluster:
         node = {
             "apiVersion": "v1",
             "kind": "Node",
@@ -187,12 +196,13 @@ def server(version: str) -> None:
         if created.returncode != 0 and "AlreadyExists" not in created.stderr:
             raise SystemExit(f"k3s stand-in: registering node {hostname}: {created.stderr}")
         print(f"k3s {version}: node {hostname} at {address}; SANs {sans}", flush=True)
+        heartbeat = ("patch", "node", hostname, "--subresource=status", "--type=merge")
+        cluster.kubectl(*heartbeat, "-p", _node_status(version, address))
+        # Once, as k3s does: systemd listens for it only while the start job waits.
+        _notify_ready()
         while True:
-            cluster.kubectl(
-                "patch", "node", hostname, "--subresource=status", "--type=merge", "-p", _node_status(version, address)
-            )
-            _notify_ready()
             time.sleep(HEARTBEAT_SECONDS)
+            cluster.kubectl(*heartbeat, "-p", _node_status(version, address))
 
 
 def main() -> None:
