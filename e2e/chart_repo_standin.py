@@ -3,8 +3,9 @@ cluster-api-operator's), which cannot be reached here: an HTTPS server on loopba
 self-signed certificate that the caller hands to the engine (SSL_CERT_FILE), serving for each
 repository path an `index.yaml` and the chart archives it lists.
 
-The charts are stand-ins too: a chart of the real name and version whose one template renders a
-ConfigMap named after the release, so the objects a release owns can be told apart. Every request
+The charts are stand-ins too: a chart of the real name and version whose template renders a
+ConfigMap named after the release, so the objects a release owns can be told apart, and whatever
+other templates and CRDs a test gives it. Every request
 is recorded; any other path or method is answered 404 naming it and recorded as unknown, so a test
 can fail on it.
 """
@@ -44,6 +45,8 @@ class Chart:
     version: str
     crds: tuple[str, ...] = ()
     """CustomResourceDefinitions the chart installs before its templates (its crds/ folder)."""
+    templates: tuple[str, ...] = ()
+    """Templates besides the ConfigMap, such as the Deployment of the operator the chart runs."""
 
     def metadata(self) -> dict[str, str]:
         return {"apiVersion": "v2", "name": self.name, "version": self.version, "appVersion": self.version}
@@ -57,6 +60,7 @@ class Chart:
             "Chart.yaml": yaml.safe_dump(self.metadata()),
             "values.yaml": "{}\n",
             "templates/rendered.yaml": TEMPLATE,
+            **{f"templates/extra-{index}.yaml": template for index, template in enumerate(self.templates)},
             **{f"crds/crd-{index}.yaml": crd for index, crd in enumerate(self.crds)},
         }
         buffer = io.BytesIO()

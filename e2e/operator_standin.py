@@ -5,7 +5,14 @@ installing a provider does, then records the spec as installed: observedGenerati
 installedVersion and Ready=True, the way the operator's ProviderStatus carries them. It changes
 nothing else, and records each CR it reconciled, with the generation and when.
 
-It talks to the API server under an identity of its own, so its writes are not the engine's.
+Where the operator's own Pods must run too (a chart stand-in whose operator is a Deployment, whose
+Available status a step waits for), it also stands in for the scheduler and the kubelet of the one
+node for that namespace: each Pending Pod is bound to the node and reported running and ready, so
+the cluster's own controllers make its ReplicaSet ready and its Deployment Available.
+
+It talks to the API server under an identity of its own, so its writes are not the engine's. Until
+the cluster exists (its kubeconfig is written once the API server answers, as when the box's k3s is
+installed during a run) it waits.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ class OperatorStandIn:
     reconciled: list[dict[str, Any]] = field(default_factory=list)
     """kind, namespace, name, generation, version and the time.time() it was marked Ready."""
     errors: list[str] = field(default_factory=list)
+    pods_run: list[str] = field(default_factory=list)
+    """namespace/name of each Pod it started, in order."""
 
 
 def _reconcile(cluster: ControlPlane, resources: str, standin: OperatorStandIn, seen: dict[str, float]) -> None:
@@ -74,21 +83,82 @@ def _reconcile(cluster: ControlPlane, resources: str, standin: OperatorStandIn, 
         )
 
 
+def _run_pods(cluster: ControlPlane, namespace: str, standin: OperatorStandIn) -> None:
+    as_operator = cluster.kubeconfig_of(OPERATOR_USER)
+    listed = cluster.kubectl_as(as_operator, "get", "pods", "-n", namespace, "-o", "json")
+    if listed.returncode != 0:
+        standin.errors.append(listed.stderr.strip())
+        return
+    pending = [pod for pod in json.loads(listed.stdout)["items"] if pod["status"].get("phase") == "Pending"]
+    if not pending:
+        return
+    nodes = cluster.kubectl_as(as_operator, "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}")
+    if nodes.returncode != 0 or len(nodes.stdout.split()) != 1:
+        standin.errors.append(f"cannot schedule onto nodes {nodes.stdout!r}: {nodes.stderr.strip()}")
+        return
+    for pod in pending:
+        name, spec = pod["metadata"]["name"], pod["spec"]
+        if not spec.get("nodeName"):
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": nodes.stdout.strip()},
+            }
+            bound = cluster.kubectl_as(
+                as_operator,
+                *("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", "-f", "-"),
+                stdin=json.dumps(binding),
+            )
+            if bound.returncode != 0:
+                standin.errors.append(bound.stderr.strip())
+                continue
+        now = _now()
+        conditions = [
+            {"type": kind, "status": "True", "lastTransitionTime": now}
+            for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+        ]
+        containers = [
+            {
+                **{"name": container["name"], "image": container["image"], "imageID": ""},
+                **{"ready": True, "started": True, "restartCount": 0, "state": {"running": {"startedAt": now}}},
+            }
+            for container in spec["containers"]
+        ]
+        status = {"phase": "Running", "startTime": now, "conditions": conditions, "containerStatuses": containers}
+        patched = cluster.kubectl_as(
+            as_operator,
+            *("patch", "pod", name, "-n", namespace, "--subresource=status", "--type=merge"),
+            *("-p", json.dumps({"status": status})),
+        )
+        if patched.returncode != 0:
+            standin.errors.append(patched.stderr.strip())
+            continue
+        standin.pods_run.append(f"{namespace}/{name}")
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 @contextmanager
-def running(cluster: ControlPlane, kinds: Sequence[str], install_seconds: float) -> Iterator[OperatorStandIn]:
-    """Reconciles the provider CRs of `kinds` (plural.group) on `cluster` for the block."""
+def running(
+    cluster: ControlPlane, kinds: Sequence[str], install_seconds: float, *, runs_pods_in: str | None = None
+) -> Iterator[OperatorStandIn]:
+    """Reconciles the provider CRs of `kinds` (plural.group) on `cluster` for the block, and runs
+    the Pods of namespace `runs_pods_in`."""
     standin = OperatorStandIn(install_seconds)
     stop = threading.Event()
     seen: dict[str, float] = {}
 
     def loop() -> None:
         while not stop.wait(POLL_SECONDS):
+            if not cluster.kubeconfig_of(OPERATOR_USER).exists():
+                continue
             try:
                 _reconcile(cluster, ",".join(kinds), standin, seen)
+                if runs_pods_in is not None:
+                    _run_pods(cluster, runs_pods_in, standin)
             except (KeyError, ValueError) as unknown:
                 # A CR of a shape it does not know: said, not skipped in silence.
                 standin.errors.append(f"cannot reconcile: {unknown!r}")
