@@ -188,6 +188,12 @@ class Guests:
         calls.log (every stand-in command), installer.log, console.log and each unit's log."""
         return self._latest[vmid] / "logs"
 
+    def disk_path(self, vmid: int, path: str, instance: int = 0) -> Path:
+        """Where the box sees what the guest wrote at `path` (absolute, in the guest) on the VM's
+        `instance`-th disk (0: the disk of the first VM with this VMID): its overlay's upper
+        layer. It exists once the guest has written there."""
+        return self._instance_dir(vmid, instance) / "disk" / "upper" / path.lstrip("/")
+
     def running(self, vmid: int) -> bool:
         return vmid in self._running
 
@@ -261,9 +267,11 @@ class Guests:
         interfaces: list[dict[str, Any]] = answer["return"]
         return interfaces
 
+    def _instance_dir(self, vmid: int, serial: int) -> Path:
+        return self.root / f"vm{vmid}-{serial}"
+
     def _new_instance(self, vmid: int) -> Path:
-        serial = len(list(self.root.glob(f"vm{vmid}-*")))
-        instance = self.root / f"vm{vmid}-{serial}"
+        instance = self._instance_dir(vmid, len(list(self.root.glob(f"vm{vmid}-*"))))
         for directory in ("disk", "logs", "virtio"):
             (instance / directory).mkdir(parents=True)
         return instance

@@ -4,12 +4,16 @@ leave the machine whatever an address in the stack config says.
 
     in_new_netns("readme_first_run", "/tmp/x", addresses=["192.168.0.8"]) -> the scenario's result
 
+A scenario is a function of e2e.scenarios, or of another e2e module named before it
+(`box.whole_box`).
+
 The scenario runs in a child process (`python -m e2e.netns NAME ARGS_JSON`) started with
 `unshare --net`; its result comes back as JSON on the last line of its stdout.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -38,14 +42,16 @@ exec "$@"
 """
 
 
-def in_new_netns(scenario: str, *args: Any, addresses: Sequence[str] = (), timeout: int = 600) -> Any:
-    """The scenario's result; `args` go to it as JSON."""
+def netns_command(command: Sequence[str], addresses: Sequence[str] = ()) -> list[str]:
+    """`command` as run in a new network namespace with loopback alone, holding `addresses`."""
     # A non-root user gets the namespace through a user namespace of its own, where it is root.
     as_user = [] if os.geteuid() == 0 else ["--map-root-user"]
-    command = [
-        *("unshare", *as_user, "--net", "--", "sh", "-c", SETUP, "netns-setup", *addresses, "--"),
-        *(sys.executable, "-m", "e2e.netns", scenario, json.dumps(list(args))),
-    ]
+    return ["unshare", *as_user, "--net", "--", "sh", "-c", SETUP, "netns-setup", *addresses, "--", *command]
+
+
+def in_new_netns(scenario: str, *args: Any, addresses: Sequence[str] = (), timeout: int = 600) -> Any:
+    """The scenario's result; `args` go to it as JSON."""
+    command = netns_command([sys.executable, "-m", "e2e.netns", scenario, json.dumps(list(args))], addresses)
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
     _keep(scenario, args, done)
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARK)]
@@ -66,10 +72,11 @@ def _keep(scenario: str, args: tuple[Any, ...], done: subprocess.CompletedProces
 
 
 def _main(argv: list[str]) -> None:
-    from e2e import scenarios  # noqa: PLC0415 - only the child process runs scenarios
-
     name, args = argv[1], json.loads(argv[2])
-    result = getattr(scenarios, name)(*args)
+    module, _, function = name.rpartition(".")
+    # Only the child process runs scenarios: their modules are imported here.
+    scenarios = importlib.import_module(f"e2e.{module or 'scenarios'}")
+    result = getattr(scenarios, function)(*args)
     print(RESULT_MARK + json.dumps(result), flush=True)
 
 
