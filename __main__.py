@@ -2,6 +2,7 @@
 
 import pulumi
 
+from components.cloud_init import CLOUD_INIT_OUTPUT, deployed_cloud_init, dialed_address
 from components.cluster_api import last_deployment
 from components.credentials import verify_tokens
 from components.helm_repositories import verify_chart_repositories
@@ -18,11 +19,19 @@ if settings.adopt:
 
 deployment = last_deployment()
 vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image, adopt=settings.adopt, deployment=deployment)
-k3s = K3sNode("mgmt", vm, settings.k3s, settings.vm.ci_user, adopt=settings.adopt)
+k3s = K3sNode(
+    "mgmt",
+    vm,
+    settings.k3s,
+    settings.vm.ci_user,
+    host=dialed_address(settings.vm, deployment, adopt=settings.adopt),
+    adopt=settings.adopt,
+)
 cluster = manage_cluster(settings, k3s, deployment)
 
 pulumi.export("vmAddress", vm.address)
 pulumi.export(PROTECTED_OUTPUT, vm.protection)
+pulumi.export(CLOUD_INIT_OUTPUT, deployed_cloud_init(settings.vm, vm.vm, adopt=settings.adopt))
 pulumi.export("kubeconfig", k3s.kubeconfig)
 pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
 pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)

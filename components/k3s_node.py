@@ -57,14 +57,16 @@ class K3sNode(pulumi.ComponentResource):
         k3s: K3sSettings,
         ci_user: str,
         *,
+        host: pulumi.Input[str],
         adopt: bool,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """`host`: where the host steps dial the VM (components.cloud_init.dialed_address)."""
         super().__init__("homelab:index:K3sNode", name, None, opts)
 
         def connection(host_key: pulumi.Input[str] | None) -> command.remote.ConnectionArgs:
             return command.remote.ConnectionArgs(
-                host=vm.address,
+                host=host,
                 user=ci_user,
                 private_key=pulumi.Output.secret(k3s.ssh_private_key) if k3s.ssh_private_key else None,
                 host_key=host_key,

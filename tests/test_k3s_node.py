@@ -23,6 +23,7 @@ from harness import (
 )
 
 import components.k3s_node
+from components.cloud_init import ReachChangedError
 from components.host_script import SCRIPTS_DIR
 
 COMMAND = "command:remote:Command"
@@ -212,3 +213,73 @@ def test_kubeconfig_file_is_written_only_when_asked(lab: Run, tmp_path_factory: 
     assert writer.plain["stdin"] == run.outputs["kubeconfig"][0]
     assert writer.plain["logging"] == "stderr"
     assert writer.plain["addPreviousOutputInEnv"] is False
+
+
+# --- cloud-init changes between runs -------------------------------------------------------------
+NEW_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE8sY2Fr3y0Q0pq6o2m9r9hX9sJ1Wl0a3b4c5d6e7f8g owner@desk"
+
+
+def deployed(run: Run) -> dict[str, Any]:
+    """The stack outputs of `run` as the next run's StackReference reads them."""
+    return {key: value for key, (value, _) in run.outputs.items()}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "keys"),
+    [
+        ({"sshPublicKeys": [NEW_KEY]}, "lab-mgmt:sshPublicKeys"),
+        ({"vmDnsServers": ["1.1.1.1"], "vmGateway": "192.168.4.1"}, "lab-mgmt:vmGateway, lab-mgmt:vmDnsServers"),
+        ({"vmAddress": "192.168.4.21/23"}, "lab-mgmt:vmAddress"),
+        ({"vmName": "lab-core"}, "lab-mgmt:vmName"),
+    ],
+    ids=["keys", "network", "prefix", "name"],
+)
+def test_a_cloud_init_change_warns_of_the_reboot_and_keeps_the_host_steps(
+    lab: Run, overrides: dict[str, Any], keys: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = run_program(overrides, previous_outputs=deployed(lab), preview=True)
+    (warning,) = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert warning.startswith(f"{keys} changed: Proxmox writes the VM's cloud-init drive in this run")
+    assert "qm reboot 201" in warning
+    assert "keeps the SSH host key (mgmt-keep-host-keys)" in warning
+    assert {key for key in changed(lab, run) if key[0] == COMMAND} <= {(COMMAND, "mgmt-k3s-config"), *AFTER_A_RESTART}
+
+
+def test_the_same_cloud_init_settings_warn_of_nothing(lab: Run, caplog: pytest.LogCaptureFixture) -> None:
+    run_program(previous_outputs=deployed(lab), preview=True)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+
+
+def test_the_first_run_after_adoption_warns_that_the_vm_takes_the_programs_cloud_init(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    adopted = run_program({"adopt": True, "capmoxExistingSecret": "capmox-variables"})
+    assert adopted.outputs["vmCloudInit"][0] == "adopted: as the playbook left it"
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+    run_program({"capmoxExistingSecret": "capmox-variables"}, previous_outputs=deployed(adopted), preview=True)
+    (warning,) = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert "lab-mgmt:sshPublicKeys" in warning
+    assert "become the adopted VM's: Proxmox writes" in warning
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [({"vmAddress": "192.168.4.30/24"}, "vmAddress"), ({"ciUser": "admin"}, "ciUser")],
+    ids=["address", "user"],
+)
+def test_a_new_address_or_user_is_refused_before_any_host_step_dials_it(
+    lab: Run, overrides: dict[str, Any], key: str
+) -> None:
+    record = Run()
+    with pytest.raises(ReachChangedError, match=f"^lab-mgmt:{key}: the last deployment has .*Change it with a rebuild"):
+        run_program(overrides, previous_outputs=deployed(lab), preview=True, record=record)
+    assert not [r for r in record.resources.values() if r.type == COMMAND]
+
+
+def test_a_rebuild_may_move_the_vm() -> None:
+    rebuilt = run_program(
+        {"vmAddress": "192.168.4.30/24", "vmProtected": False, "vmRebuildFromImage": True},
+        previous_outputs={"vmAddress": "192.168.4.21", "vmProtected": False},
+        vm_mac="BC:24:11:4A:00:02",
+    )
+    assert step(rebuilt, "host-ready")["connection"]["host"] == "192.168.4.30"
