@@ -10,6 +10,7 @@ and tells systemd it is ready. Any other command, or a config.yaml key it does n
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -125,7 +126,9 @@ def _kubeconfig(ca: Path, admin: tuple[Path, Path], mode: int) -> None:
 def _notify_ready() -> None:
     path = os.environ.get("NOTIFY_SOCKET")
     if path:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        # k3s goes on when no one listens any more (a start job that gave up), as sd_notify's
+        # callers do.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify, contextlib.suppress(ConnectionRefusedError):
             notify.sendto(b"READY=1", path)
 
 
