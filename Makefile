@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 SCRIPTS := $(wildcard components/scripts/*.sh) $(wildcard e2e/*.sh)
 
-.PHONY: check test test-engine lint preview graph
+.PHONY: check test test-engine lint preview graph box box-down bench
 
 check: lint test
 
@@ -29,3 +29,21 @@ preview:
 # (tests/test_docs.py fails until then).
 graph:
 	$(PY) tools/graph.py
+
+# The lab in a box, whole (e2e/box.py): the stand-ins in a network namespace of their own and the
+# whole program's `pulumi up` against them; the box stays up, with the outputs and how to reach
+# it printed, until `make box-down`. Needs what test-engine needs.
+BOX_DIR ?= .box
+
+box:
+	built="$$(e2e/build-engine.sh control-plane plugins)" && \
+	env $$built $(PY) -m e2e.box up $(BOX_DIR)
+
+box-down:
+	$(PY) -m e2e.box down $(BOX_DIR)
+
+# The first `pulumi up` on an empty box and the no-op second one: wall times, and what the second
+# made the box do (SSH sessions, Proxmox VE writes, Kubernetes writes).
+bench:
+	built="$$(e2e/build-engine.sh control-plane plugins)" && \
+	env $$built $(PY) -m e2e.box bench "$$(mktemp -d)"
