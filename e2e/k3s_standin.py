@@ -34,9 +34,13 @@ KUBECONFIG = Path("/etc/rancher/k3s/k3s.yaml")
 DATA = Path("/var/lib/rancher/k3s/server")
 KNOWN_CONFIG = {"disable", "tls-san", "write-kubeconfig-mode"}
 HEARTBEAT_SECONDS = 10
-# Of the controllers k3s runs, those a chart's workload needs to become Available: a Deployment's
-# ReplicaSet, its Pods, their status (whoever stands in for the kubelet sets the Pods' own).
-CONTROLLERS = ("serviceaccount-token-controller", "deployment-controller", "replicaset-controller")
+# Of the controllers k3s runs, those a chart's workload needs to become Available: a namespace's
+# default ServiceAccount (a Pod is refused without it), a Deployment's ReplicaSet, its Pods, their
+# status (whoever stands in for the kubelet sets the Pods' own).
+CONTROLLERS = (
+    *("serviceaccount-token-controller", "serviceaccount-controller"),
+    *("deployment-controller", "replicaset-controller"),
+)
 
 
 def _openssl(*args: str) -> None:
