@@ -43,6 +43,8 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import unquote
 
+import yaml
+
 from e2e.engine import REPO
 
 BOOT_BOUND_SECONDS = 30
@@ -417,15 +419,31 @@ def _cloud_init(boot: Boot) -> None:
     authorized.write_text("".join(f"{key}\n" for key in [*present, *(k for k in boot.keys if k not in present)]))
     authorized.chmod(0o600)
     _sh("chown", "-R", f"{boot.user}:{boot.user}", str(ssh_dir))
-    for old in Path("/etc/ssh").glob("ssh_host_*"):
-        old.unlink()
+    # cc_ssh deletes the host keys unless a config file turns ssh_deletekeys off (the program's
+    # keep_host_keys.sh does), then makes only the key types that are missing.
+    deleting = not _ssh_deletekeys_off()
+    if deleting:
+        for old in Path("/etc/ssh").glob("ssh_host_*"):
+            old.unlink()
     _sh("ssh-keygen", "-A")
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(boot.instance_id + "\n")
     print(
-        f"cloud-init: new instance {boot.instance_id}: user {boot.user}, {len(boot.keys)} key(s), new host keys",
+        f"cloud-init: new instance {boot.instance_id}: user {boot.user}, {len(boot.keys)} key(s), "
+        + ("new host keys" if deleting else "host keys kept (ssh_deletekeys: false)"),
         flush=True,
     )
+
+
+def _ssh_deletekeys_off() -> bool:
+    """What cloud-init's merged config says, from the drop-ins in /etc/cloud/cloud.cfg.d (the last
+    file that sets it wins); only `false` keeps the keys."""
+    setting = None
+    for drop_in in sorted(Path("/etc/cloud/cloud.cfg.d").glob("*.cfg")):
+        loaded = yaml.safe_load(drop_in.read_text()) or {}
+        if isinstance(loaded, dict) and "ssh_deletekeys" in loaded:
+            setting = loaded["ssh_deletekeys"]
+    return setting is False
 
 
 def _network(boot: Boot) -> None:

@@ -661,7 +661,7 @@ VMID = 201
 K3S_VERSION = "v1.35.8+k3s1"
 K3S_BUMP = "v1.35.9+k3s1"
 HOST_STEPS = (
-    *("host_ready.sh", "guest_agent.sh", "k3s_config.sh"),
+    *("host_ready.sh", "keep_host_keys.sh", "guest_agent.sh", "k3s_config.sh"),
     *("k3s_install.sh", "node_ready.sh", "read_kubeconfig.sh"),
 )
 
@@ -760,7 +760,9 @@ def _first_run(guests: guest.Guests, base: Path, key: Path, known_hosts: Path) -
 
 def _step_args(script: str, version: str = K3S_VERSION) -> list[str]:
     config_b64 = base64.b64encode(render_k3s_config(VM_ADDRESS).encode()).decode()
-    return {"k3s_config.sh": [config_b64], "k3s_install.sh": [version], "node_ready.sh": ["300"]}.get(script, [])
+    return {"k3s_config.sh": [config_b64], "k3s_install.sh": [version], "node_ready.sh": ["300", version]}.get(
+        script, []
+    )
 
 
 def _observed(guests: guest.Guests, key: Path, known_hosts: Path, scripts: list[tuple[str, str]]) -> dict[str, Any]:
@@ -787,7 +789,8 @@ def _reboots(guests: guest.Guests, keys: list[Path], known_hosts: Path) -> dict[
     guests.start(VMID, _vm_config([key]))
     reboot = [
         _host_step(key, None, "host_ready.sh", booting=True),
-        _host_step(key, known_hosts, "node_ready.sh", "300"),
+        # The scenario bumped k3s before it reboots the VM.
+        _host_step(key, known_hosts, "node_ready.sh", *_step_args("node_ready.sh", K3S_BUMP)),
     ]
     reboot_seconds = time.monotonic() - started
     guests.stop(VMID)

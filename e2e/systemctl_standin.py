@@ -1,8 +1,9 @@
 """systemctl in a box guest (e2e/guest.py), which has no systemd: the verbs the host scripts, the
 k3s installer and the guest's boot use (daemon-reload, enable, is-enabled, is-active, start, stop,
-restart), on the guest's real unit files. A started unit's ExecStart runs in a session of its own,
-its output in /var/log/box/UNIT.log; Type=notify waits for READY=1 on NOTIFY_SOCKET, as systemd
-does. Any other verb, option, unit type or [Service] key fails with a message, exit 1.
+restart, and `show UNIT -p ExecMainStartTimestamp --value`), on the guest's real unit files. A
+started unit's ExecStart runs in a session of its own, its output in /var/log/box/UNIT.log;
+Type=notify waits for READY=1 on NOTIFY_SOCKET, as systemd does. Any other verb, option, unit type
+or [Service] key fails with a message, exit 1.
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ def _start(unit: str) -> None:
             start_new_session=True,
         )
     (STATE / f"{unit}.pid").write_text(str(process.pid))
+    # As systemd shows ExecMainStartTimestamp; node_ready.sh waits for a heartbeat newer than it.
+    (STATE / f"{unit}.started").write_text(time.strftime("%a %Y-%m-%d %H:%M:%S %Z"))
     if notify is not None:
         _await_ready(unit, process, notify)
 
@@ -183,7 +186,16 @@ def _is_enabled(unit: str) -> tuple[str, int]:
     return "disabled", 1
 
 
+def _show_start_time(unit: str) -> str:
+    """systemd shows nothing for a unit that is not running."""
+    started = STATE / f"{unit}.started"
+    return started.read_text() if _pid(unit) is not None and started.exists() else ""
+
+
 def systemctl(args: list[str]) -> int:
+    if len(args) == 5 and args[0] == "show" and args[2:] == ["-p", "ExecMainStartTimestamp", "--value"]:
+        print(_show_start_time(_name(args[1])))
+        return 0
     quiet = "--quiet" in args or "-q" in args
     words = [arg for arg in args if arg not in ("--quiet", "-q")]
     options = [word for word in words if word.startswith("-")]

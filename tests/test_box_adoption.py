@@ -55,7 +55,7 @@ def test_the_plugins_run_as_installed_ones_with_only_the_known_warning(adoption:
     """Installed in PULUMI_HOME (tests/test_real_engine.py shows which binaries), none is taken
     from PATH; the engine says that the kubernetes plugin is v4.25.0, and nothing else."""
     for run in adoption["runs"]:
-        assert run["warnings"] == [KUBERNETES_PLUGIN_WARNING], run["warnings"]
+        assert set(run["warnings"]) == {KUBERNETES_PLUGIN_WARNING}, run["warnings"]
 
 
 def test_the_adoption_preview_shows_imports_only(adoption: Any) -> None:
