@@ -46,7 +46,7 @@ from e2e import (
     pve_api_standin,
     scenarios,
 )
-from e2e.engine import PASSPHRASE, REPO, Engine, EngineRun, built_bin, fresh_engine
+from e2e.engine import REPO, Engine, EngineRun, built_bin, fresh_engine
 from e2e.netns import in_new_netns, netns_command
 
 VMID = scenarios.VMID
@@ -304,7 +304,12 @@ def _usage(box: Box, first: dict[str, Any], outputs: dict[str, Any]) -> str:
     kubeconfig.chmod(0o600)
     kubectl = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl") / "kubectl"
     netns = f"nsenter --net=/proc/{os.getpid()}/ns/net"
-    env = " ".join(f"{name}={engine.env()[name]}" for name in ("PULUMI_HOME", "PULUMI_BACKEND_URL"))
+    # The box engine's own state and plugins, and the chart stand-in's certificate that the
+    # kubernetes plugin must trust to read the releases' charts.
+    env = " ".join(
+        f"{name}={engine.env()[name]}"
+        for name in ("PULUMI_HOME", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "SSL_CERT_FILE")
+    )
     shown = {key: value for key, value in outputs.items() if "ubeconfig" not in key}
     return "\n".join(
         [
@@ -313,8 +318,8 @@ def _usage(box: Box, first: dict[str, Any], outputs: dict[str, Any]) -> str:
             f"admin kubeconfig: {kubeconfig}",
             "The box's addresses exist only in its network namespace; reach them from there:",
             f"  {netns} {kubectl} --kubeconfig={kubeconfig} get namespaces",
-            f"  cd {engine.project} && {netns} env {env} PULUMI_CONFIG_PASSPHRASE={PASSPHRASE} "
-            f"{engine.bin_dir / 'pulumi'} preview --stack lab",
+            f"  cd {engine.project} && {netns} env {env} {engine.bin_dir / 'pulumi'} preview --stack lab "
+            "--expect-no-changes",
             "make box-down stops it.",
         ]
     )
