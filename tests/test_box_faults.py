@@ -1,0 +1,141 @@
+"""Faults in the lab in a box (e2e/box_faults.py, issue 18): each fault injected during a real
+`pulumi up` of the whole program ends the run with an error naming what failed and where, with no
+secret in it, the state still readable, and the next run without the fault converges with one VM
+made by one create and k3s installed once. In network namespaces of the tests' own; selected with
+`pytest -m engine`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e import box_faults, scenarios
+from e2e.netns import in_new_netns
+
+pytestmark = pytest.mark.engine
+
+ONE_VM = {"vms": [str(scenarios.VMID)], "creates": 1}
+
+
+def _scenario(factory: pytest.TempPathFactory, name: str) -> Any:
+    root: Path = factory.mktemp(name)
+    return in_new_netns(f"box_faults.{name}", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def pve(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _scenario(tmp_path_factory, "pve_faults")
+
+
+@pytest.fixture(scope="module")
+def ssh(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _scenario(tmp_path_factory, "ssh_faults")
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _scenario(tmp_path_factory, "interrupted")
+
+
+def _failed(run: dict[str, Any], resource: str, *said: str) -> None:
+    """The run failed on `resource`, its error saying each of `said`, and left a readable state
+    with no secret in the output or the state and no pending operation."""
+    assert run["rc"] != 0
+    errored = f"{resource} **creating failed**" in run["output"] or f"{resource} **updating failed**" in run["output"]
+    assert errored, run["output"][-6000:]
+    for text in said:
+        assert text in run["output"], text
+    assert run["leaked"] == []
+    assert run["state"]["parsed"]
+    assert run["state"]["leaked"] == []
+    assert run["state"]["pending"] == []
+
+
+def _converged(run: dict[str, Any]) -> None:
+    assert run["rc"] == 0, run["output"][-6000:]
+    assert run["pve"] == ONE_VM
+    assert len(run["installs"]) == 1, run["installs"]
+    assert run["leaked"] == []
+
+
+def test_a_failed_download_task_names_the_image_and_proxmox_s_error(pve: Any) -> None:
+    _failed(pve["download"], "mgmt-image", "failed to complete with exit code: " + box_faults.DOWNLOAD_ERROR)
+    assert "mgmt-image" not in pve["download"]["state"]["resources"]
+    assert pve["download"]["pve"] == {"vms": [], "creates": 0}
+
+
+def test_vm_create_answering_500_names_the_vm_and_proxmox_s_reason(pve: Any) -> None:
+    _failed(pve["vm_create"], "mgmt-vm", "received an HTTP 500 response - Reason: " + box_faults.CREATE_ERROR)
+    resources = pve["vm_create"]["state"]["resources"]
+    assert "mgmt-image" in resources
+    assert "mgmt-vm" not in resources
+    assert pve["vm_create"]["pve"] == {"vms": [], "creates": 0}
+
+
+def test_after_the_proxmox_faults_the_next_up_converges_with_one_vm(pve: Any) -> None:
+    _converged(pve["recovered"])
+    assert set(pve["again"]["summary"]) <= {"same", "read"}, pve["again"]["summary"]
+    assert pve["again"]["pve_writes"] == []
+
+
+def test_the_proxmox_stand_ins_knew_every_request(pve: Any) -> None:
+    for key in ("pve_unknown", "chart_unknown", "release_unknown", "operator_errors"):
+        assert pve[key] == [], key
+
+
+def test_sshd_closing_a_session_mid_script_fails_that_step(ssh: Any) -> None:
+    assert ssh["closed_sessions"] == 1
+    _failed(ssh["mid_script"], "mgmt-node-ready")
+    assert "mgmt-node-ready" not in ssh["mid_script"]["state"]["resources"]
+    assert "mgmt-k3s-install" in ssh["mid_script"]["state"]["resources"]
+
+
+def test_after_the_closed_session_the_next_up_converges_without_a_second_install(ssh: Any) -> None:
+    _converged(ssh["mid_script_recovered"])
+    created = {
+        step["urn"].rsplit("::", 1)[1] for step in ssh["mid_script_recovered"]["steps"] if step["op"] == "create"
+    }
+    assert "mgmt-node-ready" in created
+    assert "mgmt-k3s-install" not in created
+
+
+def test_sshd_refusing_connections_fails_the_host_step_naming_the_address(ssh: Any) -> None:
+    _failed(ssh["refused"], box_faults.HOST_STEP, f"{scenarios.VM_ADDRESS}:22", "connection refused")
+    assert ssh["refused"]["ssh_sessions"] == []
+
+
+def test_another_host_key_is_refused_and_never_accepted(ssh: Any) -> None:
+    _failed(ssh["host_key"], box_faults.HOST_STEP, "ssh: host key mismatch")
+    assert ssh["host_key"]["ssh_connections"], "the step dialled the VM"
+    assert ssh["host_key"]["ssh_sessions"] == []
+
+
+def test_with_sshd_and_its_key_back_the_host_step_runs_and_installs_nothing(ssh: Any) -> None:
+    for run in ("refused_recovered", "host_key_recovered"):
+        _converged(ssh[run])
+        assert ssh[run]["ssh_sessions"], run
+    assert set(ssh["again"]["summary"]) <= {"same", "read"}, ssh["again"]["summary"]
+
+
+def test_ctrl_c_twice_stops_the_up_and_leaves_the_step_pending(interrupted: Any) -> None:
+    run = interrupted["interrupted"]
+    assert run["signalled"] == 1
+    assert run["rc"] != 0
+    assert run["leaked"] == []
+    assert run["state"]["parsed"]
+    assert run["state"]["pending"] == [["creating", "mgmt-node-ready"]]
+
+
+def test_the_pending_operation_is_cleared_as_the_troubleshooting_doc_says(interrupted: Any) -> None:
+    cleared = interrupted["cleared"]
+    assert cleared["rc"] == 0, cleared["output"][-4000:]
+    assert cleared["state"]["pending"] == []
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "troubleshooting.md").read_text()
+    assert "pulumi refresh --clear-pending-creates" in doc
+
+
+def test_after_the_interrupt_the_next_up_converges_without_a_second_vm_or_install(interrupted: Any) -> None:
+    _converged(interrupted["next"])
