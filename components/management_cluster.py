@@ -44,13 +44,13 @@ def manage_cluster(
         node.provider,
         node.kubeconfig,
         context_name=f"{settings.vm.name}-ro",
-        token_generation=settings.cluster_api.readonly_token_generation,
+        token_generation=settings.access.readonly_token_generation,
     )
     workload_clusters = {
         cluster.name: WorkloadClusterAccess(
-            cluster, node.provider, token_generation=settings.cluster_api.readonly_token_generation
+            cluster, node.provider, token_generation=settings.access.readonly_token_generation
         )
-        for cluster in settings.cluster_api.workload_clusters
+        for cluster in settings.access.workload_clusters
     }
     kubeconfigs = pulumi.Output.all(**{name: access.kubeconfig for name, access in workload_clusters.items()})
     return ManagementCluster(

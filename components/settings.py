@@ -14,12 +14,43 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import pulumi
+import yaml
 
 PROJECT = "lab-mgmt"
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _declared_config() -> dict[str, dict[str, Any]]:
+    """Pulumi.yaml's config block: every key with its type, default, secrecy and description, the
+    one place a setting is declared (the CLI reads the same block)."""
+    config: dict[str, dict[str, Any]] = yaml.safe_load((REPO_ROOT / "Pulumi.yaml").read_text())["config"]
+    return config
+
+
+_DECLARED = _declared_config()
+# Optional, and secret: an ssh-agent serves instead. Pulumi.yaml cannot declare it, as the CLI
+# requires a declared key that has no default, and a default would be a plain value.
+_UNDECLARED_SECRET_KEYS = ("sshPrivateKey",)
+KEYS = (*_DECLARED, *_UNDECLARED_SECRET_KEYS)
+"""Every key the program reads."""
+SECRET_KEYS = (*(key for key, spec in _DECLARED.items() if spec.get("secret")), *_UNDECLARED_SECRET_KEYS)
+"""The keys set with `pulumi config set --secret`."""
+DEFAULTS: dict[str, Any] = {key: spec["default"] for key, spec in _DECLARED.items() if "default" in spec}
+"""What the CLI gives the program for a key the stack leaves unset."""
+
+
+def config_value(value: object) -> str:
+    """A config value as the CLI passes it to the program: a string, JSON for a list."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
 
 VMID_RANGE = (100, 999_999_999)
 CORES_RANGE = (1, 64)
@@ -57,107 +88,6 @@ class SettingsError(pulumi.RunError, ValueError):
     the CLI shows the message alone, with no Python traceback above it."""
 
 
-@dataclass(frozen=True)
-class ProxmoxSettings:
-    endpoint: str
-    insecure: bool
-    api_token_id: str
-    api_token_secret: str = field(repr=False)
-    node: str
-    skip_credentials_check: bool
-
-
-@dataclass(frozen=True)
-class VmSettings:
-    vm_id: int
-    name: str
-    cores: int
-    memory_mib: int
-    disk_gib: int
-    bridge: str
-    vlan_tag: int | None
-    address: ipaddress.IPv4Interface
-    gateway: ipaddress.IPv4Address
-    dns_servers: tuple[str, ...]
-    disk_storage: str
-    protected: bool
-    rebuild_from_image: bool
-    ci_user: str
-    ssh_public_keys: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ImageSettings:
-    url: str
-    sha256: str
-    storage: str
-
-    @property
-    def serial(self) -> str | None:
-        """The dated build serial a directory of the URL names (`20260926`, `release-20260926`,
-        `20260926.1`); None for a floating one (`current`, `release`)."""
-        parts = [p for p in urlparse(self.url).path.split("/") if p][:-1]
-        return next((match[1] for p in reversed(parts) if (match := DATED_SERIAL.fullmatch(p))), None)
-
-    @property
-    def file_name(self) -> str:
-        """Proxmox imports only files named *.qcow2 (the Ubuntu .img is qcow2); the serial in the
-        URL's path keeps names of two image builds apart."""
-        stem = urlparse(self.url).path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-        return f"{stem}-{self.serial}.qcow2"
-
-
-@dataclass(frozen=True)
-class K3sSettings:
-    version: str
-    ssh_private_key: str | None = field(repr=False)
-    kubeconfig_path: Path | None
-
-
-@dataclass(frozen=True)
-class ProviderVersions:
-    """The five Cluster API Operator providers, in the order the operator wants upgrades done."""
-
-    core: str
-    bootstrap: str
-    control_plane: str
-    infrastructure: str
-    ipam: str
-
-
-@dataclass(frozen=True)
-class WorkloadCluster:
-    namespace: str
-    name: str
-
-
-@dataclass(frozen=True)
-class ClusterApiSettings:
-    cert_manager_version: str
-    operator_version: str
-    cert_manager_repo: str
-    operator_repo: str
-    providers: ProviderVersions
-    capmox_token_id: str
-    capmox_token_secret: str = field(repr=False)
-    existing_capmox_secret: str | None
-    """A credentials Secret that someone else made (the playbook's `capmox-variables`): the
-    program points CAPMOX at it and makes none of its own."""
-    readonly_token_generation: int
-    workload_clusters: tuple[WorkloadCluster, ...]
-
-
-@dataclass(frozen=True)
-class Settings:
-    proxmox: ProxmoxSettings
-    vm: VmSettings
-    image: ImageSettings
-    k3s: K3sSettings
-    cluster_api: ClusterApiSettings
-    adopt: bool
-    """Take the running lab into the stack as it is (docs/adoption.md): import, change nothing."""
-
-
 class _Reader:
     """Reads raw config values and collects every problem instead of stopping at the first.
 
@@ -172,13 +102,19 @@ class _Reader:
     def fail(self, key: str, message: str) -> None:
         self.problems.append(f"{PROJECT}:{key}: {message}")
 
+    def _value(self, key: str) -> str:
+        """The stack's value, or else Pulumi.yaml's default, as the CLI would have given it."""
+        value = self._raw.get(key)
+        if value is None and key in DEFAULTS:
+            return config_value(DEFAULTS[key])
+        return value or ""
+
     def optional(self, key: str) -> str | None:
-        value = self._raw.get(key, "").strip()
-        return value or None
+        return self._value(key).strip() or None
 
     def verbatim(self, key: str) -> str | None:
         """Unstripped, for a key file whose last newline belongs to its format."""
-        value = self._raw.get(key, "")
+        value = self._value(key)
         return value if value.strip() else None
 
     def text(self, key: str) -> str:
@@ -235,9 +171,9 @@ class _Reader:
             self.fail(key, f"{value!r} is not an https:// URL")
         return value
 
-    def string_list(self, key: str, *, required: bool = True) -> tuple[str, ...] | None:
+    def string_list(self, key: str) -> tuple[str, ...] | None:
         """The list, or None when it is missing or not a list (the problem is recorded)."""
-        value = self.text(key) if required else self.optional(key) or "[]"
+        value = self.text(key)
         if not value:
             return None
         try:
@@ -254,16 +190,17 @@ class _Reader:
         return tuple(i.strip() for i in items)
 
 
-def _is_ssh_public_key(line: str) -> bool:
-    parts = line.split()
-    if len(parts) < 2 or parts[0] not in SSH_KEY_TYPES:
-        return False
-    try:
-        blob = base64.b64decode(parts[1], validate=True)
-    except binascii.Error:
-        return False
-    # The blob starts with its own key type; a pasted fragment or a mismatched type fails here.
-    return blob[4 : 4 + len(parts[0])] == parts[0].encode()
+# --- the Proxmox VE API: ManagementVm's provider and the token check ------------------------------
+
+
+@dataclass(frozen=True)
+class ProxmoxSettings:
+    endpoint: str
+    insecure: bool
+    api_token_id: str
+    api_token_secret: str = field(repr=False)
+    node: str
+    skip_credentials_check: bool
 
 
 def _read_proxmox(r: _Reader) -> ProxmoxSettings:
@@ -274,6 +211,60 @@ def _read_proxmox(r: _Reader) -> ProxmoxSettings:
         api_token_secret=r.token_secret("proxmoxApiTokenSecret"),
         node=r.matching("proxmoxNode", DNS_LABEL, "a Proxmox node name"),
         skip_credentials_check=r.boolean("skipCredentialsCheck"),
+    )
+
+
+# --- the VM: ManagementVm, and cloud-init as K3sNode reaches it -----------------------------------
+
+
+@dataclass(frozen=True)
+class VmSettings:
+    vm_id: int
+    name: str
+    cores: int
+    memory_mib: int
+    disk_gib: int
+    bridge: str
+    vlan_tag: int | None
+    address: ipaddress.IPv4Interface
+    gateway: ipaddress.IPv4Address
+    dns_servers: tuple[str, ...]
+    disk_storage: str
+    protected: bool
+    rebuild_from_image: bool
+    ci_user: str
+    ssh_public_keys: tuple[str, ...]
+
+
+def _read_vm(r: _Reader) -> VmSettings:
+    vlan_text = r.text("vmVlanTag")
+    vlan = int(vlan_text) if re.fullmatch(r"[0-9]+", vlan_text) else -1
+    if vlan_text and vlan != 0 and not VLAN_RANGE[0] <= vlan <= VLAN_RANGE[1]:
+        r.fail("vmVlanTag", f"{vlan_text!r} is not a VLAN id {VLAN_RANGE[0]}..{VLAN_RANGE[1]} (0 for untagged)")
+    protected = r.boolean("vmProtected")
+    rebuild = r.boolean("vmRebuildFromImage")
+    if rebuild and protected:
+        r.fail(
+            "vmRebuildFromImage",
+            "true needs vmProtected=false applied in an earlier `pulumi up` (see docs/operations.md)",
+        )
+    address = _read_address(r)
+    return VmSettings(
+        vm_id=r.integer("vmId", VMID_RANGE, "Proxmox VMID"),
+        name=r.matching("vmName", DNS_LABEL, "a DNS label (lower case letters, digits, '-')"),
+        cores=r.integer("vmCores", CORES_RANGE, "cores"),
+        memory_mib=r.integer("vmMemoryMib", MEMORY_MIB_RANGE, "memory MiB"),
+        disk_gib=r.integer("vmDiskGib", DISK_GIB_RANGE, "disk GiB"),
+        bridge=r.matching("vmBridge", NAME, "a Linux bridge name"),
+        vlan_tag=vlan or None,
+        address=address or ipaddress.IPv4Interface("192.0.2.1/24"),
+        gateway=_read_gateway(r, address),
+        dns_servers=_read_list(r, "vmDnsServers", "an IP address of a DNS server", _is_ip_address),
+        disk_storage=r.matching("vmDiskStorage", NAME, "a storage id"),
+        protected=protected,
+        rebuild_from_image=rebuild,
+        ci_user=r.matching("ciUser", re.compile(r"^[a-z_][a-z0-9_-]*$"), "a Linux user name"),
+        ssh_public_keys=_read_list(r, "sshPublicKeys", "an OpenSSH public key line", _is_ssh_public_key),
     )
 
 
@@ -330,36 +321,40 @@ def _is_ip_address(text: str) -> bool:
     return True
 
 
-def _read_vm(r: _Reader) -> VmSettings:
-    vlan_text = r.optional("vmVlanTag") or "0"
-    vlan = int(vlan_text) if re.fullmatch(r"[0-9]+", vlan_text) else -1
-    if vlan != 0 and not VLAN_RANGE[0] <= vlan <= VLAN_RANGE[1]:
-        r.fail("vmVlanTag", f"{vlan_text!r} is not a VLAN id {VLAN_RANGE[0]}..{VLAN_RANGE[1]} (0 for untagged)")
-    protected = r.boolean("vmProtected")
-    rebuild = r.boolean("vmRebuildFromImage")
-    if rebuild and protected:
-        r.fail(
-            "vmRebuildFromImage",
-            "true needs vmProtected=false applied in an earlier `pulumi up` (see docs/operations.md)",
-        )
-    address = _read_address(r)
-    return VmSettings(
-        vm_id=r.integer("vmId", VMID_RANGE, "Proxmox VMID"),
-        name=r.matching("vmName", DNS_LABEL, "a DNS label (lower case letters, digits, '-')"),
-        cores=r.integer("vmCores", CORES_RANGE, "cores"),
-        memory_mib=r.integer("vmMemoryMib", MEMORY_MIB_RANGE, "memory MiB"),
-        disk_gib=r.integer("vmDiskGib", DISK_GIB_RANGE, "disk GiB"),
-        bridge=r.matching("vmBridge", NAME, "a Linux bridge name"),
-        vlan_tag=vlan or None,
-        address=address or ipaddress.IPv4Interface("192.0.2.1/24"),
-        gateway=_read_gateway(r, address),
-        dns_servers=_read_list(r, "vmDnsServers", "an IP address of a DNS server", _is_ip_address),
-        disk_storage=r.matching("vmDiskStorage", NAME, "a storage id"),
-        protected=protected,
-        rebuild_from_image=rebuild,
-        ci_user=r.matching("ciUser", re.compile(r"^[a-z_][a-z0-9_-]*$"), "a Linux user name"),
-        ssh_public_keys=_read_list(r, "sshPublicKeys", "an OpenSSH public key line", _is_ssh_public_key),
-    )
+def _is_ssh_public_key(line: str) -> bool:
+    parts = line.split()
+    if len(parts) < 2 or parts[0] not in SSH_KEY_TYPES:
+        return False
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except binascii.Error:
+        return False
+    # The blob starts with its own key type; a pasted fragment or a mismatched type fails here.
+    return blob[4 : 4 + len(parts[0])] == parts[0].encode()
+
+
+# --- the cloud image: ManagementVm ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImageSettings:
+    url: str
+    sha256: str
+    storage: str
+
+    @property
+    def serial(self) -> str | None:
+        """The dated build serial a directory of the URL names (`20260926`, `release-20260926`,
+        `20260926.1`); None for a floating one (`current`, `release`)."""
+        parts = [p for p in urlparse(self.url).path.split("/") if p][:-1]
+        return next((match[1] for p in reversed(parts) if (match := DATED_SERIAL.fullmatch(p))), None)
+
+    @property
+    def file_name(self) -> str:
+        """Proxmox imports only files named *.qcow2 (the Ubuntu .img is qcow2); the serial in the
+        URL's path keeps names of two image builds apart."""
+        stem = urlparse(self.url).path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        return f"{stem}-{self.serial}.qcow2"
 
 
 def _read_image(r: _Reader) -> ImageSettings:
@@ -378,6 +373,27 @@ def _read_image(r: _Reader) -> ImageSettings:
     return image
 
 
+# --- k3s over SSH: K3sNode ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class K3sSettings:
+    version: str
+    ssh_private_key: str | None = field(repr=False)
+    kubeconfig_path: Path | None
+
+
+def _read_k3s(r: _Reader) -> K3sSettings:
+    private_key = r.verbatim("sshPrivateKey")
+    if private_key is not None and "PRIVATE KEY" not in private_key:
+        r.fail("sshPrivateKey", "is not a private key in PEM/OpenSSH form (give the key file's whole content)")
+    return K3sSettings(
+        version=r.version("k3sVersion", K3S_VERSION, "v1.35.8+k3s1"),
+        ssh_private_key=private_key,
+        kubeconfig_path=_read_kubeconfig_path(r),
+    )
+
+
 def _read_kubeconfig_path(r: _Reader) -> Path | None:
     text = r.optional("kubeconfigPath")
     if text is None:
@@ -394,20 +410,87 @@ def _read_kubeconfig_path(r: _Reader) -> Path | None:
     return path
 
 
-def _read_k3s(r: _Reader) -> K3sSettings:
-    private_key = r.verbatim("sshPrivateKey")
-    if private_key is not None and "PRIVATE KEY" not in private_key:
-        r.fail("sshPrivateKey", "is not a private key in PEM/OpenSSH form (give the key file's whole content)")
-    return K3sSettings(
-        version=r.version("k3sVersion", K3S_VERSION, "v1.35.8+k3s1"),
-        ssh_private_key=private_key,
-        kubeconfig_path=_read_kubeconfig_path(r),
+# --- cert-manager, the operator and its providers: ClusterApi -------------------------------------
+
+
+@dataclass(frozen=True)
+class ProviderVersions:
+    """The five Cluster API Operator providers, in the order the operator wants upgrades done."""
+
+    core: str
+    bootstrap: str
+    control_plane: str
+    infrastructure: str
+    ipam: str
+
+
+@dataclass(frozen=True)
+class ClusterApiSettings:
+    cert_manager_version: str
+    operator_version: str
+    cert_manager_repo: str
+    operator_repo: str
+    providers: ProviderVersions
+    capmox_token_id: str
+    capmox_token_secret: str = field(repr=False)
+    existing_capmox_secret: str | None
+    """A credentials Secret that someone else made (the playbook's `capmox-variables`): the
+    program points CAPMOX at it and makes none of its own."""
+
+
+def _read_cluster_api(r: _Reader) -> ClusterApiSettings:
+    return ClusterApiSettings(
+        cert_manager_version=r.version("certManagerVersion", V_SEMVER, "v1.21.2"),
+        operator_version=r.version("capiOperatorVersion", BARE_SEMVER, "0.28.0"),
+        cert_manager_repo=r.https_url("certManagerChartRepo"),
+        operator_repo=r.https_url("capiOperatorChartRepo"),
+        providers=ProviderVersions(
+            core=r.version("capiCoreVersion", V_SEMVER, "v1.12.11"),
+            bootstrap=r.version("capiBootstrapVersion", V_SEMVER, "v1.12.11"),
+            control_plane=r.version("capiControlPlaneVersion", V_SEMVER, "v1.12.11"),
+            infrastructure=r.version("capmoxVersion", V_SEMVER, "v0.9.1"),
+            ipam=r.version("ipamInClusterVersion", V_SEMVER, "v1.1.1"),
+        ),
+        capmox_token_id=r.matching("capmoxTokenId", TOKEN_ID, "an API token id of the form user@realm!tokenname"),
+        capmox_token_secret=r.token_secret("capmoxTokenSecret"),
+        existing_capmox_secret=_read_existing_capmox_secret(r),
+    )
+
+
+def _read_existing_capmox_secret(r: _Reader) -> str | None:
+    name = r.optional("capmoxExistingSecret")
+    if name is not None and not DNS_SUBDOMAIN.fullmatch(name):
+        r.fail("capmoxExistingSecret", f"{name!r} is not a Kubernetes object name")
+    return name
+
+
+# --- read-only access: ReadOnlyAccess and WorkloadClusterAccess -----------------------------------
+
+
+@dataclass(frozen=True)
+class WorkloadCluster:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class AccessSettings:
+    """The read-only accounts, on the management cluster and on each workload cluster."""
+
+    readonly_token_generation: int
+    workload_clusters: tuple[WorkloadCluster, ...]
+
+
+def _read_access(r: _Reader) -> AccessSettings:
+    return AccessSettings(
+        readonly_token_generation=r.integer("readonlyTokenGeneration", GENERATION_RANGE, "token generation"),
+        workload_clusters=_read_workload_clusters(r),
     )
 
 
 def _read_workload_clusters(r: _Reader) -> tuple[WorkloadCluster, ...]:
     clusters = []
-    for entry in r.string_list("workloadClusters", required=False) or ():
+    for entry in r.string_list("workloadClusters") or ():
         namespace, _, name = entry.partition("/")
         if not (DNS_LABEL.fullmatch(namespace) and DNS_LABEL.fullmatch(name)):
             r.fail("workloadClusters", f"{entry!r} is not of the form namespace/name")
@@ -417,11 +500,19 @@ def _read_workload_clusters(r: _Reader) -> tuple[WorkloadCluster, ...]:
     return tuple(clusters)
 
 
-def _read_existing_capmox_secret(r: _Reader) -> str | None:
-    name = r.optional("capmoxExistingSecret")
-    if name is not None and not DNS_SUBDOMAIN.fullmatch(name):
-        r.fail("capmoxExistingSecret", f"{name!r} is not a Kubernetes object name")
-    return name
+# --- all of them, once ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    proxmox: ProxmoxSettings
+    vm: VmSettings
+    image: ImageSettings
+    k3s: K3sSettings
+    cluster_api: ClusterApiSettings
+    access: AccessSettings
+    adopt: bool
+    """Take the running lab into the stack as it is (docs/adoption.md): import, change nothing."""
 
 
 def _check_adoption(r: _Reader, settings: Settings) -> None:
@@ -441,27 +532,6 @@ def _check_adoption(r: _Reader, settings: Settings) -> None:
         r.fail("adopt", "true needs vmProtected=true: an adopted lab is never deleted by Pulumi")
 
 
-def _read_cluster_api(r: _Reader) -> ClusterApiSettings:
-    return ClusterApiSettings(
-        cert_manager_version=r.version("certManagerVersion", V_SEMVER, "v1.21.2"),
-        operator_version=r.version("capiOperatorVersion", BARE_SEMVER, "0.28.0"),
-        cert_manager_repo=r.https_url("certManagerChartRepo"),
-        operator_repo=r.https_url("capiOperatorChartRepo"),
-        providers=ProviderVersions(
-            core=r.version("capiCoreVersion", V_SEMVER, "v1.12.11"),
-            bootstrap=r.version("capiBootstrapVersion", V_SEMVER, "v1.12.11"),
-            control_plane=r.version("capiControlPlaneVersion", V_SEMVER, "v1.12.11"),
-            infrastructure=r.version("capmoxVersion", V_SEMVER, "v0.9.1"),
-            ipam=r.version("ipamInClusterVersion", V_SEMVER, "v1.1.1"),
-        ),
-        capmox_token_id=r.matching("capmoxTokenId", TOKEN_ID, "an API token id of the form user@realm!tokenname"),
-        capmox_token_secret=r.token_secret("capmoxTokenSecret"),
-        existing_capmox_secret=_read_existing_capmox_secret(r),
-        readonly_token_generation=r.integer("readonlyTokenGeneration", GENERATION_RANGE, "token generation"),
-        workload_clusters=_read_workload_clusters(r),
-    )
-
-
 def parse_settings(raw: Mapping[str, str]) -> Settings:
     """Build the settings from raw config strings (keys without the project prefix)."""
     r = _Reader(raw)
@@ -471,25 +541,13 @@ def parse_settings(raw: Mapping[str, str]) -> Settings:
         image=_read_image(r),
         k3s=_read_k3s(r),
         cluster_api=_read_cluster_api(r),
+        access=_read_access(r),
         adopt=r.boolean("adopt"),
     )
     _check_adoption(r, settings)
     if r.problems:
         raise SettingsError("invalid stack configuration:\n  " + "\n  ".join(r.problems))
     return settings
-
-
-# Every key the program reads: the ones in Pulumi.yaml's schema and the optional secret sshPrivateKey.
-KEYS = (
-    *("proxmoxEndpoint", "proxmoxInsecure", "proxmoxApiTokenId", "proxmoxApiTokenSecret", "proxmoxNode"),
-    *("vmId", "vmName", "vmCores", "vmMemoryMib", "vmDiskGib", "vmBridge", "vmVlanTag", "vmAddress"),
-    *("vmGateway", "vmDnsServers", "vmDiskStorage", "vmProtected", "vmRebuildFromImage"),
-    *("imageStorage", "imageUrl", "imageSha256", "ciUser", "sshPublicKeys", "sshPrivateKey"),
-    *("k3sVersion", "kubeconfigPath", "certManagerVersion", "capiOperatorVersion", "capiCoreVersion"),
-    *("capiBootstrapVersion", "capiControlPlaneVersion", "capmoxVersion", "ipamInClusterVersion"),
-    *("capmoxTokenId", "capmoxTokenSecret", "readonlyTokenGeneration", "workloadClusters"),
-    *("skipCredentialsCheck", "adopt", "capmoxExistingSecret", "certManagerChartRepo", "capiOperatorChartRepo"),
-)
 
 
 def load_settings() -> Settings:

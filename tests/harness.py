@@ -31,12 +31,12 @@ from pulumi.runtime.settings import ROOT
 from pulumi.runtime.sync_await import _sync_await
 
 from components import credentials
+from components.settings import DEFAULTS, SECRET_KEYS, config_value
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = "lab-mgmt"
 STACK = "lab"
 
-SECRET_KEYS = ("proxmoxApiTokenSecret", "capmoxTokenSecret", "sshPrivateKey")
 DUMMY_SECRETS = {
     "proxmoxApiTokenSecret": "11111111-2222-4333-8444-555555555555",
     "capmoxTokenSecret": "66666666-7777-4888-9999-aaaaaaaaaaaa",
@@ -76,23 +76,14 @@ UNKNOWN = "__unknown__"
 
 def stack_config(overrides: Mapping[str, Any] | None = None, unset: tuple[str, ...] = ()) -> dict[str, str]:
     """Config as the CLI passes it: full keys, every value a string (JSON for lists)."""
-    project = yaml.safe_load((REPO / "Pulumi.yaml").read_text())
-    values: dict[str, Any] = {k: v["default"] for k, v in project["config"].items() if "default" in v}
+    values: dict[str, Any] = dict(DEFAULTS)
     stack = yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text())["config"]
     values.update({k.split(":", 1)[1]: v for k, v in stack.items()})
     values.update(DUMMY_SECRETS)
     values.update(overrides or {})
     for key in unset:
         values.pop(key, None)
-    return {f"{PROJECT}:{k}": _scalar(v) for k, v in values.items()}
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, dict)):
-        return json.dumps(value)
-    return str(value)
+    return {f"{PROJECT}:{k}": config_value(v) for k, v in values.items()}
 
 
 def _plain(value: Any) -> Any:

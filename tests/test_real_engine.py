@@ -17,13 +17,13 @@ from typing import Any
 import harness
 import pytest
 
+from components.settings import SECRET_KEYS
 from e2e import scenarios
 from e2e.engine import KUBERNETES_PLUGIN_WARNING, REPO
 from e2e.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
 
-SECRET_KEYS = ("proxmoxApiTokenSecret", "capmoxTokenSecret", "sshPrivateKey")
 ALL_PRIVILEGES = harness.FULL_PERMISSIONS
 WRONG_SECRET = "deadbeef-0000-4000-8000-000000000000"
 

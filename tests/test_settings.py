@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,16 @@ from typing import Any
 import harness
 import pytest
 
-from components.settings import ProviderVersions, Settings, SettingsError, parse_settings
+from components.settings import (
+    DEFAULTS,
+    KEYS,
+    SECRET_KEYS,
+    ProviderVersions,
+    Settings,
+    SettingsError,
+    config_value,
+    parse_settings,
+)
 
 PREFIX = f"{harness.PROJECT}:"
 STACK_TYPE = "pulumi:pulumi:Stack"
@@ -391,8 +401,8 @@ def test_lab_versions(lab: Settings) -> None:
         ipam="v1.1.1",
     )
     assert capi.capmox_token_id == "capmox@pve!capi"
-    assert capi.readonly_token_generation == 1
-    assert capi.workload_clusters == ()
+    assert lab.access.readonly_token_generation == 1
+    assert lab.access.workload_clusters == ()
 
 
 def test_kubeconfig_path_outside_the_repo_is_kept(tmp_path: Path) -> None:
@@ -404,7 +414,16 @@ def test_kubeconfig_path_outside_the_repo_is_kept(tmp_path: Path) -> None:
 def test_settings_are_immutable(lab: Settings) -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         lab.vm.cores = 4  # type: ignore[misc]
-    parts: list[Any] = [lab, lab.proxmox, lab.vm, lab.image, lab.k3s, lab.cluster_api, lab.cluster_api.providers]
+    parts: list[Any] = [
+        lab,
+        lab.proxmox,
+        lab.vm,
+        lab.image,
+        lab.k3s,
+        lab.cluster_api,
+        lab.cluster_api.providers,
+        lab.access,
+    ]
     for part in parts:
         for field in dataclasses.fields(part):
             with pytest.raises(dataclasses.FrozenInstanceError):
@@ -416,6 +435,40 @@ def test_settings_are_immutable(lab: Settings) -> None:
 
 def test_settings_never_print_a_secret(lab: Settings) -> None:
     text = repr(lab)
-    for key in ("proxmoxApiTokenSecret", "capmoxTokenSecret", "sshPrivateKey"):
+    for key in SECRET_KEYS:
         assert harness.DUMMY_SECRETS[key].strip() not in text, key
     assert "pulumi@pve!lab-mgmt" in text  # the repr itself is still there to read
+
+
+class _ReadKeys(dict[str, str]):
+    """Raw config that records every key the readers ask for."""
+
+    def __init__(self, raw: Mapping[str, str]) -> None:
+        super().__init__(raw)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def test_the_readers_read_exactly_the_keys_pulumi_yaml_declares() -> None:
+    """Pulumi.yaml is where a setting is declared (its type, default, secrecy and description);
+    KEYS, SECRET_KEYS and DEFAULTS come from it. A reader of an undeclared key, or a declared key
+    nobody reads, fails here."""
+    raw = _ReadKeys(lab_raw())
+    parse_settings(raw)
+    assert sorted(raw.read) == sorted(KEYS)
+
+
+def test_pulumi_yaml_defaults_stand_in_for_unset_keys_as_the_cli_gives_them() -> None:
+    lab = lab_raw()
+    unset = {key for key, value in DEFAULTS.items() if lab[key] == config_value(value)}
+    assert unset >= {"workloadClusters", "kubeconfigPath", "capmoxExistingSecret"}
+    assert parse_settings({key: value for key, value in lab.items() if key not in unset}) == parse_settings(lab)
+
+
+def test_the_secret_keys_are_the_ones_the_readme_sets_as_secrets() -> None:
+    readme = (harness.REPO / "README.md").read_text()
+    assert set(re.findall(r"pulumi config set --secret ([a-z]\w*)", readme)) == set(SECRET_KEYS)
+    assert set(harness.DUMMY_SECRETS) == set(SECRET_KEYS)

@@ -20,6 +20,7 @@ sys.path[:0] = [entry for entry in (str(REPO), str(REPO / "tests")) if entry not
 import harness  # noqa: E402
 
 from components.cluster_api import PROVIDERS  # noqa: E402
+from components.settings import SECRET_KEYS  # noqa: E402
 
 OUTPUT = REPO / "docs" / "graph.md"
 STACK_TYPE = "pulumi:pulumi:Stack"
@@ -166,7 +167,7 @@ def flowchart(run: harness.Run) -> list[str]:
 
 def _setting(key: str, before: Mapping[str, str], after: Mapping[str, str]) -> str:
     old, new = before[f"{harness.PROJECT}:{key}"], after[f"{harness.PROJECT}:{key}"]
-    if key in harness.SECRET_KEYS:
+    if key in SECRET_KEYS:
         return f"`{key}`: a new secret"
     if max(len(old), len(new)) > SHOWN_VALUE_LENGTH:
         return f"`{key}`: a new value"
