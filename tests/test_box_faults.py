@@ -129,6 +129,16 @@ def test_ctrl_c_twice_stops_the_up_and_leaves_the_step_pending(interrupted: Any)
     assert run["state"]["pending"] == [["creating", "mgmt-node-ready"]]
 
 
+def test_the_next_up_runs_the_step_again_but_keeps_the_pending_operation(interrupted: Any) -> None:
+    run = interrupted["pending_up"]
+    assert run["rc"] == 0, run["output"][-6000:]
+    assert "Attempting to deploy or update resources with 1 pending operations" in run["output"]
+    assert "mgmt-node-ready, interrupted while creating" in run["output"]
+    assert run["state"]["pending"] == [["creating", "mgmt-node-ready"]]
+    assert run["pve"] == ONE_VM
+    assert len(run["installs"]) == 1
+
+
 def test_the_pending_operation_is_cleared_as_the_troubleshooting_doc_says(interrupted: Any) -> None:
     cleared = interrupted["cleared"]
     assert cleared["rc"] == 0, cleared["output"][-4000:]
