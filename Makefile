@@ -42,8 +42,8 @@ box:
 box-down:
 	$(PY) -m e2e.box down $(BOX_DIR)
 
-# The first `pulumi up` on an empty box and the no-op second one: wall times, and what the second
-# made the box do (SSH sessions, Proxmox VE writes, Kubernetes writes).
+# The first `pulumi up` on an empty box, the no-op second one and a k3s bump: wall times, and what
+# the last two made the box do (SSH sessions, Proxmox VE writes, Kubernetes writes).
 bench:
 	built="$$(e2e/build-engine.sh control-plane plugins)" && \
 	env $$built $(PY) -m e2e.box bench "$$(mktemp -d)"

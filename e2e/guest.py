@@ -190,6 +190,11 @@ class Guests:
         calls.log (every stand-in command), installer.log, console.log and each unit's log."""
         return self._latest[vmid] / "logs"
 
+    def log_dirs(self, vmid: int) -> list[Path]:
+        """The log directories of every VM there has been with this VMID, oldest first (a
+        re-created VM's follow its predecessor's); the next VM's disk is instance len(...)."""
+        return [self._instance_dir(vmid, serial) / "logs" for serial in range(len(list(self.root.glob(f"vm{vmid}-*"))))]
+
     def disk_path(self, vmid: int, path: str, instance: int = 0) -> Path:
         """Where the box sees what the guest wrote at `path` (absolute, in the guest) on the VM's
         `instance`-th disk (0: the disk of the first VM with this VMID): its overlay's upper
