@@ -1,0 +1,232 @@
+"""The lab in a box through a lab's life (e2e/box.py, `box.whole_box_lifecycle`): after the first
+run and the no-op second one, each bump of docs/graph.md's table previewed and applied alone,
+touching only what the table lists; the CAPMOX token rotated as docs/operations.md says; a
+deliberate rebuild from a new image (a new VM with a new host key, pinned anew, and k3s back);
+and a `pulumi destroy` the locks refuse. In a network namespace of the test's own; selected with
+`pytest -m engine`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e import box as box_module
+from e2e import scenarios
+from e2e.netns import in_new_netns
+
+pytestmark = pytest.mark.engine
+
+UNCHANGED = {"same", "read"}
+PVE = "/api2/json/nodes/pv1-1"
+# docs/graph.md's "What each settings change touches", row by row.
+TOUCHES = {
+    "k3s": {"mgmt-k3s-install", "mgmt-node-ready", "mgmt-read-kubeconfig"},
+    "cert_manager": {"mgmt-cert-manager", "mgmt-operator-ready"},
+    "capmox": {"mgmt-infrastructure-proxmox"},
+    "capmox_token": {"mgmt-capmox-credentials", "mgmt-infrastructure-proxmox"},
+}
+# Beyond the table: a k3s bump reads the kubeconfig again and updates the Kubernetes provider in
+# place with it (as docs/operations.md says under "Admin kubeconfig after k3s renewed its
+# certificates"); the mocks that docs/graph.md's table comes from read the same kubeconfig again.
+BEYOND_THE_TABLE = {"k3s": {"mgmt-kubernetes"}}
+REBUILD_TOUCHES = {
+    *("mgmt-guest-agent", "mgmt-host-ready", "mgmt-image", "mgmt-k3s-config", "mgmt-k3s-install"),
+    *("mgmt-keep-host-keys", "mgmt-kubernetes", "mgmt-node-ready", "mgmt-operator-ready"),
+    *("mgmt-read-kubeconfig", "mgmt-vm"),
+}
+# Everything created through mgmt-kubernetes (docs/graph.md's dotted arrows), which a rebuild
+# creates again on the new cluster.
+ON_THE_CLUSTER = {
+    *("mgmt-cert-manager", "mgmt-cluster-api-operator", "mgmt-capmox-credentials"),
+    *(f"mgmt-ns-{name}" for name in ("capi-system", "capi-kubeadm-bootstrap-system")),
+    *(f"mgmt-ns-{name}" for name in ("capi-kubeadm-control-plane-system", "capmox-system")),
+    "mgmt-ns-capi-ipam-in-cluster-system",
+    *scenarios.PROVIDER_CR_RESOURCES,
+    *("mgmt-readonly-token", "mgmt-readonly-account", "mgmt-readonly-role", "mgmt-readonly-binding"),
+}
+
+
+# Found by this test: the rebuild's `pulumi up` fails while it deletes the old cluster's objects
+# (the VM is deleted before it is replaced, and so everything on it first): deleting
+# mgmt-readonly-binding through the old mgmt-kubernetes ends in "grpc: the client connection is
+# closing", and the run stops with the old VM still there and nothing re-created. Until the
+# program (components/) handles it, these hold the documented outcome and are expected to fail.
+REBUILD_FAILS = pytest.mark.xfail(
+    strict=True, reason="rebuild up: deleting the old cluster's objects fails (grpc: the client connection is closing)"
+)
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root: Path = tmp_path_factory.mktemp("box-lifecycle")
+    result = in_new_netns("box.whole_box_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=2400)
+    assert result["second_up"]["rc"] == 0, "the first part (tests/test_box_whole.py) failed"
+    return result
+
+
+def touched(run: dict[str, Any]) -> set[str]:
+    """The resources the engine created, updated, replaced or deleted in the run."""
+    return {step["urn"].rsplit("::", 1)[1] for step in run["steps"] if step["op"] not in UNCHANGED}
+
+
+def applied(change: dict[str, Any]) -> dict[str, Any]:
+    """The change's `pulumi up`, once its config steps, preview and up succeeded."""
+    for step in change["steps"]:
+        assert step["rc"] == 0, step
+    for run in ("preview", "up"):
+        assert change[run]["rc"] == 0, change[run]["output"][-6000:]
+    up: dict[str, Any] = change["up"]
+    return up
+
+
+@pytest.mark.parametrize("bump", sorted(TOUCHES))
+def test_a_bump_applies_exactly_what_the_table_lists(box: Any, bump: str) -> None:
+    change = box["bumps"][bump]
+    assert touched(applied(change)) == TOUCHES[bump] | BEYOND_THE_TABLE.get(bump, set())
+    assert change["no_changes_preview"]["rc"] == 0, change["no_changes_preview"]["output"][-6000:]
+
+
+@pytest.mark.parametrize("bump", sorted(set(TOUCHES) - {"k3s"}))
+def test_a_bump_previews_what_it_applies(box: Any, bump: str) -> None:
+    change = box["bumps"][bump]
+    assert touched(change["preview"]) == touched(applied(change))
+
+
+def test_the_k3s_preview_also_lists_every_object_on_the_cluster(box: Any) -> None:
+    """The new kubeconfig is unknown until mgmt-read-kubeconfig runs, so the preview cannot tell
+    that the objects on the provider stay as they are (and warns so for each); `up` leaves them."""
+    change = box["bumps"]["k3s"]
+    assert touched(change["preview"]) == touched(applied(change)) | ON_THE_CLUSTER
+
+
+@pytest.mark.parametrize("bump", sorted(TOUCHES))
+def test_no_bump_writes_to_proxmox(box: Any, bump: str) -> None:
+    assert box["bumps"][bump]["up"]["pve_writes"] == []
+
+
+def test_the_k3s_bump_reruns_three_host_steps_and_the_installer_once(box: Any) -> None:
+    up = applied(box["bumps"]["k3s"])
+    assert len(up["ssh_sessions"]) == 3, up["ssh_sessions"]
+    assert [line.split(" ", 1)[1] for line in up["installs"]] == [f"{box_module.K3S_BUMP} installed; k3s restarted"]
+    nodes = box["bumps"]["k3s"]["node_versions"]
+    assert (nodes["rc"], nodes["stdout"]) == (0, box_module.K3S_BUMP), nodes["stderr"]
+
+
+def test_the_cert_manager_bump_upgrades_one_release_and_checks_the_operator_again(box: Any) -> None:
+    up = applied(box["bumps"]["cert_manager"])
+    # mgmt-operator-ready's check, from the VM.
+    assert len(up["ssh_sessions"]) == 1, up["ssh_sessions"]
+    assert up["installs"] == []
+    releases = [write for write in up["k8s_writes"] if write[1] == "secrets" and ".helm.release." in write[2]]
+    assert ["create", "secrets", "sh.helm.release.v1.cert-manager.v2"] in releases, up["k8s_writes"]
+    assert {name.rsplit(".", 1)[0] for _, _, name in releases} == {"sh.helm.release.v1.cert-manager"}
+
+
+def test_the_capmox_bump_updates_one_cr_that_the_operator_reconciles(box: Any) -> None:
+    change = box["bumps"]["capmox"]
+    up = applied(change)
+    assert up["ssh_sessions"] == []
+    assert [write[:2] for write in up["k8s_writes"]] == [["patch", "infrastructureproviders"]]
+    assert change["reconciled"] == [f"InfrastructureProvider/proxmox@{box_module.CAPMOX_BUMP}"]
+    assert change["provider_versions"]["capmoxVersion"] == box_module.CAPMOX_BUMP
+
+
+def test_the_capmox_token_rotation_repoints_the_provider_at_a_new_secret(box: Any) -> None:
+    change = box["bumps"]["capmox_token"]
+    up = applied(change)
+    before, after = change["config_before"], change["config_after"]
+    assert before["errors"] == after["errors"] == []
+    assert up["ssh_sessions"] == []
+    old, new = before["config_secret"], after["config_secret"]
+    assert old != new
+    # The new Secret is there and the old one gone: the provider never reads a stale one.
+    assert f"secret/{new}" in after["secrets"]
+    assert f"secret/{old}" in before["secrets"]
+    assert f"secret/{old}" not in after["secrets"]
+    # Server-side apply creates the new Secret with a patch.
+    assert up["k8s_writes"] == [
+        ["patch", "secrets", new],
+        ["patch", "infrastructureproviders", "proxmox"],
+        ["delete", "secrets", old],
+    ]
+
+
+def test_lifting_the_locks_updates_only_the_vm(box: Any) -> None:
+    unlock = box["rebuild"]["unlock"]
+    up = applied(unlock)
+    assert touched(unlock["preview"]) == touched(up) == {"mgmt-vm"}
+    assert [call[:2] for call in up["pve_writes"]] == [["PUT", f"{PVE}/qemu/201/config"]]
+    assert up["ssh_sessions"] == up["k8s_writes"] == []
+
+
+@REBUILD_FAILS
+def test_the_rebuild_replaces_the_vm_and_creates_the_cluster_objects_again(box: Any) -> None:
+    rebuild = box["rebuild"]["rebuild"]
+    up = applied(rebuild)
+    for run in (rebuild["preview"], up):
+        assert touched(run) >= REBUILD_TOUCHES
+        assert touched(run) - REBUILD_TOUCHES <= ON_THE_CLUSTER
+    replaced = {step["urn"].rsplit("::", 1)[1] for step in up["steps"] if step["op"] == "replace"}
+    assert {"mgmt-vm", "mgmt-image", "mgmt-host-ready", "mgmt-kubernetes"} <= replaced
+    assert rebuild["no_changes_preview"]["rc"] == 0, rebuild["no_changes_preview"]["output"][-6000:]
+
+
+@REBUILD_FAILS
+def test_the_rebuild_deletes_the_vm_before_it_creates_the_new_one(box: Any) -> None:
+    writes = [call[:2] for call in box["rebuild"]["rebuild"]["up"]["pve_writes"]]
+    vm = f"{PVE}/qemu/201"
+    expected_order = [
+        ["POST", f"{PVE}/storage/local/download-url"],
+        ["POST", f"{vm}/status/shutdown"],
+        ["DELETE", vm],
+        ["POST", f"{PVE}/qemu"],
+        ["POST", f"{vm}/status/start"],
+    ]
+    assert [write for write in writes if write in expected_order] == expected_order, writes
+
+
+@REBUILD_FAILS
+def test_the_new_vm_has_a_new_host_key_that_the_stack_pins(box: Any) -> None:
+    rebuild = box["rebuild"]
+    assert rebuild["pinned_before"] == rebuild["host_key_before"]
+    assert rebuild["host_key_after"] != rebuild["host_key_before"]
+    assert rebuild["pinned_after"] == rebuild["host_key_after"]
+
+
+@REBUILD_FAILS
+def test_k3s_comes_back_on_the_new_vm(box: Any) -> None:
+    rebuild = box["rebuild"]
+    up = applied(rebuild["rebuild"])
+    assert [line.split(" ", 1)[1] for line in up["installs"]] == [f"{box_module.K3S_BUMP} installed; k3s started"]
+    namespaces = rebuild["kubeconfig_use"]["namespaces"]
+    assert namespaces["rc"] == 0, namespaces["stderr"]
+    assert {"namespace/cert-manager", "namespace/capmox-system"} <= set(namespaces["stdout"].split())
+    assert len(rebuild["pods_run"]) == 1
+    assert len(rebuild["providers_reconciled"]) == len(scenarios.PROVIDER_CR_RESOURCES)
+
+
+@REBUILD_FAILS
+def test_locking_again_updates_only_the_vm(box: Any) -> None:
+    lock = box["rebuild"]["lock"]
+    up = applied(lock)
+    assert touched(lock["preview"]) == touched(up) == {"mgmt-vm"}
+    assert [call[:2] for call in up["pve_writes"]] == [["PUT", f"{PVE}/qemu/201/config"]]
+    assert lock["no_changes_preview"]["rc"] == 0, lock["no_changes_preview"]["output"][-6000:]
+
+
+def test_destroy_is_refused_while_the_vm_is_protected_and_deletes_nothing(box: Any) -> None:
+    destroy = box["destroy"]
+    assert destroy["rc"] != 0
+    assert "protected" in destroy["output"]
+    assert destroy["pve_writes"] == []
+    assert destroy["k8s_writes"] == []
+    assert destroy["ssh_sessions"] == []
+    assert box["vm_running_after_destroy"] is True
+
+
+def test_the_stand_ins_knew_every_request(box: Any) -> None:
+    for key in ("pve_unknown", "chart_unknown", "release_unknown", "operator_errors"):
+        assert box[key] == [], key
