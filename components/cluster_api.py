@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components import adoption
 from components.settings import ClusterApiSettings, ProviderVersions
 
 CERT_MANAGER_NAMESPACE = "cert-manager"
@@ -19,16 +20,12 @@ RELEASE_TIMEOUT_SECONDS = 600
 OPERATOR_READY_BOUND_SECONDS = 300
 PROVIDER_READY_TIMEOUT = "15m"
 PROVIDER_API_VERSION = "operator.cluster.x-k8s.io/v1alpha2"
-# Every input a Helm release gets (`compat` from the SDK itself): adopted, none of them is forced
-# on the live release (an import reads back no repositoryOpts, createNamespace or timeout).
-RELEASE_INPUTS = [
-    *("name", "chart", "repositoryOpts", "namespace", "createNamespace", "values", "timeout", "version"),
-    "compat",
-]
 
 
 @dataclass(frozen=True)
-class Provider:
+class CapiProvider:
+    """One of the providers the Cluster API Operator installs, as its CR names it."""
+
     config_key: str
     """The setting that pins its version; also how errors and the stack output name it."""
     setting: str
@@ -38,21 +35,22 @@ class Provider:
     namespace: str
 
 
+# The one whose CR names CAPMOX's credentials Secret.
+INFRASTRUCTURE = CapiProvider("capmoxVersion", "infrastructure", "InfrastructureProvider", "proxmox", "capmox-system")
 # In the order the operator wants upgrades applied: core first.
 PROVIDERS = (
-    Provider("capiCoreVersion", "core", "CoreProvider", "cluster-api", "capi-system"),
-    Provider("capiBootstrapVersion", "bootstrap", "BootstrapProvider", "kubeadm", "capi-kubeadm-bootstrap-system"),
-    Provider(
+    CapiProvider("capiCoreVersion", "core", "CoreProvider", "cluster-api", "capi-system"),
+    CapiProvider("capiBootstrapVersion", "bootstrap", "BootstrapProvider", "kubeadm", "capi-kubeadm-bootstrap-system"),
+    CapiProvider(
         "capiControlPlaneVersion",
         "control_plane",
         "ControlPlaneProvider",
         "kubeadm",
         "capi-kubeadm-control-plane-system",
     ),
-    Provider("capmoxVersion", "infrastructure", "InfrastructureProvider", "proxmox", "capmox-system"),
-    Provider("ipamInClusterVersion", "ipam", "IPAMProvider", "in-cluster", "capi-ipam-in-cluster-system"),
+    INFRASTRUCTURE,
+    CapiProvider("ipamInClusterVersion", "ipam", "IPAMProvider", "in-cluster", "capi-ipam-in-cluster-system"),
 )
-INFRASTRUCTURE = PROVIDERS[3]
 
 
 class UpgradeOrderError(pulumi.RunError):
@@ -135,7 +133,11 @@ def last_deployed_versions(deployment: pulumi.Output[Mapping[str, Any]]) -> pulu
 
 class ClusterApi(pulumi.ComponentResource):
     """cert-manager and cluster-api-operator as Helm releases, the provider namespaces, the CAPMOX
-    credentials Secret, and the five provider CRs, each waited on until Ready."""
+    credentials Secret, and the five provider CRs, each waited on until Ready.
+
+    None of them is ever uninstalled by a Pulumi action: each is retained on delete (a delete or a
+    replacement only drops it from the state) and protected while the VM is. Adopted, each is
+    imported as it runs (components.adoption)."""
 
     provider_versions: pulumi.Output[dict[str, str]]
     """Config key -> provider version, as deployed and Ready; read back by the next run's upgrade
@@ -155,62 +157,11 @@ class ClusterApi(pulumi.ComponentResource):
     ) -> None:
         super().__init__("homelab:index:ClusterApi", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=node.provider)
-
-        def kept(import_id: str, adopted_as_is: list[str]) -> pulumi.ResourceOptions:
-            """cert-manager, the operator and its providers: no Pulumi action uninstalls them.
-            Retained on delete (a delete or replacement only drops them from the state),
-            protected while the VM is; adopted, they are imported as they run, nothing forced."""
-            return pulumi.ResourceOptions.merge(
-                child,
-                pulumi.ResourceOptions(
-                    protect=protected,
-                    retain_on_delete=True,
-                    import_=import_id if adopt else None,
-                    ignore_changes=adopted_as_is if adopt else None,
-                ),
-            )
-
-        def release(
-            release_name: str, chart: str, repo: str, namespace: str, values: dict[str, object], **extra: Any
-        ) -> kubernetes.helm.v3.Release:
-            """A real Helm release (hooks run, `helm list` shows it) that Pulumi waits on. Its
-            name is the one k3s's HelmChart gave the playbook's release, so the lab it built can
-            be adopted."""
-            return kubernetes.helm.v3.Release(
-                f"{name}-{release_name}",
-                name=release_name,
-                chart=chart,
-                repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=repo),
-                namespace=namespace,
-                create_namespace=True,
-                values=values,
-                timeout=RELEASE_TIMEOUT_SECONDS,
-                **extra,
-            )
-
-        cert_manager = release(
-            "cert-manager",
-            "cert-manager",
-            settings.cert_manager_repo,
-            CERT_MANAGER_NAMESPACE,
-            {"crds": {"enabled": True}},
-            version=settings.cert_manager_version,
-            opts=kept(f"{CERT_MANAGER_NAMESPACE}/cert-manager", RELEASE_INPUTS),
+        lasting = _Lasting(
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=protected, retain_on_delete=True)),
+            adopt=adopt,
         )
-        # Provider CRs in the chart's values would become Helm hooks (cluster-api-operator #1052)
-        # and would clash with the ones below: the values stay empty.
-        operator = release(
-            "cluster-api-operator",
-            "cluster-api-operator",
-            settings.operator_repo,
-            OPERATOR_NAMESPACE,
-            {},
-            version=settings.operator_version,
-            opts=pulumi.ResourceOptions.merge(
-                kept(f"{OPERATOR_NAMESPACE}/cluster-api-operator", RELEASE_INPUTS),
-                pulumi.ResourceOptions(depends_on=[cert_manager]),
-            ),
-        )
+        operator = _releases(name, settings, lasting)
         operator_ready = node.host_step(
             f"{name}-operator-ready",
             "operator_ready.sh",
@@ -219,80 +170,187 @@ class ClusterApi(pulumi.ComponentResource):
             triggers=[settings.cert_manager_version, settings.operator_version],
             parent=self,
         )
-
-        # An imported namespace brings its live spec (the `kubernetes` finalizer) among its inputs:
-        # adopted, that is ignored too, or the run would plan an update of it.
         namespaces = {
             p.namespace: kubernetes.core.v1.Namespace(
-                f"{name}-ns-{p.namespace}", metadata={"name": p.namespace}, opts=kept(p.namespace, ["metadata", "spec"])
+                f"{name}-ns-{p.namespace}",
+                metadata={"name": p.namespace},
+                opts=lasting.options(p.namespace, adoption.OBJECT_INPUTS),
             )
             for p in PROVIDERS
         }
-        # A Secret made outside the program (the playbook's) stays CAPMOX's until the owner moves
-        # it to the program's own (docs/adoption.md); the program neither makes nor changes one.
-        credentials: kubernetes.core.v1.Secret | None = None
-        credentials_name = settings.existing_capmox_secret
-        if credentials_name is None:
-            credentials_data = {
-                "PROXMOX_URL": proxmox_url.rstrip("/"),
-                "PROXMOX_TOKEN": settings.capmox_token_id,
-                "PROXMOX_SECRET": settings.capmox_token_secret,
-            }
-            credentials_name = credentials_secret_name(credentials_data)
-            credentials = kubernetes.core.v1.Secret(
-                f"{name}-capmox-credentials",
-                metadata={"name": credentials_name, "namespace": INFRASTRUCTURE.namespace},
-                type="Opaque",
-                # The operator reads it once; new credentials come as a new Secret (its name follows
-                # its content), and immutability keeps anyone from editing this one in place.
-                immutable=True,
-                data=pulumi.Output.secret({key: _b64(value) for key, value in credentials_data.items()}),
-                opts=pulumi.ResourceOptions.merge(
-                    child, pulumi.ResourceOptions(depends_on=[namespaces[INFRASTRUCTURE.namespace]])
-                ),
-            )
-
-        wanted = provider_versions(settings.providers)
-        # Resolves only if the run upgrades at most one provider; every CR's version waits on it,
-        # so a refused run sends no CR at all.
-        checked_versions = pulumi.Output.from_input(deployed_versions).apply(
-            lambda deployed: check_upgrade_order(deployed, wanted)
+        credentials = _capmox_credentials(
+            name, settings, proxmox_url, after=namespaces[INFRASTRUCTURE.namespace], opts=child
         )
-        ready_versions: dict[str, pulumi.Output[str]] = {}
-        for p in PROVIDERS:
-            spec: dict[str, pulumi.Input[object]] = {"version": checked_versions[p.config_key]}
-            depends_on: list[pulumi.Resource] = [operator_ready, namespaces[p.namespace]]
-            if p is INFRASTRUCTURE:
-                spec["configSecret"] = {"name": credentials_name}
-                if credentials is not None:
-                    depends_on.append(credentials)
-            provider_cr = kubernetes.apiextensions.CustomResource(
-                f"{name}-{p.kind.removesuffix('Provider').lower()}-{p.name}",
-                api_version=PROVIDER_API_VERSION,
-                kind=p.kind,
-                metadata={
-                    "name": p.name,
-                    "namespace": p.namespace,
-                    # Done when the provider's Deployment is Available, which Ready mirrors.
-                    "annotations": {"pulumi.com/waitFor": "condition=Ready"},
-                },
-                spec=spec,
-                opts=pulumi.ResourceOptions.merge(
-                    kept(f"{p.namespace}/{p.name}", ["metadata", "spec"]),
-                    pulumi.ResourceOptions(
-                        depends_on=depends_on,
-                        custom_timeouts=pulumi.CustomTimeouts(
-                            create=PROVIDER_READY_TIMEOUT, update=PROVIDER_READY_TIMEOUT
-                        ),
-                    ),
-                ),
-            )
-            # Read back from the CR, whose outputs exist only once it was Ready: a provider that
-            # failed or timed out leaves the stack's last Ready versions for the next check.
-            ready_versions[p.config_key] = _live_spec(provider_cr).apply(lambda live: str(live["version"]))
-        self.provider_versions = pulumi.Output.all(**ready_versions)
-
+        self.provider_versions = _provider_crs(
+            name,
+            settings,
+            deployed_versions,
+            lasting,
+            after=[operator_ready],
+            namespaces=namespaces,
+            credentials=credentials,
+        )
         self.register_outputs({"providerVersions": self.provider_versions})
+
+
+@dataclass(frozen=True)
+class _Lasting:
+    """How ClusterApi registers what it installs: never uninstalled by Pulumi (`never_uninstalled`
+    holds the component's parent and provider, protect and retain_on_delete), and, adopted,
+    imported as it runs."""
+
+    never_uninstalled: pulumi.ResourceOptions
+    adopt: bool
+
+    def options(
+        self, import_id: str, kept: list[str], more: pulumi.ResourceOptions | None = None
+    ) -> pulumi.ResourceOptions:
+        imported = adoption.imported(import_id, kept, adopt=self.adopt)
+        return pulumi.ResourceOptions.merge(pulumi.ResourceOptions.merge(self.never_uninstalled, imported), more)
+
+
+def _releases(name: str, settings: ClusterApiSettings, lasting: _Lasting) -> kubernetes.helm.v3.Release:
+    """cert-manager, then the operator; the operator's release."""
+    cert_manager = _release(
+        name,
+        "cert-manager",
+        repo=settings.cert_manager_repo,
+        namespace=CERT_MANAGER_NAMESPACE,
+        values={"crds": {"enabled": True}},
+        version=settings.cert_manager_version,
+        lasting=lasting,
+    )
+    # Provider CRs in the chart's values would become Helm hooks (cluster-api-operator #1052)
+    # and would clash with ClusterApi's own: the values stay empty.
+    return _release(
+        name,
+        "cluster-api-operator",
+        repo=settings.operator_repo,
+        namespace=OPERATOR_NAMESPACE,
+        values={},
+        version=settings.operator_version,
+        lasting=lasting,
+        after=cert_manager,
+    )
+
+
+def _release(
+    name: str,
+    chart: str,
+    *,
+    repo: str,
+    namespace: str,
+    values: dict[str, object],
+    version: str,
+    lasting: _Lasting,
+    after: pulumi.Resource | None = None,
+) -> kubernetes.helm.v3.Release:
+    """A real Helm release (hooks run, `helm list` shows it) that Pulumi waits on. It is named
+    after its chart, as k3s's HelmChart named the playbook's release, so the lab it built can be
+    adopted."""
+    return kubernetes.helm.v3.Release(
+        f"{name}-{chart}",
+        name=chart,
+        chart=chart,
+        repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=repo),
+        namespace=namespace,
+        create_namespace=True,
+        values=values,
+        timeout=RELEASE_TIMEOUT_SECONDS,
+        version=version,
+        opts=lasting.options(
+            f"{namespace}/{chart}",
+            adoption.RELEASE_INPUTS,
+            pulumi.ResourceOptions(depends_on=[after]) if after else None,
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class _Credentials:
+    """The Secret CAPMOX reads its Proxmox token from; `resource` is None for one made outside
+    the program."""
+
+    name: str
+    resource: kubernetes.core.v1.Secret | None
+
+
+def _capmox_credentials(
+    name: str, settings: ClusterApiSettings, proxmox_url: str, *, after: pulumi.Resource, opts: pulumi.ResourceOptions
+) -> _Credentials:
+    # A Secret made outside the program (the playbook's) stays CAPMOX's until the owner moves it
+    # to the program's own (docs/adoption.md); the program neither makes nor changes one.
+    if settings.existing_capmox_secret is not None:
+        return _Credentials(settings.existing_capmox_secret, None)
+    data = {
+        "PROXMOX_URL": proxmox_url.rstrip("/"),
+        "PROXMOX_TOKEN": settings.capmox_token_id,
+        "PROXMOX_SECRET": settings.capmox_token_secret,
+    }
+    secret_name = credentials_secret_name(data)
+    secret = kubernetes.core.v1.Secret(
+        f"{name}-capmox-credentials",
+        metadata={"name": secret_name, "namespace": INFRASTRUCTURE.namespace},
+        type="Opaque",
+        # The operator reads it once; new credentials come as a new Secret (its name follows its
+        # content), and immutability keeps anyone from editing this one in place.
+        immutable=True,
+        data=pulumi.Output.secret({key: _b64(value) for key, value in data.items()}),
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[after])),
+    )
+    return _Credentials(secret_name, secret)
+
+
+def _provider_crs(
+    name: str,
+    settings: ClusterApiSettings,
+    deployed_versions: pulumi.Input[Mapping[str, str] | None],
+    lasting: _Lasting,
+    *,
+    after: list[pulumi.Resource],
+    namespaces: Mapping[str, pulumi.Resource],
+    credentials: _Credentials,
+) -> pulumi.Output[dict[str, str]]:
+    """The five provider CRs, each after `after`, its namespace and (CAPMOX's) its credentials;
+    config key -> version as Ready."""
+    wanted = provider_versions(settings.providers)
+    # Resolves only if the run upgrades at most one provider; every CR's version waits on it, so
+    # a refused run sends no CR at all.
+    checked_versions = pulumi.Output.from_input(deployed_versions).apply(
+        lambda deployed: check_upgrade_order(deployed, wanted)
+    )
+    ready_versions: dict[str, pulumi.Output[str]] = {}
+    for p in PROVIDERS:
+        spec: dict[str, pulumi.Input[object]] = {"version": checked_versions[p.config_key]}
+        depends_on = [*after, namespaces[p.namespace]]
+        if p is INFRASTRUCTURE:
+            spec["configSecret"] = {"name": credentials.name}
+            if credentials.resource is not None:
+                depends_on.append(credentials.resource)
+        provider_cr = kubernetes.apiextensions.CustomResource(
+            f"{name}-{p.kind.removesuffix('Provider').lower()}-{p.name}",
+            api_version=PROVIDER_API_VERSION,
+            kind=p.kind,
+            metadata={
+                "name": p.name,
+                "namespace": p.namespace,
+                # Done when the provider's Deployment is Available, which Ready mirrors.
+                "annotations": {"pulumi.com/waitFor": "condition=Ready"},
+            },
+            spec=spec,
+            opts=lasting.options(
+                f"{p.namespace}/{p.name}",
+                adoption.OBJECT_INPUTS,
+                pulumi.ResourceOptions(
+                    depends_on=depends_on,
+                    custom_timeouts=pulumi.CustomTimeouts(create=PROVIDER_READY_TIMEOUT, update=PROVIDER_READY_TIMEOUT),
+                ),
+            ),
+        )
+        # Read back from the CR, whose outputs exist only once it was Ready: a provider that
+        # failed or timed out leaves the stack's last Ready versions for the next check.
+        ready_versions[p.config_key] = _live_spec(provider_cr).apply(lambda live: str(live["version"]))
+    return pulumi.Output.all(**ready_versions)
 
 
 def credentials_secret_name(data: Mapping[str, str]) -> str:

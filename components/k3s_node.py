@@ -12,6 +12,7 @@ import pulumi_command as command
 import pulumi_kubernetes as kubernetes
 import yaml
 
+from components import adoption
 from components.host_script import host_command
 from components.kubeconfig import rename_k3s_kubeconfig
 from components.management_vm import ManagementVm
@@ -95,9 +96,7 @@ class K3sNode(pulumi.ComponentResource):
         )
         guest_agent = self.host_step(f"{name}-guest-agent", "guest_agent.sh", [], after=keep_host_keys, parent=self)
         config_b64 = base64.b64encode(config_text.encode()).decode()
-        # Taking over a running lab: the config and k3s steps report a difference instead of
-        # rewriting the file, restarting or upgrading k3s.
-        adopting = ["adopt"] if adopt else []
+        adopting = adoption.script_mode(adopt=adopt)
         k3s_config = self.host_step(
             f"{name}-k3s-config", "k3s_config.sh", [config_b64, *adopting], after=guest_agent, parent=self
         )

@@ -8,6 +8,7 @@ from typing import Any
 import pulumi
 import pulumi_proxmoxve as proxmoxve
 
+from components import adoption
 from components.settings import PROJECT, ImageSettings, ProxmoxSettings, VmSettings
 
 # The image has no qemu-guest-agent until the k3s component installs it, so the provider must not
@@ -24,15 +25,6 @@ IMPORT_SOURCE = "disks[0].importFrom"
 # the zeros again and send the disk anew. The program sets no limits, so the block is not its to
 # compare.
 DISK_SPEED = "disks[0].speed"
-# Every input the program sets on the VM, so that adopting it changes none of them; the
-# provider-only rebootAfterUpdate is among them, so the import plans no update at all.
-ADOPTED_AS_IS = [
-    *("name", "description", "onBoot", "started", "protection", "operatingSystem", "cpu", "memory"),
-    *("networkDevices", "scsiHardware", "disks", "bootOrders", "serialDevices", "vga", "agent"),
-    *("initialization", "rebootAfterUpdate"),
-]
-
-
 # The stack output that records the VM's protection as deployed, which the rebuild guard reads.
 PROTECTED_OUTPUT = "vmProtected"
 
@@ -86,7 +78,6 @@ class ManagementVm(pulumi.ComponentResource):
     ) -> None:
         """`deployment`: the outputs of this stack's last deployment."""
         super().__init__("homelab:index:ManagementVm", name, None, opts)
-
         provider = proxmoxve.Provider(
             f"{name}-proxmox",
             endpoint=proxmox.endpoint,
@@ -94,34 +85,15 @@ class ManagementVm(pulumi.ComponentResource):
             insecure=proxmox.insecure,
             opts=pulumi.ResourceOptions(parent=self),
         )
-
-        # Adopting a running VM needs no image: its disk exists, and import_from is read only
-        # when a VM is created.
+        child = pulumi.ResourceOptions(parent=self, provider=provider)
         self.image = (
-            None
-            if adopt
-            else proxmoxve.download.File(
-                f"{name}-image",
-                node_name=proxmox.node,
-                datastore_id=image.storage,
-                content_type=IMPORT_CONTENT_TYPE,
-                url=image.url,
-                file_name=image.file_name,
-                checksum=image.sha256,
-                checksum_algorithm="sha256",
-                # The URL names a dated serial whose checksum is pinned, so the provider's size
-                # checks (on by default) could only re-download behind the user's back: off, the
-                # file is never replaced unless its URL, name or checksum changes.
-                overwrite=False,
-                # A file of the same name that the program did not download (left by an earlier
-                # attempt, say) stops the download with an error instead of being deleted.
-                overwrite_unmanaged=False,
-                upload_timeout=IMAGE_DOWNLOAD_TIMEOUT_SECONDS,
-                opts=pulumi.ResourceOptions(parent=self, provider=provider),
-            )
+            _cloud_image(f"{name}-image", proxmox.node, image, child) if adoption.needs_image(adopt=adopt) else None
         )
-
-        network_device = proxmoxve.VmLegacyNetworkDeviceArgs(bridge=vm.bridge, model="virtio", vlan_id=vm.vlan_tag)
+        # A rebuild deletes the VM: the VM is sent only once the last deployment shows its locks
+        # lifted, so a run that lifts them and rebuilds at once stops at preview.
+        protection = (
+            pulumi.Output.unsecret(deployment.apply(rebuild_protection)) if vm.rebuild_from_image else vm.protected
+        )
         self.vm = proxmoxve.VmLegacy(
             f"{name}-vm",
             node_name=proxmox.node,
@@ -130,25 +102,15 @@ class ManagementVm(pulumi.ComponentResource):
             description="Kubernetes management cluster (k3s), managed by the lab-mgmt Pulumi program.",
             on_boot=True,
             started=True,
-            # A rebuild deletes the VM: the VM is sent only once the last deployment shows its
-            # locks lifted, so a run that lifts them and rebuilds at once stops at preview.
-            protection=(
-                pulumi.Output.unsecret(deployment.apply(rebuild_protection)) if vm.rebuild_from_image else vm.protected
-            ),
+            protection=protection,
             operating_system=proxmoxve.VmLegacyOperatingSystemArgs(type="l26"),
             cpu=proxmoxve.VmLegacyCpuArgs(cores=vm.cores, type="x86-64-v2-AES"),
             memory=proxmoxve.VmLegacyMemoryArgs(dedicated=vm.memory_mib),
-            network_devices=[network_device],
-            scsi_hardware="virtio-scsi-pci",
-            disks=[
-                proxmoxve.VmLegacyDiskArgs(
-                    interface="scsi0",
-                    datastore_id=vm.disk_storage,
-                    import_from=self.image.id if self.image else None,
-                    file_format="raw",
-                    size=vm.disk_gib,
-                )
+            network_devices=[
+                proxmoxve.VmLegacyNetworkDeviceArgs(bridge=vm.bridge, model="virtio", vlan_id=vm.vlan_tag)
             ],
+            scsi_hardware="virtio-scsi-pci",
+            disks=[_system_disk(vm, self.image)],
             boot_orders=["scsi0"],
             serial_devices=[proxmoxve.VmLegacySerialDeviceArgs(device="socket")],
             vga=proxmoxve.VmLegacyVgaArgs(type="serial0"),
@@ -157,47 +119,13 @@ class ManagementVm(pulumi.ComponentResource):
                 timeout=AGENT_TIMEOUT,
                 wait_for_ip=proxmoxve.VmLegacyAgentWaitForIpArgs(disabled=True),
             ),
-            initialization=proxmoxve.VmLegacyInitializationArgs(
-                datastore_id=vm.disk_storage,
-                interface="ide2",
-                user_account=proxmoxve.VmLegacyInitializationUserAccountArgs(
-                    username=vm.ci_user,
-                    keys=list(vm.ssh_public_keys),
-                ),
-                ip_configs=[
-                    proxmoxve.VmLegacyInitializationIpConfigArgs(
-                        ipv4=proxmoxve.VmLegacyInitializationIpConfigIpv4Args(
-                            address=str(vm.address),
-                            gateway=str(vm.gateway),
-                        )
-                    )
-                ],
-                dns=proxmoxve.VmLegacyInitializationDnsArgs(servers=list(vm.dns_servers)),
-            ),
+            initialization=_cloud_init(vm),
             # A change to cpu, operating system, agent or cloud-init needs a reboot, which the
             # provider would otherwise do by itself; it now only warns, and the owner reboots in
             # a window of their choosing (docs/operations.md).
             reboot_after_update=False,
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                provider=provider,
-                protect=vm.protected,
-                # Adoption takes the VM as `qm create` made it: nothing the program sets is
-                # forced on it in that run (docs/adoption.md).
-                import_=f"{proxmox.node}/{vm.vm_id}" if adopt else None,
-                # The VMID is fixed, so a replacement must delete the old VM before creating the new.
-                delete_before_replace=True,
-                # The provider reads a disk's import source only when it creates the VM: a changed
-                # source is an in-place update that sends Proxmox nothing (bpg provider PR #2568).
-                # So a new image is for future builds only, unless a rebuild is allowed, and then
-                # the new source must replace the VM to take effect at all.
-                ignore_changes=(
-                    ADOPTED_AS_IS if adopt else [DISK_SPEED] if vm.rebuild_from_image else [IMPORT_SOURCE, DISK_SPEED]
-                ),
-                replace_on_changes=[IMPORT_SOURCE] if vm.rebuild_from_image else [],
-            ),
+            opts=_vm_options(child, proxmox, vm, adopt=adopt),
         )
-
         self.vm_id = vm.vm_id
         self.name = vm.name
         self.address = str(vm.address.ip)
@@ -214,6 +142,78 @@ class ManagementVm(pulumi.ComponentResource):
                 "protection": self.protection,
             }
         )
+
+
+def _cloud_image(name: str, node: str, image: ImageSettings, opts: pulumi.ResourceOptions) -> proxmoxve.download.File:
+    return proxmoxve.download.File(
+        name,
+        node_name=node,
+        datastore_id=image.storage,
+        content_type=IMPORT_CONTENT_TYPE,
+        url=image.url,
+        file_name=image.file_name,
+        checksum=image.sha256,
+        checksum_algorithm="sha256",
+        # The URL names a dated serial whose checksum is pinned, so the provider's size checks
+        # (on by default) could only re-download behind the user's back: off, the file is never
+        # replaced unless its URL, name or checksum changes.
+        overwrite=False,
+        # A file of the same name that the program did not download (left by an earlier
+        # attempt, say) stops the download with an error instead of being deleted.
+        overwrite_unmanaged=False,
+        upload_timeout=IMAGE_DOWNLOAD_TIMEOUT_SECONDS,
+        opts=opts,
+    )
+
+
+def _system_disk(vm: VmSettings, image: proxmoxve.download.File | None) -> proxmoxve.VmLegacyDiskArgs:
+    return proxmoxve.VmLegacyDiskArgs(
+        interface="scsi0",
+        datastore_id=vm.disk_storage,
+        import_from=image.id if image else None,
+        file_format="raw",
+        size=vm.disk_gib,
+    )
+
+
+def _cloud_init(vm: VmSettings) -> proxmoxve.VmLegacyInitializationArgs:
+    return proxmoxve.VmLegacyInitializationArgs(
+        datastore_id=vm.disk_storage,
+        interface="ide2",
+        user_account=proxmoxve.VmLegacyInitializationUserAccountArgs(
+            username=vm.ci_user,
+            keys=list(vm.ssh_public_keys),
+        ),
+        ip_configs=[
+            proxmoxve.VmLegacyInitializationIpConfigArgs(
+                ipv4=proxmoxve.VmLegacyInitializationIpConfigIpv4Args(
+                    address=str(vm.address),
+                    gateway=str(vm.gateway),
+                )
+            )
+        ],
+        dns=proxmoxve.VmLegacyInitializationDnsArgs(servers=list(vm.dns_servers)),
+    )
+
+
+def _vm_options(
+    child: pulumi.ResourceOptions, proxmox: ProxmoxSettings, vm: VmSettings, *, adopt: bool
+) -> pulumi.ResourceOptions:
+    # The provider reads a disk's import source only when it creates the VM: a changed source is
+    # an in-place update that sends Proxmox nothing (bpg provider PR #2568). So a new image is for
+    # future builds only, unless a rebuild is allowed, and then the new source must replace the
+    # VM to take effect at all.
+    ignored_disk_changes = [DISK_SPEED] if vm.rebuild_from_image else [IMPORT_SOURCE, DISK_SPEED]
+    own = pulumi.ResourceOptions(
+        protect=vm.protected,
+        # The VMID is fixed, so a replacement must delete the old VM before creating the new.
+        delete_before_replace=True,
+        replace_on_changes=[IMPORT_SOURCE] if vm.rebuild_from_image else [],
+    )
+    imported = adoption.imported(
+        f"{proxmox.node}/{vm.vm_id}", adoption.VM_INPUTS, adopt=adopt, otherwise_ignored=ignored_disk_changes
+    )
+    return pulumi.ResourceOptions.merge(pulumi.ResourceOptions.merge(child, own), imported)
 
 
 def _instance_key(vm_id: str, network_devices: list[dict[str, Any]] | None) -> str:

@@ -11,9 +11,9 @@ from pathlib import Path
 import harness
 import pytest
 
+from components.adoption import VM_INPUTS
 from components.host_script import script_command
 from components.k3s_node import render_k3s_config
-from components.management_vm import ADOPTED_AS_IS
 from components.settings import SettingsError
 from tools import adoption_check
 
@@ -68,14 +68,14 @@ def test_nothing_is_imported_outside_adoption(lab: harness.Run) -> None:
 
 def test_the_vm_is_taken_as_it_is(adopted: harness.Run, lab: harness.Run) -> None:
     vm = adopted.get(*VM)
-    assert vm.ignore_changes == ADOPTED_AS_IS
+    assert vm.ignore_changes == VM_INPUTS
     assert vm.protect is True
     assert "importFrom" not in vm.plain["disks"][0]
 
 
 def test_adoption_ignores_every_input_the_program_sets_on_the_vm(lab: harness.Run) -> None:
     """A new VM input not listed would be forced on the adopted VM, perhaps with a reboot."""
-    assert set(ADOPTED_AS_IS) == set(lab.get(*VM).plain) - {"nodeName", "vmId"}
+    assert set(VM_INPUTS) == set(lab.get(*VM).plain) - {"nodeName", "vmId"}
 
 
 def test_adoption_downloads_no_image(adopted: harness.Run) -> None:
