@@ -6,6 +6,7 @@ import base64
 import hashlib
 import shlex
 from collections.abc import Sequence
+from pathlib import Path
 
 import pulumi
 import pulumi_command as command
@@ -64,66 +65,18 @@ class K3sNode(pulumi.ComponentResource):
     ) -> None:
         """`host`: where the host steps dial the VM (components.cloud_init.dialed_address)."""
         super().__init__("homelab:index:K3sNode", name, None, opts)
-
-        def connection(host_key: pulumi.Input[str] | None) -> command.remote.ConnectionArgs:
-            return command.remote.ConnectionArgs(
-                host=host,
-                user=ci_user,
-                private_key=pulumi.Output.secret(k3s.ssh_private_key) if k3s.ssh_private_key else None,
-                host_key=host_key,
-                dial_error_limit=SSH_DIAL_ATTEMPTS,
-                per_dial_timeout=SSH_DIAL_TIMEOUT_SECONDS,
-            )
-
-        config_text = render_k3s_config(vm.address)
-        config_digest = hashlib.sha256(config_text.encode()).hexdigest()
-
+        private_key = pulumi.Output.secret(k3s.ssh_private_key) if k3s.ssh_private_key else None
         host_ready = host_command(
             f"{name}-host-ready",
             "host_ready.sh",
             [],
-            connection=connection(None),
+            connection=_connection(host, ci_user, private_key, host_key=None),
             triggers=[vm.instance_key],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[vm]),
         )
-        self.connection = connection(host_ready.stdout.apply(str.strip))
+        self.connection = _connection(host, ci_user, private_key, host_key=host_ready.stdout.apply(str.strip))
         self._instance_key = vm.instance_key
-
-        # First after the key is pinned: a cloud-init change (user, keys, name, network) is a new
-        # instance at the next reboot, which would otherwise give the VM new host keys.
-        keep_host_keys = self.host_step(
-            f"{name}-keep-host-keys", "keep_host_keys.sh", [], after=host_ready, parent=self
-        )
-        guest_agent = self.host_step(f"{name}-guest-agent", "guest_agent.sh", [], after=keep_host_keys, parent=self)
-        config_b64 = base64.b64encode(config_text.encode()).decode()
-        adopting = adoption.script_mode(adopt=adopt)
-        k3s_config = self.host_step(
-            f"{name}-k3s-config", "k3s_config.sh", [config_b64, *adopting], after=guest_agent, parent=self
-        )
-        k3s_install = self.host_step(
-            f"{name}-k3s-install", "k3s_install.sh", [k3s.version, *adopting], after=k3s_config, parent=self
-        )
-        # A new version or config restarts k3s: wait for the node again after either.
-        node_ready = self.host_step(
-            f"{name}-node-ready",
-            "node_ready.sh",
-            [str(NODE_READY_BOUND_SECONDS), k3s.version],
-            after=k3s_install,
-            triggers=[k3s.version, config_digest],
-            parent=self,
-        )
-        # k3s writes its admin kubeconfig anew whenever it starts, with a client certificate it
-        # renews at start when it is near expiry: read it again after every restart the program
-        # causes (a new version or config), as the node wait does.
-        read_kubeconfig = self.host_step(
-            f"{name}-read-kubeconfig",
-            "read_kubeconfig.sh",
-            [],
-            after=node_ready,
-            triggers=[k3s.version, config_digest],
-            parent=self,
-            secret_stdout=True,
-        )
+        read_kubeconfig = self._k3s_steps(name, vm.address, k3s.version, after=host_ready, adopt=adopt)
 
         self.kubeconfig = pulumi.Output.secret(
             read_kubeconfig.stdout.apply(lambda text: rename_k3s_kubeconfig(text, vm.address, vm.name))
@@ -138,26 +91,49 @@ class K3sNode(pulumi.ComponentResource):
             cluster_identifier=vm.instance_key.apply(lambda key: f"{PROJECT}/{key}"),
             opts=pulumi.ResourceOptions(parent=self),
         )
-
         if k3s.kubeconfig_path is not None:
-            path = shlex.quote(str(k3s.kubeconfig_path))
-            directory = shlex.quote(str(k3s.kubeconfig_path.parent))
-            command.local.Command(
-                f"{name}-kubeconfig-file",
-                create=f"umask 077 && mkdir -p {directory} && cat > {path} && chmod 0600 {path}",
-                delete=f"rm -f {path}",
-                # A new path replaces the command, so the old one's delete removes the old file;
-                # an update would only write the new one.
-                triggers=[str(k3s.kubeconfig_path)],
-                stdin=self.kubeconfig,
-                add_previous_output_in_env=False,
-                logging=command.local.Logging.STDERR,
-                # Delete first: a replacement on the same path (as when the trigger first appears)
-                # would otherwise remove the file its replacement has just written.
-                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
-            )
-
+            _kubeconfig_file(f"{name}-kubeconfig-file", k3s.kubeconfig_path, self.kubeconfig, parent=self)
         self.register_outputs({"kubeconfig": self.kubeconfig})
+
+    def _k3s_steps(
+        self, name: str, address: str, version: str, *, after: pulumi.Resource, adopt: bool
+    ) -> command.remote.Command:
+        """From the pinned host key to k3s's admin kubeconfig: the step that reads it."""
+        config_text = render_k3s_config(address)
+        config_digest = hashlib.sha256(config_text.encode()).hexdigest()
+        # First after the key is pinned: a cloud-init change (user, keys, name, network) is a new
+        # instance at the next reboot, which would otherwise give the VM new host keys.
+        keep_host_keys = self.host_step(f"{name}-keep-host-keys", "keep_host_keys.sh", [], after=after, parent=self)
+        guest_agent = self.host_step(f"{name}-guest-agent", "guest_agent.sh", [], after=keep_host_keys, parent=self)
+        config_b64 = base64.b64encode(config_text.encode()).decode()
+        adopting = adoption.script_mode(adopt=adopt)
+        k3s_config = self.host_step(
+            f"{name}-k3s-config", "k3s_config.sh", [config_b64, *adopting], after=guest_agent, parent=self
+        )
+        k3s_install = self.host_step(
+            f"{name}-k3s-install", "k3s_install.sh", [version, *adopting], after=k3s_config, parent=self
+        )
+        # A new version or config restarts k3s: wait for the node again after either.
+        node_ready = self.host_step(
+            f"{name}-node-ready",
+            "node_ready.sh",
+            [str(NODE_READY_BOUND_SECONDS), version],
+            after=k3s_install,
+            triggers=[version, config_digest],
+            parent=self,
+        )
+        # k3s writes its admin kubeconfig anew whenever it starts, with a client certificate it
+        # renews at start when it is near expiry: read it again after every restart the program
+        # causes (a new version or config), as the node wait does.
+        return self.host_step(
+            f"{name}-read-kubeconfig",
+            "read_kubeconfig.sh",
+            [],
+            after=node_ready,
+            triggers=[version, config_digest],
+            parent=self,
+            secret_stdout=True,
+        )
 
     def host_step(
         self,
@@ -181,3 +157,41 @@ class K3sNode(pulumi.ComponentResource):
             secret_stdout=secret_stdout,
             opts=pulumi.ResourceOptions(parent=parent, depends_on=[after]),
         )
+
+
+def _connection(
+    host: pulumi.Input[str],
+    user: str,
+    private_key: pulumi.Output[str] | None,
+    *,
+    host_key: pulumi.Input[str] | None,
+) -> command.remote.ConnectionArgs:
+    return command.remote.ConnectionArgs(
+        host=host,
+        user=user,
+        private_key=private_key,
+        host_key=host_key,
+        dial_error_limit=SSH_DIAL_ATTEMPTS,
+        per_dial_timeout=SSH_DIAL_TIMEOUT_SECONDS,
+    )
+
+
+def _kubeconfig_file(
+    name: str, path: Path, kubeconfig: pulumi.Output[str], *, parent: pulumi.Resource
+) -> command.local.Command:
+    """The admin kubeconfig at `path` on this machine, mode 0600."""
+    quoted, directory = shlex.quote(str(path)), shlex.quote(str(path.parent))
+    return command.local.Command(
+        name,
+        create=f"umask 077 && mkdir -p {directory} && cat > {quoted} && chmod 0600 {quoted}",
+        delete=f"rm -f {quoted}",
+        # A new path replaces the command, so the old one's delete removes the old file; an
+        # update would only write the new one.
+        triggers=[str(path)],
+        stdin=kubeconfig,
+        add_previous_output_in_env=False,
+        logging=command.local.Logging.STDERR,
+        # Delete first: a replacement on the same path (as when the trigger first appears) would
+        # otherwise remove the file its replacement has just written.
+        opts=pulumi.ResourceOptions(parent=parent, delete_before_replace=True),
+    )

@@ -89,41 +89,12 @@ class ManagementVm(pulumi.ComponentResource):
         self.image = (
             _cloud_image(f"{name}-image", proxmox.node, image, child) if adoption.needs_image(adopt=adopt) else None
         )
-        # A rebuild deletes the VM: the VM is sent only once the last deployment shows its locks
-        # lifted, so a run that lifts them and rebuilds at once stops at preview.
-        protection = (
-            pulumi.Output.unsecret(deployment.apply(rebuild_protection)) if vm.rebuild_from_image else vm.protected
-        )
-        self.vm = proxmoxve.VmLegacy(
+        self.vm = _vm(
             f"{name}-vm",
-            node_name=proxmox.node,
-            vm_id=vm.vm_id,
-            name=vm.name,
-            description="Kubernetes management cluster (k3s), managed by the lab-mgmt Pulumi program.",
-            on_boot=True,
-            started=True,
-            protection=protection,
-            operating_system=proxmoxve.VmLegacyOperatingSystemArgs(type="l26"),
-            cpu=proxmoxve.VmLegacyCpuArgs(cores=vm.cores, type="x86-64-v2-AES"),
-            memory=proxmoxve.VmLegacyMemoryArgs(dedicated=vm.memory_mib),
-            network_devices=[
-                proxmoxve.VmLegacyNetworkDeviceArgs(bridge=vm.bridge, model="virtio", vlan_id=vm.vlan_tag)
-            ],
-            scsi_hardware="virtio-scsi-pci",
-            disks=[_system_disk(vm, self.image)],
-            boot_orders=["scsi0"],
-            serial_devices=[proxmoxve.VmLegacySerialDeviceArgs(device="socket")],
-            vga=proxmoxve.VmLegacyVgaArgs(type="serial0"),
-            agent=proxmoxve.VmLegacyAgentArgs(
-                enabled=True,
-                timeout=AGENT_TIMEOUT,
-                wait_for_ip=proxmoxve.VmLegacyAgentWaitForIpArgs(disabled=True),
-            ),
-            initialization=_cloud_init(vm),
-            # A change to cpu, operating system, agent or cloud-init needs a reboot, which the
-            # provider would otherwise do by itself; it now only warns, and the owner reboots in
-            # a window of their choosing (docs/operations.md).
-            reboot_after_update=False,
+            proxmox.node,
+            vm,
+            self.image,
+            protection=_protection(vm, deployment),
             opts=_vm_options(child, proxmox, vm, adopt=adopt),
         )
         self.vm_id = vm.vm_id
@@ -142,6 +113,55 @@ class ManagementVm(pulumi.ComponentResource):
                 "protection": self.protection,
             }
         )
+
+
+def _vm(
+    name: str,
+    node: str,
+    vm: VmSettings,
+    image: proxmoxve.download.File | None,
+    *,
+    protection: pulumi.Input[bool],
+    opts: pulumi.ResourceOptions,
+) -> proxmoxve.VmLegacy:
+    return proxmoxve.VmLegacy(
+        name,
+        node_name=node,
+        vm_id=vm.vm_id,
+        name=vm.name,
+        description="Kubernetes management cluster (k3s), managed by the lab-mgmt Pulumi program.",
+        on_boot=True,
+        started=True,
+        protection=protection,
+        operating_system=proxmoxve.VmLegacyOperatingSystemArgs(type="l26"),
+        cpu=proxmoxve.VmLegacyCpuArgs(cores=vm.cores, type="x86-64-v2-AES"),
+        memory=proxmoxve.VmLegacyMemoryArgs(dedicated=vm.memory_mib),
+        network_devices=[proxmoxve.VmLegacyNetworkDeviceArgs(bridge=vm.bridge, model="virtio", vlan_id=vm.vlan_tag)],
+        scsi_hardware="virtio-scsi-pci",
+        disks=[_system_disk(vm, image)],
+        boot_orders=["scsi0"],
+        serial_devices=[proxmoxve.VmLegacySerialDeviceArgs(device="socket")],
+        vga=proxmoxve.VmLegacyVgaArgs(type="serial0"),
+        agent=proxmoxve.VmLegacyAgentArgs(
+            enabled=True,
+            timeout=AGENT_TIMEOUT,
+            wait_for_ip=proxmoxve.VmLegacyAgentWaitForIpArgs(disabled=True),
+        ),
+        initialization=_cloud_init(vm),
+        # A change to cpu, operating system, agent or cloud-init needs a reboot, which the
+        # provider would otherwise do by itself; it now only warns, and the owner reboots in
+        # a window of their choosing (docs/operations.md).
+        reboot_after_update=False,
+        opts=opts,
+    )
+
+
+def _protection(vm: VmSettings, deployment: pulumi.Output[Mapping[str, Any]]) -> pulumi.Input[bool]:
+    """A rebuild deletes the VM: the VM is sent only once the last deployment shows its locks
+    lifted, so a run that lifts them and rebuilds at once stops at preview."""
+    if vm.rebuild_from_image:
+        return pulumi.Output.unsecret(deployment.apply(rebuild_protection))
+    return vm.protected
 
 
 def _cloud_image(name: str, node: str, image: ImageSettings, opts: pulumi.ResourceOptions) -> proxmoxve.download.File:

@@ -113,29 +113,7 @@ class ReadOnlyAccess(pulumi.ComponentResource):
             subjects=[kubernetes.rbac.v1.SubjectArgs(kind="ServiceAccount", name=ACCOUNT, namespace=ACCOUNT_NAMESPACE)],
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[role, account])),
         )
-        token = kubernetes.core.v1.Secret(
-            f"{name}-token",
-            metadata={
-                "name": f"{ACCOUNT}-token-{token_generation}",
-                "namespace": ACCOUNT_NAMESPACE,
-                "annotations": {
-                    "kubernetes.io/service-account.name": ACCOUNT,
-                    # The provider's own wait for a token Secret gives up after 5 seconds, which a
-                    # fresh, busy k3s's token controller can miss; wait for the token itself.
-                    "pulumi.com/waitFor": TOKEN_PRESENT,
-                },
-            },
-            type="kubernetes.io/service-account-token",
-            # The token controller fills the Secret in only once the account exists.
-            opts=pulumi.ResourceOptions.merge(
-                child,
-                pulumi.ResourceOptions(
-                    depends_on=[account],
-                    additional_secret_outputs=["data"],
-                    custom_timeouts=pulumi.CustomTimeouts(create=TOKEN_TIMEOUT, update=TOKEN_TIMEOUT),
-                ),
-            ),
-        )
+        token = _token(f"{name}-token", token_generation, account, child)
 
         self.kubeconfig = pulumi.Output.secret(
             pulumi.Output.all(admin_kubeconfig, token.data).apply(
@@ -143,6 +121,35 @@ class ReadOnlyAccess(pulumi.ComponentResource):
             )
         )
         self.register_outputs({"kubeconfig": self.kubeconfig})
+
+
+def _token(
+    name: str, generation: int, account: kubernetes.core.v1.ServiceAccount, child: pulumi.ResourceOptions
+) -> kubernetes.core.v1.Secret:
+    """The account's long-lived token, in a Secret named after its generation."""
+    return kubernetes.core.v1.Secret(
+        name,
+        metadata={
+            "name": f"{ACCOUNT}-token-{generation}",
+            "namespace": ACCOUNT_NAMESPACE,
+            "annotations": {
+                "kubernetes.io/service-account.name": ACCOUNT,
+                # The provider's own wait for a token Secret gives up after 5 seconds, which a
+                # fresh, busy k3s's token controller can miss; wait for the token itself.
+                "pulumi.com/waitFor": TOKEN_PRESENT,
+            },
+        },
+        type="kubernetes.io/service-account-token",
+        # The token controller fills the Secret in only once the account exists.
+        opts=pulumi.ResourceOptions.merge(
+            child,
+            pulumi.ResourceOptions(
+                depends_on=[account],
+                additional_secret_outputs=["data"],
+                custom_timeouts=pulumi.CustomTimeouts(create=TOKEN_TIMEOUT, update=TOKEN_TIMEOUT),
+            ),
+        ),
+    )
 
 
 def _readonly_kubeconfig(admin_kubeconfig: str, token_data: dict[str, str], context_name: str) -> str:
