@@ -3,6 +3,10 @@
 The script travels inside the command line (`sudo bash -c '<script>' name args...`), so its text
 is part of the command's inputs: editing a script re-runs it, and no variable has to cross SSH as
 an environment variable (sshd drops those unless AcceptEnv allows them).
+
+Beyond bash and coreutils, `k3s_config.sh` and `helmchart_handover.sh` run python3 with PyYAML
+(`python3-yaml`) on the VM. Every Ubuntu cloud image has it: cloud-init, which the image needs to
+boot at all, depends on it.
 """
 
 from __future__ import annotations
