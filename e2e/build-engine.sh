@@ -196,19 +196,15 @@ LANGUAGE_HOST_VERSION=3.259.0
 # pulumi-terraform-bridge's tfgen (linked in for schema generation, unused here: the plugin embeds
 # its schema) imports example converters from two modules that are neither served by the Go module
 # proxy nor among the archives. Each stand-in module has the one function signature tfgen calls.
+# A stand-in module's go.mod: the two modules its one function's signature takes types from.
+standin_go_mod() {
+  printf 'module %s\n\ngo 1.24\n\nrequire (\n\tgithub.com/hashicorp/hcl/v2 v2.24.0\n\tgithub.com/pulumi/pulumi/pkg/v3 v3.246.0\n)\n' "$1"
+}
+
 write_converter_standins() {
   local into="$1"
   mkdir -p "$into/pulumi-java/pkg/codegen/java" "$into/pulumi-hcl/pkg/codegen"
-  cat >"$into/pulumi-java/go.mod" <<'GOMOD'
-module github.com/pulumi/pulumi-java
-
-go 1.24
-
-require (
-	github.com/hashicorp/hcl/v2 v2.24.0
-	github.com/pulumi/pulumi/pkg/v3 v3.246.0
-)
-GOMOD
+  standin_go_mod github.com/pulumi/pulumi-java >"$into/pulumi-java/go.mod"
   cat >"$into/pulumi-java/pkg/codegen/java/standin.go" <<'GO'
 // Package java stands in for pulumi-java's program generator, which the Go module proxy does not
 // serve. pulumi-terraform-bridge's tfgen calls it only to translate documentation examples while
@@ -226,16 +222,7 @@ func GenerateProgram(*pcl.Program) (map[string][]byte, hcl.Diagnostics, error) {
 	return nil, nil, errors.New("lab-mgmt build: Java example conversion is not available in this plugin build")
 }
 GO
-  cat >"$into/pulumi-hcl/go.mod" <<'GOMOD'
-module github.com/pulumi-labs/pulumi-hcl
-
-go 1.24
-
-require (
-	github.com/hashicorp/hcl/v2 v2.24.0
-	github.com/pulumi/pulumi/pkg/v3 v3.246.0
-)
-GOMOD
+  standin_go_mod github.com/pulumi-labs/pulumi-hcl >"$into/pulumi-hcl/go.mod"
   cat >"$into/pulumi-hcl/pkg/codegen/standin.go" <<'GO'
 // Package codegen stands in for pulumi-hcl's program generator, which the Go module proxy does not
 // serve at the version the bridge requires. pulumi-terraform-bridge's tfgen calls it only to
