@@ -360,6 +360,9 @@ def _sh(*argv: str) -> None:
 def _lay_out_disk(boot: Boot) -> None:
     """Mounts the guest's trees; on the disk's first boot, first makes the image: the stand-ins,
     the sites the box stands in for and their CA, and sshd as Ubuntu's cloud image configures it."""
+    # The stand-ins run from this repository, wherever the clone is (CI's may be under /tmp, which
+    # the guest covers): keep a handle on it to bind it back at its own path once all is mounted.
+    repository = os.open(REPO, os.O_PATH)
     disk = Path(boot.disk)
     new_image = not (disk / "image").exists()
     if new_image:
@@ -398,6 +401,12 @@ def _lay_out_disk(boot: Boot) -> None:
         (disk / "image").write_text("made\n")
     # Last: the tests' files under /tmp (the disk included) are out of the guest's sight from here.
     _sh("mount", "-t", "tmpfs", "tmpfs", "/tmp")  # noqa: S108 - the guest's own /tmp
+    if not (REPO / "e2e" / "guest.py").is_file():
+        REPO.mkdir(parents=True, exist_ok=True)
+        # --no-canonicalize: mount(8) would otherwise turn the handle back into the covered path.
+        _sh("mount", "--no-canonicalize", "--bind", f"/proc/{os.getpid()}/fd/{repository}", str(REPO))
+        _sh("mount", "-o", "remount,bind,ro", str(REPO))
+    os.close(repository)
 
 
 def _cloud_init(boot: Boot) -> None:
