@@ -7,20 +7,24 @@ from __future__ import annotations
 import ssl
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 
-def self_signed_certificate(directory: Path, name: str, address: str) -> tuple[Path, Path]:
-    """(key, certificate), valid a day, for `address` (as CN and IP subject alternative name)."""
+def self_signed_certificate(
+    directory: Path, name: str, address: str, hostnames: Sequence[str] = ()
+) -> tuple[Path, Path]:
+    """(key, certificate), valid a day, for `address` (as CN and IP subject alternative name) and
+    any `hostnames` the stand-in answers for."""
     key, cert = directory / f"{name}.key", directory / f"{name}.crt"
+    names = ",".join([f"IP:{address}", *(f"DNS:{hostname}" for hostname in hostnames)])
     subprocess.run(
         [
             *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"),
-            *("-days", "1", "-subj", f"/CN={name}", "-addext", f"subjectAltName=IP:{address}"),
+            *("-days", "1", "-subj", f"/CN={name}", "-addext", f"subjectAltName={names}"),
             *("-keyout", str(key), "-out", str(cert)),
         ],
         check=True,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -52,26 +51,10 @@ def binary(tag: str) -> bytes:
     ).encode()
 
 
-def _certificate(directory: Path, address: str) -> tuple[Path, Path]:
-    """(key, certificate) for `address` and the upstream names, valid a day."""
-    key, cert = directory / "k3s-releases.key", directory / "k3s-releases.crt"
-    names = ",".join([f"IP:{address}", *(f"DNS:{name}" for name in HOSTNAMES)])
-    subprocess.run(
-        [
-            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"),
-            *("-days", "1", "-subj", "/CN=k3s-releases", "-addext", f"subjectAltName={names}"),
-            *("-keyout", str(key), "-out", str(cert)),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return key, cert
-
-
 @contextmanager
 def serve(tags: Sequence[str], directory: Path, address: str) -> Iterator[K3sReleases]:
     """The releases `tags` at `address`:443 for the block."""
-    key, cert = _certificate(directory, address)
+    key, cert = https_server.self_signed_certificate(directory, "k3s-releases", address, HOSTNAMES)
     releases = K3sReleases(address, cert)
 
     def body(path: str) -> bytes | None:
