@@ -96,6 +96,9 @@ class ClusterNode(Protocol):
 
     provider: kubernetes.Provider
     kubeconfig: pulumi.Output[str]
+    on_cluster: pulumi.ResourceOptions
+    """The options of an object the program makes on the cluster: the provider, and the machine
+    whose deletion takes the cluster, and so the object, with it."""
 
     def host_step(
         self,
@@ -156,7 +159,7 @@ class ClusterApi(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("homelab:index:ClusterApi", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self, provider=node.provider)
+        child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), node.on_cluster)
         lasting = _Lasting(
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=protected, retain_on_delete=True)),
             adopt=adopt,

@@ -51,6 +51,7 @@ class K3sNode(pulumi.ComponentResource):
     kubeconfig: pulumi.Output[str]
     """Admin kubeconfig (secret), server at the VM's address, names = the VM's name."""
     provider: kubernetes.Provider
+    on_cluster: pulumi.ResourceOptions
 
     def __init__(
         self,
@@ -63,7 +64,7 @@ class K3sNode(pulumi.ComponentResource):
         adopt: bool,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        """`host`: where the host steps dial the VM (components.cloud_init.dialed_address)."""
+        """`host`: where the host steps dial the VM (components.next_boot.dialed_address)."""
         super().__init__("homelab:index:K3sNode", name, None, opts)
         private_key = pulumi.Output.secret(k3s.ssh_private_key) if k3s.ssh_private_key else None
         host_ready = host_command(
@@ -91,6 +92,11 @@ class K3sNode(pulumi.ComponentResource):
             cluster_identifier=vm.instance_key.apply(lambda key: f"{PROJECT}/{key}"),
             opts=pulumi.ResourceOptions(parent=self),
         )
+        # The cluster lives on the VM's disk: when the VM goes (a rebuild replaces it), so does
+        # every object on it, with no call to the API server. Deleting them one by one first,
+        # through the provider that is being replaced, failed in the box ("grpc: the client
+        # connection is closing") and left the old VM in place.
+        self.on_cluster = pulumi.ResourceOptions(provider=self.provider, deleted_with=vm.vm)
         if k3s.kubeconfig_path is not None:
             _kubeconfig_file(f"{name}-kubeconfig-file", k3s.kubeconfig_path, self.kubeconfig, parent=self)
         self.register_outputs({"kubeconfig": self.kubeconfig})

@@ -41,7 +41,7 @@ def manage_cluster(
     )
     readonly = ReadOnlyAccess(
         "mgmt-readonly",
-        node.provider,
+        node.on_cluster,
         node.kubeconfig,
         context_name=f"{settings.vm.name}-ro",
         token_generation=settings.access.readonly_token_generation,

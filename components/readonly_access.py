@@ -83,15 +83,16 @@ class ReadOnlyAccess(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        provider: kubernetes.Provider,
+        on_cluster: pulumi.ResourceOptions,
         admin_kubeconfig: pulumi.Input[str],
         *,
         context_name: str,
         token_generation: int,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """`on_cluster`: the options of an object on the cluster (ClusterNode.on_cluster)."""
         super().__init__("homelab:index:ReadOnlyAccess", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self, provider=provider)
+        child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), on_cluster)
 
         role = kubernetes.rbac.v1.ClusterRole(
             f"{name}-role",

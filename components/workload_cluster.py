@@ -44,7 +44,7 @@ class WorkloadClusterAccess(pulumi.ComponentResource):
         )
         access = ReadOnlyAccess(
             f"{name}-readonly",
-            provider,
+            pulumi.ResourceOptions(provider=provider),
             admin_kubeconfig,
             context_name=f"{name}-ro",
             token_generation=token_generation,

@@ -33,6 +33,7 @@ class BoxNode(pulumi.ComponentResource):
 
     provider: kubernetes.Provider
     kubeconfig: pulumi.Output[str]
+    on_cluster: pulumi.ResourceOptions
 
     def __init__(self, name: str, kubeconfig: str) -> None:
         super().__init__("homelab:e2e:BoxNode", name)
@@ -40,6 +41,8 @@ class BoxNode(pulumi.ComponentResource):
         self.provider = kubernetes.Provider(
             f"{name}-kubernetes", kubeconfig=self.kubeconfig, opts=pulumi.ResourceOptions(parent=self)
         )
+        # The box's API server outlives every run: nothing takes the objects with it.
+        self.on_cluster = pulumi.ResourceOptions(provider=self.provider)
         self.register_outputs({})
 
     def host_step(

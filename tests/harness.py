@@ -141,6 +141,7 @@ class Resource:
     custom_timeouts: dict[str, str] = field(default_factory=dict)
     import_id: str = ""
     retain_on_delete: bool = False
+    deleted_with: str = ""
 
     @property
     def plain(self) -> dict[str, Any]:
@@ -358,6 +359,7 @@ class _RecordingMonitor(MockMonitor):
             },
             import_id=request.importId,
             retain_on_delete=request.retainOnDelete if request.HasField("retainOnDelete") else False,
+            deleted_with=request.deletedWith,
         )
         return response
 

@@ -48,6 +48,7 @@ def shape(run: harness.Run) -> list[dict[str, Any]]:
             "ignore_changes": r.ignore_changes,
             "replace_on_changes": r.replace_on_changes,
             "delete_before_replace": r.delete_before_replace,
+            "deleted_with": _ref(r.deleted_with),
             "custom_timeouts": r.custom_timeouts,
             "additional_secret_outputs": sorted(r.additional_secret_outputs),
         }
