@@ -2,7 +2,14 @@
 
 import pulumi
 
-from components.cloud_init import CLOUD_INIT_OUTPUT, deployed_cloud_init, dialed_address
+from components.next_boot import (
+    CLOUD_INIT_OUTPUT,
+    SIZE_OUTPUT,
+    cloud_init_settings,
+    deployed,
+    dialed_address,
+    size_settings,
+)
 from components.cluster_api import last_deployment
 from components.credentials import verify_tokens
 from components.helm_repositories import verify_chart_repositories
@@ -31,7 +38,8 @@ cluster = manage_cluster(settings, k3s, deployment)
 
 pulumi.export("vmAddress", vm.address)
 pulumi.export(PROTECTED_OUTPUT, vm.protection)
-pulumi.export(CLOUD_INIT_OUTPUT, deployed_cloud_init(settings.vm, vm.vm, adopt=settings.adopt))
+pulumi.export(CLOUD_INIT_OUTPUT, deployed(cloud_init_settings(settings.vm), vm.vm, adopt=settings.adopt))
+pulumi.export(SIZE_OUTPUT, deployed(size_settings(settings.vm), vm.vm, adopt=settings.adopt))
 pulumi.export("kubeconfig", k3s.kubeconfig)
 pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
 pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)

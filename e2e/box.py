@@ -57,6 +57,7 @@ NEXT_IMAGE_PATH = "noble/20261010/noble-server-cloudimg-amd64.img"
 K3S_BUMP = scenarios.K3S_BUMP
 CERT_MANAGER_BUMP = "v1.21.3"
 CAPMOX_BUMP = scenarios.BUMPED_CAPMOX
+SIZE_BUMP = "4"
 # The CAPMOX token made anew in Proxmox for a rotation; the old one is removed only afterwards.
 ROTATED_CAPMOX_SECRET = "5e4d3c2b-1a09-4f8e-9d7c-6b5a49382716"
 OPERATOR_NAMESPACE = "capi-operator-system"
@@ -406,7 +407,7 @@ def _k3s_bump(box: Box) -> dict[str, Any]:
 
 def _bumps(box: Box) -> dict[str, Any]:
     """docs/graph.md's bumps, one at a time: k3s, the cert-manager chart, the CAPMOX provider,
-    and the CAPMOX token rotated."""
+    the CAPMOX token rotated, and the VM's size."""
     result: dict[str, Any] = {"k3s": _k3s_bump(box)}
     result["cert_manager"] = _change(box, (("certManagerVersion", CERT_MANAGER_BUMP),))
     reconciled = len(box.operator.reconciled)
@@ -417,6 +418,7 @@ def _bumps(box: Box) -> dict[str, Any]:
     result["capmox_token"] = _change(box, (), secrets=(("capmoxTokenSecret", ROTATED_CAPMOX_SECRET),))
     result["capmox_token"]["config_before"] = before
     result["capmox_token"]["config_after"] = _capmox_config(box)
+    result["size"] = _change(box, (("vmCores", SIZE_BUMP),))
     return result
 
 

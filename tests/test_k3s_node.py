@@ -23,7 +23,7 @@ from harness import (
 )
 
 import components.k3s_node
-from components.cloud_init import ReachChangedError
+from components.next_boot import ReachChangedError
 from components.host_script import SCRIPTS_DIR
 
 COMMAND = "command:remote:Command"
@@ -159,6 +159,18 @@ def test_kubernetes_objects_use_the_explicit_provider(lab: Run) -> None:
         assert resource.provider.startswith(provider.urn + "::"), resource.name
 
 
+def test_the_objects_on_the_cluster_go_with_the_vm(lab: Run) -> None:
+    """A rebuild deletes the VM, and the cluster on its disk with it: the engine then skips the
+    delete of each object on the cluster instead of calling the old cluster's API server."""
+    vm = lab.get("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
+    provider = lab.get(*K8S_PROVIDER)
+    on_cluster = [r for r in lab.resources.values() if r.provider.startswith(provider.urn + "::")]
+    assert len(on_cluster) > 10
+    for resource in on_cluster:
+        assert resource.deleted_with == vm.urn, resource.name
+    assert {r.name for r in lab.resources.values() if r.deleted_with} == {r.name for r in on_cluster}
+
+
 def test_a_second_run_re_runs_nothing(lab: Run) -> None:
     assert changed(lab, run_program()) == set()
 
@@ -256,10 +268,32 @@ def test_the_first_run_after_adoption_warns_that_the_vm_takes_the_programs_cloud
     adopted = run_program({"adopt": True, "capmoxExistingSecret": "capmox-variables"})
     assert adopted.outputs["vmCloudInit"][0] == "adopted: as the playbook left it"
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
+    assert adopted.outputs["vmSize"][0] == "adopted: as the playbook left it"
     run_program({"capmoxExistingSecret": "capmox-variables"}, previous_outputs=deployed(adopted), preview=True)
+    cloud_init, size = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert "lab-mgmt:sshPublicKeys" in cloud_init
+    assert "become the adopted VM's: Proxmox writes" in cloud_init
+    assert size.startswith("lab-mgmt:vmCores, lab-mgmt:vmMemoryMib become the adopted VM's: Proxmox holds")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "keys"),
+    [
+        ({"vmCores": 4}, "lab-mgmt:vmCores"),
+        ({"vmCores": 4, "vmMemoryMib": 8192}, "lab-mgmt:vmCores, lab-mgmt:vmMemoryMib"),
+    ],
+    ids=["cores", "cores and memory"],
+)
+def test_a_size_change_warns_of_the_reboot_that_the_program_never_does(
+    lab: Run, overrides: dict[str, Any], keys: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = run_program(overrides, previous_outputs=deployed(lab), preview=True)
     (warning,) = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
-    assert "lab-mgmt:sshPublicKeys" in warning
-    assert "become the adopted VM's: Proxmox writes" in warning
+    assert warning.startswith(f"{keys} changed: Proxmox holds the new size as a pending change in this run")
+    assert "never does by itself: reboot it (qm reboot 201)" in warning
+    assert changed(lab, run) == {("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")}
+    assert run.get("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm").plain["rebootAfterUpdate"] is False
+    assert run.outputs["vmSize"][0] == {"vmCores": 4, "vmMemoryMib": overrides.get("vmMemoryMib", 4096)}
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,122 @@
+"""The settings a running VM takes only at its next boot, between runs: its cloud-init data and
+its size. Proxmox writes a change to them at once (the cloud-init drive, the pending config), but
+the VM takes it only when it boots again, which the program never does by itself
+(rebootAfterUpdate is off): the cluster goes down only when its owner chooses. So a run says what
+such a change means, and refuses one that would make the host steps reach the VM at an address,
+or as a user, it does not have yet."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pulumi
+import pulumi_proxmoxve as proxmoxve
+
+from components.settings import PROJECT, VmSettings
+
+# The stack output that records the cloud-init settings as the VM holds them, for the next run.
+CLOUD_INIT_OUTPUT = "vmCloudInit"
+# The stack output that records the VM's size as Proxmox holds it, for the next run.
+SIZE_OUTPUT = "vmSize"
+# What CLOUD_INIT_OUTPUT and SIZE_OUTPUT hold after an adoption run.
+ADOPTED = "adopted: as the playbook left it"
+# The existing output with the address the last deployment's host steps dialed.
+ADDRESS_OUTPUT = "vmAddress"
+
+
+class ReachChangedError(pulumi.RunError):
+    """vmAddress or ciUser differs from the last deployment, outside a rebuild."""
+
+
+def cloud_init_settings(vm: VmSettings) -> dict[str, Any]:
+    """Every setting that Proxmox puts into the cloud-init user-data or network config, whose
+    digest is the instance-id (the VM's name is its host name there), by config key."""
+    return {
+        "vmName": vm.name,
+        "ciUser": vm.ci_user,
+        "sshPublicKeys": list(vm.ssh_public_keys),
+        "vmAddress": str(vm.address),
+        "vmGateway": str(vm.gateway),
+        "vmDnsServers": list(vm.dns_servers),
+    }
+
+
+def size_settings(vm: VmSettings) -> dict[str, Any]:
+    """The VM's size, by config key: Proxmox applies a change to either at the next boot."""
+    return {"vmCores": vm.cores, "vmMemoryMib": vm.memory_mib}
+
+
+def deployed(settings: Mapping[str, Any], resource: proxmoxve.VmLegacy, *, adopt: bool) -> pulumi.Output[Any]:
+    """What the VM holds of `settings` once the VM resource is done, for the next run to compare
+    with. The provider's own record cannot be read back here: the SDK fails to build an output
+    object with a property called `keys` (the cloud-init user account's). An adopted VM keeps the
+    playbook's settings, which the program never sees: ADOPTED stands for them."""
+    recorded: Any = ADOPTED if adopt else dict(settings)
+    return resource.id.apply(lambda _: recorded)
+
+
+def dialed_address(vm: VmSettings, deployment: pulumi.Output[Mapping[str, Any]], *, adopt: bool) -> pulumi.Output[str]:
+    """The address the host steps dial: the VM's, once the last deployment shows that they reach
+    it there and as the same user. Every other cloud-init change is announced with what it means."""
+    return pulumi.Output.unsecret(deployment.apply(lambda outputs: _checked(vm, outputs, adopt=adopt)))
+
+
+def _checked(vm: VmSettings, deployment: Mapping[str, Any], *, adopt: bool) -> str:
+    address = str(vm.address.ip)
+    recorded = deployment.get(CLOUD_INIT_OUTPUT)
+    deployed = recorded if isinstance(recorded, Mapping) else {}
+    reach = (("vmAddress", deployment.get(ADDRESS_OUTPUT), address), ("ciUser", deployed.get("ciUser"), vm.ci_user))
+    moved = [(key, before, now) for key, before, now in reach if before is not None and before != now]
+    # A rebuilt VM is a new instance: its first step meets it anew, wherever and as whoever.
+    if moved and not vm.rebuild_from_image:
+        raise ReachChangedError(
+            "\n".join(
+                f"{PROJECT}:{key}: the last deployment has {before!r}, and the VM takes {now!r} only at a "
+                "reboot, which the program never does: every host step would dial it before then, and the "
+                "first would trust whatever answers. Change it with a rebuild "
+                "(docs/operations.md, 'Changing the VM's address or user')"
+                for key, before, now in moved
+            )
+        )
+    # Adopting ignores the VM's inputs: nothing reaches Proxmox in that run.
+    if not adopt:
+        _announce_cloud_init(vm, recorded)
+        _announce_size(vm, deployment.get(SIZE_OUTPUT))
+    return address
+
+
+def _changed(wanted: Mapping[str, Any], recorded: Any) -> list[str]:
+    """The keys of `wanted` that differ from the last deployment's record of them; all of them
+    after an adoption; none for a stack that recorded nothing yet."""
+    if recorded == ADOPTED:
+        return list(wanted)
+    deployed_values = recorded if isinstance(recorded, Mapping) else {}
+    return [key for key in wanted if key in deployed_values and deployed_values[key] != wanted[key]]
+
+
+def _keys(changed: list[str], recorded: Any) -> str:
+    """What the warning says changed."""
+    what = "become the adopted VM's" if recorded == ADOPTED else "changed"
+    return f"{', '.join(f'{PROJECT}:{key}' for key in changed)} {what}"
+
+
+def _announce_cloud_init(vm: VmSettings, recorded: Any) -> None:
+    if changed := _changed(cloud_init_settings(vm), recorded):
+        pulumi.log.warn(
+            f"{_keys(changed, recorded)}: Proxmox writes the VM's "
+            "cloud-init drive in this run, and the running VM takes it only at its next reboot, which this "
+            f"program never does by itself: reboot it (qm reboot {vm.vm_id}) in a window of your choosing. "
+            "cloud-init then sees a new instance and keeps the SSH host key (mgmt-keep-host-keys), so the "
+            "host steps go on pinning it (docs/operations.md, 'Cloud-init changes')"
+        )
+
+
+def _announce_size(vm: VmSettings, recorded: Any) -> None:
+    if changed := _changed(size_settings(vm), recorded):
+        pulumi.log.warn(
+            f"{_keys(changed, recorded)}: Proxmox holds the new "
+            "size as a pending change in this run, and the VM takes it only at its next boot, which this "
+            f"program never does by itself: reboot it (qm reboot {vm.vm_id}) in a window when the cluster "
+            "may be down for a minute (docs/troubleshooting.md, 'A new vmCores or vmMemoryMib is applied')"
+        )
