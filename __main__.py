@@ -2,6 +2,12 @@
 
 import pulumi
 
+from components.cluster_api import last_deployment
+from components.credentials import verify_tokens
+from components.helm_repositories import verify_chart_repositories
+from components.k3s_node import KUBECONFIG_FILE_OUTPUT, K3sNode
+from components.management_cluster import manage_cluster
+from components.management_vm import PROTECTED_OUTPUT, ManagementVm
 from components.next_boot import (
     CLOUD_INIT_OUTPUT,
     SIZE_OUTPUT,
@@ -10,12 +16,6 @@ from components.next_boot import (
     dialed_address,
     size_settings,
 )
-from components.cluster_api import last_deployment
-from components.credentials import verify_tokens
-from components.helm_repositories import verify_chart_repositories
-from components.k3s_node import K3sNode
-from components.management_cluster import manage_cluster
-from components.management_vm import PROTECTED_OUTPUT, ManagementVm
 from components.settings import load_settings
 
 settings = load_settings()
@@ -33,6 +33,7 @@ k3s = K3sNode(
     settings.vm.ci_user,
     host=dialed_address(settings.vm, deployment, adopt=settings.adopt),
     adopt=settings.adopt,
+    deployment=deployment,
 )
 cluster = manage_cluster(settings, k3s, deployment)
 
@@ -44,3 +45,6 @@ pulumi.export("kubeconfig", k3s.kubeconfig)
 pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
 pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)
 pulumi.export("providerVersions", cluster.provider_versions)
+# Only with a file to keep: the next run reads it to notice the file deleted by hand.
+if k3s.kubeconfig_file is not None:
+    pulumi.export(KUBECONFIG_FILE_OUTPUT, k3s.kubeconfig_file)

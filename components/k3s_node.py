@@ -5,8 +5,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_command as command
@@ -14,6 +15,7 @@ import pulumi_kubernetes as kubernetes
 import yaml
 
 from components import adoption
+from components.cluster_api import deployed_output
 from components.host_script import host_command
 from components.kubeconfig import rename_k3s_kubeconfig
 from components.management_vm import ManagementVm
@@ -24,6 +26,9 @@ from components.settings import PROJECT, K3sSettings
 SSH_DIAL_ATTEMPTS = 60
 SSH_DIAL_TIMEOUT_SECONDS = 10
 NODE_READY_BOUND_SECONDS = 300
+# The stack output that records where the admin kubeconfig file is and its write generation, for
+# the next run.
+KUBECONFIG_FILE_OUTPUT = "kubeconfigFile"
 
 
 def render_k3s_config(address: str) -> str:
@@ -52,6 +57,9 @@ class K3sNode(pulumi.ComponentResource):
     """Admin kubeconfig (secret), server at the VM's address, names = the VM's name."""
     provider: kubernetes.Provider
     on_cluster: pulumi.ResourceOptions
+    kubeconfig_file: pulumi.Output[dict[str, Any]] | None
+    """The kubeconfig file's path and write generation once it is written (KUBECONFIG_FILE_OUTPUT);
+    None when kubeconfigPath is unset."""
 
     def __init__(
         self,
@@ -62,9 +70,10 @@ class K3sNode(pulumi.ComponentResource):
         *,
         host: pulumi.Input[str],
         adopt: bool,
+        deployment: pulumi.Output[Mapping[str, Any]],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        """`host`: where the host steps dial the VM (components.next_boot.dialed_address)."""
+        """`host`: where the host steps dial the VM (next_boot.dialed_address); `deployment`: last_deployment()."""
         super().__init__("homelab:index:K3sNode", name, None, opts)
         private_key = pulumi.Output.secret(k3s.ssh_private_key) if k3s.ssh_private_key else None
         host_ready = host_command(
@@ -97,8 +106,9 @@ class K3sNode(pulumi.ComponentResource):
         # through the provider that is being replaced, failed in the box ("grpc: the client
         # connection is closing") and left the old VM in place.
         self.on_cluster = pulumi.ResourceOptions(provider=self.provider, deleted_with=vm.vm)
-        if k3s.kubeconfig_path is not None:
-            _kubeconfig_file(f"{name}-kubeconfig-file", k3s.kubeconfig_path, self.kubeconfig, parent=self)
+        self.kubeconfig_file = _kept_kubeconfig_file(
+            f"{name}-kubeconfig-file", k3s.kubeconfig_path, self.kubeconfig, deployment, parent=self
+        )
         self.register_outputs({"kubeconfig": self.kubeconfig})
 
     def _k3s_steps(
@@ -182,18 +192,55 @@ def _connection(
     )
 
 
+def _kept_kubeconfig_file(
+    name: str,
+    path: Path | None,
+    kubeconfig: pulumi.Output[str],
+    deployment: pulumi.Output[Mapping[str, Any]],
+    *,
+    parent: pulumi.Resource,
+) -> pulumi.Output[dict[str, Any]] | None:
+    """The admin kubeconfig file at `path`, written again in a run that finds it gone; what
+    KUBECONFIG_FILE_OUTPUT records of it once it is written. Nothing without a path."""
+    if path is None:
+        return None
+    generation = deployed_output(deployment, KUBECONFIG_FILE_OUTPUT).apply(
+        lambda recorded: write_generation(path, recorded)
+    )
+    writer = _kubeconfig_file(name, path, kubeconfig, generation, parent=parent)
+    return pulumi.Output.all(writer.id, generation).apply(lambda written: {"path": str(path), "generation": written[1]})
+
+
+def write_generation(path: Path, recorded: Any) -> int:
+    """The kubeconfig file's write generation in this run: the last deployment's for the same
+    path (0 without one), one more when the file is not there. The program runs on the machine
+    that keeps the file, so it sees a file deleted by hand; nothing else would: the command
+    provider never reads the file back."""
+    last = recorded if isinstance(recorded, Mapping) and recorded.get("path") == str(path) else {}
+    generation = int(last.get("generation") or 0)
+    return generation if path.exists() else generation + 1
+
+
 def _kubeconfig_file(
-    name: str, path: Path, kubeconfig: pulumi.Output[str], *, parent: pulumi.Resource
+    name: str,
+    path: Path,
+    kubeconfig: pulumi.Output[str],
+    generation: pulumi.Output[int],
+    *,
+    parent: pulumi.Resource,
 ) -> command.local.Command:
-    """The admin kubeconfig at `path` on this machine, mode 0600."""
+    """The admin kubeconfig at `path` on this machine, mode 0600, written again at each new
+    `generation` (write_generation)."""
     quoted, directory = shlex.quote(str(path)), shlex.quote(str(path.parent))
     return command.local.Command(
         name,
         create=f"umask 077 && mkdir -p {directory} && cat > {quoted} && chmod 0600 {quoted}",
         delete=f"rm -f {quoted}",
         # A new path replaces the command, so the old one's delete removes the old file; an
-        # update would only write the new one.
-        triggers=[str(path)],
+        # update would only write the new one. A new generation (the file went missing) replaces
+        # it too, so it writes the file again. Generation 0 is left out: a stack deployed before
+        # generations were recorded has only the path there, and its next run changes nothing.
+        triggers=generation.apply(lambda number: [str(path), number] if number else [str(path)]),
         stdin=kubeconfig,
         add_previous_output_in_env=False,
         logging=command.local.Logging.STDERR,

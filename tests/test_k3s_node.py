@@ -23,8 +23,8 @@ from harness import (
 )
 
 import components.k3s_node
-from components.next_boot import ReachChangedError
 from components.host_script import SCRIPTS_DIR
+from components.next_boot import ReachChangedError
 
 COMMAND = "command:remote:Command"
 K8S_PROVIDER = ("pulumi:providers:kubernetes", "mgmt-kubernetes")
@@ -217,14 +217,83 @@ def test_kubeconfig_file_is_written_only_when_asked(lab: Run, tmp_path_factory: 
         f"umask 077 && mkdir -p {shlex.quote(str(path.parent))} && cat > {quoted} && chmod 0600 {quoted}"
     )
     assert writer.plain["delete"] == f"rm -f {quoted}"
-    # Another path replaces the writer: the old one's delete removes the old file, before the
-    # new one writes (on the same path, the other order would remove the file just written).
-    assert writer.plain["triggers"] == [str(path)]
+    # Another path or generation replaces the writer: the old one's delete removes the old file,
+    # before the new one writes (on the same path, the other order would remove the file just
+    # written). No file there yet: the first write is generation 1.
+    assert writer.plain["triggers"] == [str(path), 1]
     assert writer.delete_before_replace is True
     assert set(writer.inputs["stdin"]) == {SECRET}
     assert writer.plain["stdin"] == run.outputs["kubeconfig"][0]
     assert writer.plain["logging"] == "stderr"
     assert writer.plain["addPreviousOutputInEnv"] is False
+
+
+LOCAL = "command:local:Command"
+KUBECONFIG_FILE = (LOCAL, "mgmt-kubeconfig-file")
+
+
+def test_the_kubeconfig_file_output_records_path_and_generation(
+    lab: Run, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """docs/operations.md, Outputs: `kubeconfigFile`, not secret, only with kubeconfigPath set."""
+    assert "kubeconfigFile" not in lab.outputs
+    path = tmp_path_factory.mktemp("home") / "lab-mgmt.yaml"
+    run = run_program({"kubeconfigPath": str(path)})
+    assert run.outputs["kubeconfigFile"] == ({"path": str(path), "generation": 1}, False)
+
+
+def test_a_kubeconfig_file_that_is_there_is_left_alone(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The run after the one that wrote the file changes nothing, nor does its preview: what
+    `pulumi preview --expect-no-changes` checks."""
+    path = tmp_path_factory.mktemp("home") / "lab-mgmt.yaml"
+    first = run_program({"kubeconfigPath": str(path)})
+    path.write_text(K3S_KUBECONFIG)
+    second = run_program({"kubeconfigPath": str(path)}, previous_outputs=deployed(first))
+    assert changed(first, second) == set()
+    assert second.outputs["kubeconfigFile"] == first.outputs["kubeconfigFile"]
+    preview = run_program({"kubeconfigPath": str(path)}, previous_outputs=deployed(second), preview=True)
+    assert changed(second, preview) == set()
+
+
+def test_a_kubeconfig_file_deleted_by_hand_is_written_again(tmp_path_factory: pytest.TempPathFactory) -> None:
+    path = tmp_path_factory.mktemp("home") / "lab-mgmt.yaml"
+    first = run_program({"kubeconfigPath": str(path)})
+    path.write_text(K3S_KUBECONFIG)
+    second = run_program({"kubeconfigPath": str(path)}, previous_outputs=deployed(first))
+    path.unlink()
+    preview = run_program({"kubeconfigPath": str(path)}, previous_outputs=deployed(second), preview=True)
+    third = run_program({"kubeconfigPath": str(path)}, previous_outputs=deployed(second))
+    # New triggers replace the writer (its delete first, then its create writes the file).
+    assert changed(second, preview) == changed(second, third) == {KUBECONFIG_FILE}
+    assert third.get(*KUBECONFIG_FILE).plain["triggers"] == [str(path), 2]
+    assert third.outputs["kubeconfigFile"] == ({"path": str(path), "generation": 2}, False)
+    path.write_text(K3S_KUBECONFIG)
+    assert changed(third, run_program({"kubeconfigPath": str(path)}, previous_outputs=deployed(third))) == set()
+
+
+def test_a_stack_deployed_before_generations_keeps_its_kubeconfig_file(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A stack whose last deployment recorded no generation wrote the file with the path alone
+    as its trigger: with the file there, the trigger stays so (nothing to replace) and the run
+    records generation 0."""
+    path = tmp_path_factory.mktemp("home") / "lab-mgmt.yaml"
+    path.write_text(K3S_KUBECONFIG)
+    run = run_program({"kubeconfigPath": str(path)}, previous_outputs={"vmAddress": "192.168.4.21"})
+    assert run.get(*KUBECONFIG_FILE).plain["triggers"] == [str(path)]
+    assert run.outputs["kubeconfigFile"] == ({"path": str(path), "generation": 0}, False)
+
+
+@pytest.mark.parametrize(("there", "generation"), [(True, 0), (False, 1)], ids=["there", "missing"])
+def test_another_kubeconfig_path_counts_its_generations_anew(
+    tmp_path_factory: pytest.TempPathFactory, there: bool, generation: int
+) -> None:
+    home = tmp_path_factory.mktemp("home")
+    path = home / "new.yaml"
+    if there:
+        path.write_text(K3S_KUBECONFIG)
+    recorded = {"path": str(home / "old.yaml"), "generation": 3}
+    assert components.k3s_node.write_generation(path, recorded) == generation
 
 
 # --- cloud-init changes between runs -------------------------------------------------------------
