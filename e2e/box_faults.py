@@ -8,6 +8,7 @@ a network namespace of its own (tests/test_box_faults.py):
 - `ssh_faults`: sshd closing a session mid-script in the first up; then a host step run again
   (`--replace`, as docs/troubleshooting.md has a user do) against sshd refusing connections, and
   against another host key at the VM's address;
+- `api_server_down`: k3s's API server going down after the k3s steps, as the Helm releases begin;
 - `interrupted`: `pulumi up` interrupted with SIGINT mid-run, then the pending operation cleared as
   docs/troubleshooting.md says.
 """
@@ -176,9 +177,9 @@ def _kill_session(session: int) -> None:
 
 
 @contextmanager
-def _when_running(script: str, act: Callable[[int], None]) -> Iterator[list[int]]:
-    """For the block: `act` on the sshd session that first runs host script `script` (its pid);
-    yields the sessions acted on."""
+def _when_running(script: str, act: Callable[[int], None], *, once_done: bool = False) -> Iterator[list[int]]:
+    """For the block: `act` on the sshd session that first runs host script `script` (its pid),
+    while it runs, or `once_done`, as soon as it has ended; yields the sessions acted on."""
     acted: list[int] = []
     stop = threading.Event()
 
@@ -186,6 +187,8 @@ def _when_running(script: str, act: Callable[[int], None]) -> Iterator[list[int]
         while not stop.is_set():
             session = _session_running(script)
             if session is not None:
+                while once_done and not stop.is_set() and _session_running(script) == session:
+                    time.sleep(0.05)
                 act(session)
                 acted.append(session)
                 return
@@ -264,6 +267,36 @@ def ssh_faults(root: str) -> dict[str, Any]:
         result["host_key_recovered"] = _run(box, base, *replace)
         result["again"] = _run(box, base)
         return {**result, **_standins(box)}
+
+
+def _k3s(box: Box, verb: str) -> None:
+    """systemctl `verb` k3s in the guest, as its owner would type it there."""
+    _, init = _sshd()
+    with (box.guests.logs(VMID) / "owner-systemctl.log").open("ab") as log:
+        # The unit's server outlives this systemctl: it must not hold a pipe of ours open.
+        subprocess.run(
+            ["nsenter", f"--target={init}", "--mount", "--net", "--uts", "--pid", "--", "systemctl", verb, "k3s"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            check=True,
+            timeout=FAULT_BOUND_SECONDS,
+        )
+
+
+def api_server_down(root: str) -> dict[str, Any]:
+    """k3s stopped as soon as node_ready.sh has found the node Ready in the first up, so that its
+    API server is down from the last host step on (which only reads k3s's kubeconfig file), when
+    the Helm releases begin; then k3s started again and the run after it, and one more that must
+    do nothing."""
+    base = Path(root)
+    with running(base) as box:
+        with _when_running("node_ready.sh", lambda _session: _k3s(box, "stop"), once_done=True) as stopped:
+            down = _run(box, base)
+        _k3s(box, "start")
+        recovered = _run(box, base)
+        again = _run(box, base)
+        return {"down": down, "stopped": len(stopped), "recovered": recovered, "again": again, **_standins(box)}
 
 
 def _press_ctrl_c_twice(process: subprocess.Popen[str]) -> None:

@@ -1,8 +1,9 @@
 """Faults in the lab in a box (e2e/box_faults.py, issue 18): each fault injected during a real
 `pulumi up` of the whole program ends the run with an error naming what failed and where, with no
 secret in it, the state still readable, and the next run without the fault converges with one VM
-made by one create and k3s installed once. In network namespaces of the tests' own; selected with
-`pytest -m engine`.
+made by one create and k3s installed once. The faults: Proxmox VE's errors, sshd's, another host
+key, the API server going down after the k3s steps, and Ctrl-C. In network namespaces of the
+tests' own; selected with `pytest -m engine`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def pve(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture(scope="module")
 def ssh(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return _scenario(tmp_path_factory, "ssh_faults")
+
+
+@pytest.fixture(scope="module")
+def api_down(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _scenario(tmp_path_factory, "api_server_down")
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +124,34 @@ def test_with_sshd_and_its_key_back_the_host_step_runs_and_installs_nothing(ssh:
         _converged(ssh[run])
         assert ssh[run]["ssh_sessions"], run
     assert set(ssh["again"]["summary"]) <= {"same", "read"}, ssh["again"]["summary"]
+
+
+def test_the_api_server_down_after_the_k3s_steps_fails_the_first_release_naming_the_address(api_down: Any) -> None:
+    assert api_down["stopped"] == 1
+    run = api_down["down"]
+    _failed(run, "mgmt-cert-manager", f"{scenarios.VM_ADDRESS}:6443", "connection refused")
+    # Every host step had run: what they made is in the state, and k3s was installed once.
+    assert "mgmt-read-kubeconfig" in run["state"]["resources"]
+    assert "mgmt-cert-manager" not in run["state"]["resources"]
+    assert run["pve"] == ONE_VM
+    assert len(run["installs"]) == 1
+
+
+def test_with_the_api_server_back_the_next_up_installs_the_releases_and_no_k3s(api_down: Any) -> None:
+    run = api_down["recovered"]
+    _converged(run)
+    created = {step["urn"].rsplit("::", 1)[1] for step in run["steps"] if step["op"] == "create"}
+    assert {"mgmt-cert-manager", "mgmt-cluster-api-operator"} <= created
+    assert not created & {"mgmt-vm", "mgmt-k3s-install", "mgmt-read-kubeconfig"}
+    # The one host step after the releases: mgmt-operator-ready.
+    assert len(run["ssh_sessions"]) == 1, run["ssh_sessions"]
+    assert set(api_down["again"]["summary"]) <= {"same", "read"}, api_down["again"]["summary"]
+    for key in ("pve_unknown", "chart_unknown", "release_unknown"):
+        assert api_down[key] == [], key
+    # The operator's stand-in polled the API server while it was down, and said so; nothing else.
+    assert api_down["operator_errors"]
+    for error in api_down["operator_errors"]:
+        assert f"{scenarios.VM_ADDRESS}:6443" in error and "refused" in error, error
 
 
 def test_ctrl_c_twice_stops_the_up_and_leaves_the_step_pending(interrupted: Any) -> None:

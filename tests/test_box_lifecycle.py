@@ -1,9 +1,9 @@
 """The lab in a box through a lab's life (e2e/box.py, `box.whole_box_lifecycle`): after the first
 run and the no-op second one, each bump of docs/graph.md's table previewed and applied alone,
 touching only what the table lists; the CAPMOX token rotated as docs/operations.md says; a new
-vmCores, written and announced but never rebooted into; a deliberate rebuild from a new image (a new VM with a new host key, pinned anew, and k3s back);
-and a `pulumi destroy` the locks refuse. In a network namespace of the test's own; selected with
-`pytest -m engine`.
+vmCores, written and announced but never rebooted into; a deliberate rebuild from a new image (a
+new VM with a new host key, pinned anew, and k3s back); and a `pulumi destroy` the locks refuse.
+In a network namespace of the test's own; selected with `pytest -m engine`.
 """
 
 from __future__ import annotations
