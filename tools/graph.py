@@ -217,9 +217,17 @@ def render() -> str:
             "| --- | --- | --- |",
             *(change_row(change, installed) for change in change_sets(deployed)),
             "",
+            "A k3s bump restarts k3s, which writes its admin kubeconfig anew with a new client",
+            "certificate: the run reads it again and updates `mgmt-kubernetes` in place with it (the",
+            "mocks above read the same kubeconfig again, so the table cannot show it). The new",
+            "kubeconfig is unknown until `mgmt-read-kubeconfig` has run, so the preview also lists every",
+            "object created through `mgmt-kubernetes` as a possible update (the box shows 17); `pulumi up`",
+            "leaves them as they are.",
+            "",
             "A rebuild replaces the VM, which has a new identity, so `mgmt-kubernetes` is replaced too,",
             "and with it every object created through it (cert-manager, the operator, namespaces,",
-            "Secrets, provider CRs, read-only access): they are created again on the new cluster.",
+            "Secrets, provider CRs, read-only access). They live on the old VM's disk and go with it",
+            "(`deleted_with`: no call to the old API server); they are created again on the new cluster.",
             "",
         ]
     )
