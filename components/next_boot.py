@@ -13,14 +13,13 @@ from typing import Any
 import pulumi
 import pulumi_proxmoxve as proxmoxve
 
+from components import adoption
 from components.settings import PROJECT, VmSettings
 
 # The stack output that records the cloud-init settings as the VM holds them, for the next run.
 CLOUD_INIT_OUTPUT = "vmCloudInit"
 # The stack output that records the VM's size as Proxmox holds it, for the next run.
 SIZE_OUTPUT = "vmSize"
-# What CLOUD_INIT_OUTPUT and SIZE_OUTPUT hold after an adoption run.
-ADOPTED = "adopted: as the playbook left it"
 # The existing output with the address the last deployment's host steps dialed.
 ADDRESS_OUTPUT = "vmAddress"
 
@@ -50,10 +49,9 @@ def size_settings(vm: VmSettings) -> dict[str, Any]:
 def deployed(settings: Mapping[str, Any], resource: proxmoxve.VmLegacy, *, adopt: bool) -> pulumi.Output[Any]:
     """What the VM holds of `settings` once the VM resource is done, for the next run to compare
     with. The provider's own record cannot be read back here: the SDK fails to build an output
-    object with a property called `keys` (the cloud-init user account's). An adopted VM keeps the
-    playbook's settings, which the program never sees: ADOPTED stands for them."""
-    recorded: Any = ADOPTED if adopt else dict(settings)
-    return resource.id.apply(lambda _: recorded)
+    object with a property called `keys` (the cloud-init user account's)."""
+    record = adoption.recorded(settings, adopt=adopt)
+    return resource.id.apply(lambda _: record)
 
 
 def dialed_address(vm: VmSettings, deployment: pulumi.Output[Mapping[str, Any]], *, adopt: bool) -> pulumi.Output[str]:
@@ -89,7 +87,7 @@ def _checked(vm: VmSettings, deployment: Mapping[str, Any], *, adopt: bool) -> s
 def _changed(wanted: Mapping[str, Any], recorded: Any) -> list[str]:
     """The keys of `wanted` that differ from the last deployment's record of them; all of them
     after an adoption; none for a stack that recorded nothing yet."""
-    if recorded == ADOPTED:
+    if recorded == adoption.ADOPTED_RECORD:
         return list(wanted)
     deployed_values = recorded if isinstance(recorded, Mapping) else {}
     return [key for key in wanted if key in deployed_values and deployed_values[key] != wanted[key]]
@@ -97,7 +95,7 @@ def _changed(wanted: Mapping[str, Any], recorded: Any) -> list[str]:
 
 def _keys(changed: list[str], recorded: Any) -> str:
     """What the warning says changed."""
-    what = "become the adopted VM's" if recorded == ADOPTED else "changed"
+    what = "become the adopted VM's" if recorded == adoption.ADOPTED_RECORD else "changed"
     return f"{', '.join(f'{PROJECT}:{key}' for key in changed)} {what}"
 
 
