@@ -5,7 +5,7 @@ import pulumi
 from components.cluster_api import last_deployment
 from components.credentials import verify_tokens
 from components.helm_repositories import verify_chart_repositories
-from components.k3s_node import KUBECONFIG_FILE_OUTPUT, K3sNode
+from components.k3s_node import CERTIFICATE_RENEWAL_OUTPUT, KUBECONFIG_FILE_OUTPUT, K3sNode
 from components.management_cluster import manage_cluster
 from components.management_vm import PROTECTED_OUTPUT, ManagementVm
 from components.next_boot import (
@@ -42,6 +42,8 @@ pulumi.export(PROTECTED_OUTPUT, vm.protection)
 pulumi.export(CLOUD_INIT_OUTPUT, deployed(cloud_init_settings(settings.vm), vm.vm, adopt=settings.adopt))
 pulumi.export(SIZE_OUTPUT, deployed(size_settings(settings.vm), vm.vm, adopt=settings.adopt))
 pulumi.export("kubeconfig", k3s.kubeconfig)
+# None (no output) until the held admin certificate first nears expiry; the next run reads it.
+pulumi.export(CERTIFICATE_RENEWAL_OUTPUT, k3s.certificate_renewal)
 pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
 pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)
 pulumi.export("providerVersions", cluster.provider_versions)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_command as command
@@ -17,7 +20,7 @@ import yaml
 from components import adoption
 from components.cluster_api import deployed_output
 from components.host_script import host_command
-from components.kubeconfig import rename_k3s_kubeconfig
+from components.kubeconfig import KubeconfigError, client_certificate_expiry, rename_k3s_kubeconfig
 from components.management_vm import ManagementVm
 from components.settings import PROJECT, K3sSettings
 
@@ -29,6 +32,13 @@ NODE_READY_BOUND_SECONDS = 300
 # The stack output that records where the admin kubeconfig file is and its write generation, for
 # the next run.
 KUBECONFIG_FILE_OUTPUT = "kubeconfigFile"
+# k3s renews a client certificate (a year long) that is within 90 days of expiry, and only when it
+# starts: inside this window a restart of k3s gives the admin kubeconfig a new certificate, and
+# the one the stack holds is due to stop working.
+RENEWAL_WINDOW = timedelta(days=90)
+# The stack output that records the notAfter of the held admin certificate last seen entering
+# RENEWAL_WINDOW (not secret: a date), which mgmt-read-kubeconfig's triggers carry.
+CERTIFICATE_RENEWAL_OUTPUT = "adminCertificateRenewal"
 
 
 def render_k3s_config(address: str) -> str:
@@ -38,6 +48,104 @@ def render_k3s_config(address: str) -> str:
         {"disable": ["traefik"], "tls-san": [address], "write-kubeconfig-mode": "0600"},
         sort_keys=True,
     )
+
+
+@dataclass(frozen=True)
+class HeldCertificate:
+    """The admin client certificate in the kubeconfig that the last deployment holds (the
+    `kubeconfig` output, which the Kubernetes provider uses), as of `now`. Read from the stack
+    itself, so a run with nothing to do opens no SSH session."""
+
+    now: datetime
+    expiry: datetime | None
+    """Its notAfter; None with no kubeconfig held, a user with a token, or `unreadable`."""
+    unreadable: str | None
+    """Why its certificate could not be read."""
+    recorded: str | None
+    """CERTIFICATE_RENEWAL_OUTPUT of the last deployment."""
+
+    @classmethod
+    def of(cls, deployment: Mapping[str, Any], now: datetime) -> HeldCertificate:
+        text, recorded = deployment.get("kubeconfig"), deployment.get(CERTIFICATE_RENEWAL_OUTPUT)
+        expiry, unreadable = None, None
+        if isinstance(text, str):
+            try:
+                expiry = client_certificate_expiry(text)
+            except KubeconfigError as error:
+                unreadable = str(error)
+        return cls(now, expiry, unreadable, recorded if isinstance(recorded, str) else None)
+
+    @property
+    def in_window(self) -> bool:
+        return self.expiry is not None and self.expiry - self.now <= RENEWAL_WINDOW
+
+    @property
+    def marker(self) -> str | None:
+        """CERTIFICATE_RENEWAL_OUTPUT of this run, in mgmt-read-kubeconfig's triggers: the held
+        certificate's notAfter once it is in the window, else the recorded marker. So the
+        kubeconfig is read once when a certificate enters the window; a renewed one (out of the
+        window) keeps the marker, and nothing is read again until it nears its own expiry."""
+        return _stamp(self.expiry) if self.expiry is not None and self.in_window else self.recorded
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def renewal_warning(held: HeldCertificate, *, urn: str, ssh: str) -> str | None:
+    """What the owner is told while the held certificate is in the renewal window (or cannot be
+    read); None otherwise. The program never restarts k3s: the owner picks the moment."""
+    replace = f"pulumi up --replace '{urn}'"
+    if held.unreadable is not None:
+        return (
+            "The admin kubeconfig the last deployment holds (output kubeconfig) does not show when its "
+            f"client certificate expires ({held.unreadable}), so this program cannot warn before it does: "
+            f"read the kubeconfig again with {replace}"
+        )
+    if held.expiry is None or not held.in_window:
+        return None
+    date = held.expiry.strftime("%Y-%m-%d %H:%M UTC")
+    days = math.ceil((held.expiry - held.now) / timedelta(days=1))
+    when = (
+        f"expired on {date}: every call to the cluster fails with Unauthorized"
+        if held.expiry <= held.now
+        else f"expires on {date}, in {days} days"
+    )
+    reread = (
+        "Entering that window, pulumi up reads it once again (mgmt-read-kubeconfig), which picks up a "
+        "certificate that a restart since the last read renewed. "
+        if held.marker != held.recorded
+        else ""
+    )
+    return (
+        f"The admin kubeconfig's client certificate (output kubeconfig, the Kubernetes provider's) {when}. "
+        f"k3s renews it only when it starts, within {RENEWAL_WINDOW.days} days of expiry, and this program "
+        "never restarts k3s by itself: restart it in a window of your choosing "
+        f"({ssh} sudo systemctl restart k3s; the API server is away for seconds), then read the renewed "
+        f"kubeconfig with {replace}. {reread}(docs/troubleshooting.md, "
+        "'The admin kubeconfig's client certificate expires')"
+    )
+
+
+def _held_certificate(deployment: pulumi.Output[Mapping[str, Any]]) -> pulumi.Output[HeldCertificate]:
+    # One "now" per run, so that the marker and the warning agree.
+    now = datetime.now(UTC)
+    return pulumi.Output.unsecret(deployment.apply(lambda outputs: HeldCertificate.of(outputs, now)))
+
+
+def _announced(
+    held: pulumi.Output[HeldCertificate], read: command.remote.Command, *, ssh: str
+) -> pulumi.Output[str | None]:
+    """Warns (in every preview and update) as renewal_warning says, naming `read` for the
+    --replace; this run's marker."""
+
+    def announce(values: list[Any]) -> str | None:
+        certificate: HeldCertificate = values[0]
+        if message := renewal_warning(certificate, urn=values[1], ssh=ssh):
+            pulumi.log.warn(message)
+        return certificate.marker
+
+    return pulumi.Output.all(held, read.urn).apply(announce)
 
 
 class K3sNode(pulumi.ComponentResource):
@@ -57,6 +165,8 @@ class K3sNode(pulumi.ComponentResource):
     """Admin kubeconfig (secret), server at the VM's address, names = the VM's name."""
     provider: kubernetes.Provider
     on_cluster: pulumi.ResourceOptions
+    certificate_renewal: pulumi.Output[str | None]
+    """CERTIFICATE_RENEWAL_OUTPUT: the renewal marker of this run (HeldCertificate.marker)."""
     kubeconfig_file: pulumi.Output[dict[str, Any]] | None
     """The kubeconfig file's path and write generation once it is written (KUBECONFIG_FILE_OUTPUT);
     None when kubeconfigPath is unset."""
@@ -86,7 +196,11 @@ class K3sNode(pulumi.ComponentResource):
         )
         self.connection = _connection(host, ci_user, private_key, host_key=host_ready.stdout.apply(str.strip))
         self._instance_key = vm.instance_key
-        read_kubeconfig = self._k3s_steps(name, vm.address, k3s.version, after=host_ready, adopt=adopt)
+        held = _held_certificate(deployment)
+        read_kubeconfig = self._k3s_steps(
+            name, vm.address, k3s.version, after=host_ready, adopt=adopt, renewal=held.apply(lambda h: h.marker)
+        )
+        self.certificate_renewal = _announced(held, read_kubeconfig, ssh=f"ssh {ci_user}@{vm.address}")
 
         self.kubeconfig = pulumi.Output.secret(
             read_kubeconfig.stdout.apply(lambda text: rename_k3s_kubeconfig(text, vm.address, vm.name))
@@ -109,12 +223,20 @@ class K3sNode(pulumi.ComponentResource):
         self.kubeconfig_file = _kept_kubeconfig_file(
             f"{name}-kubeconfig-file", k3s.kubeconfig_path, self.kubeconfig, deployment, parent=self
         )
-        self.register_outputs({"kubeconfig": self.kubeconfig})
+        self.register_outputs({"kubeconfig": self.kubeconfig, CERTIFICATE_RENEWAL_OUTPUT: self.certificate_renewal})
 
     def _k3s_steps(
-        self, name: str, address: str, version: str, *, after: pulumi.Resource, adopt: bool
+        self,
+        name: str,
+        address: str,
+        version: str,
+        *,
+        after: pulumi.Resource,
+        adopt: bool,
+        renewal: pulumi.Output[str | None],
     ) -> command.remote.Command:
-        """From the pinned host key to k3s's admin kubeconfig: the step that reads it."""
+        """From the pinned host key to k3s's admin kubeconfig: the step that reads it, again at a
+        new `renewal` marker (HeldCertificate.marker)."""
         config_text = render_k3s_config(address)
         config_digest = hashlib.sha256(config_text.encode()).hexdigest()
         # First after the key is pinned: a cloud-init change (user, keys, name, network) is a new
@@ -140,7 +262,8 @@ class K3sNode(pulumi.ComponentResource):
         )
         # k3s writes its admin kubeconfig anew whenever it starts, with a client certificate it
         # renews at start when it is near expiry: read it again after every restart the program
-        # causes (a new version or config), as the node wait does.
+        # causes (a new version or config), as the node wait does, and once when the held
+        # certificate enters the renewal window (a restart outside the program may have renewed it).
         return self.host_step(
             f"{name}-read-kubeconfig",
             "read_kubeconfig.sh",
@@ -148,6 +271,7 @@ class K3sNode(pulumi.ComponentResource):
             after=node_ready,
             triggers=[version, config_digest],
             parent=self,
+            optional_trigger=renewal,
             secret_stdout=True,
         )
 
@@ -160,10 +284,12 @@ class K3sNode(pulumi.ComponentResource):
         after: pulumi.Resource,
         parent: pulumi.Resource,
         triggers: Sequence[pulumi.Input[object]] = (),
+        optional_trigger: pulumi.Output[Any] | None = None,
         secret_stdout: bool = False,
     ) -> command.remote.Command:
         """A script run on this node over the pinned connection, after `after`; it runs again
-        on a new VM and when `triggers` change."""
+        on a new VM and when `triggers` change, or `optional_trigger`, which joins the triggers
+        only once it resolves to a value (so a step deployed before it existed keeps its list)."""
         return host_command(
             name,
             script,
@@ -171,8 +297,26 @@ class K3sNode(pulumi.ComponentResource):
             connection=self.connection,
             triggers=[self._instance_key, *triggers],
             secret_stdout=secret_stdout,
-            opts=pulumi.ResourceOptions(parent=parent, depends_on=[after]),
+            opts=pulumi.ResourceOptions(
+                parent=parent,
+                depends_on=[after],
+                transformations=None if optional_trigger is None else [_appending_trigger(optional_trigger)],
+            ),
         )
+
+
+def _appending_trigger(value: pulumi.Output[Any]) -> pulumi.ResourceTransformation:
+    """Appends `value` to a command's triggers when it is not None. A transformation, because
+    host_command takes the triggers as a list of inputs, whose length an output cannot change."""
+
+    def append(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult:
+        triggers = cast("Sequence[pulumi.Input[object]]", args.props["triggers"])  # host_command's list
+        listed = pulumi.Output.all(*triggers, value).apply(
+            lambda values: values if values[-1] is not None else values[:-1]
+        )
+        return pulumi.ResourceTransformationResult({**args.props, "triggers": listed}, args.opts)
+
+    return append
 
 
 def _connection(

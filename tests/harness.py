@@ -17,9 +17,11 @@ import json
 import os
 import re
 import runpy
+import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,39 @@ DUMMY_SECRETS = {
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE8sY2Fr3y0Q0pq6o2m9r9hX9sJ1Wl0a3b4c5d6e7f8g"
 SA_TOKEN = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJyZWFkb25seSJ9.c2lnbmF0dXJl"
 CA_DATA = "TFMwdExTMUNSVWRKVGlCRFJWSlVTVVpKUTBGVVJTMHRMUzB0Q2c9PQ=="
-K3S_KUBECONFIG = f"""apiVersion: v1
+
+
+def client_certificate(days: int) -> str:
+    """A real client certificate (PEM) as k3s issues the admin's, valid for `days` from now."""
+    with tempfile.TemporaryDirectory() as directory:
+        subprocess.run(
+            [
+                *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"),
+                *("-keyout", f"{directory}/key.pem", "-out", f"{directory}/cert.pem", "-days", str(days)),
+                *("-subj", "/O=system:masters/CN=system:admin"),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        return Path(directory, "cert.pem").read_text()
+
+
+def not_after(certificate: str) -> datetime:
+    """The certificate's notAfter as openssl reads it."""
+    printed = subprocess.run(
+        ["openssl", "x509", "-noout", "-enddate"], input=certificate, check=True, capture_output=True, text=True
+    ).stdout
+    return datetime.strptime(printed.strip(), "notAfter=%b %d %H:%M:%S %Y GMT").replace(tzinfo=UTC)
+
+
+# k3s puts its client CA after the admin's certificate in client-certificate-data.
+CLIENT_CA = client_certificate(3650)
+
+
+def k3s_kubeconfig(certificate: str) -> str:
+    """k3s's admin kubeconfig with `certificate` as the admin's client certificate."""
+    certificate_data = base64.b64encode((certificate + CLIENT_CA).encode()).decode()
+    return f"""apiVersion: v1
 clusters:
 - cluster:
     certificate-authority-data: {CA_DATA}
@@ -63,9 +97,13 @@ preferences: {{}}
 users:
 - name: default
   user:
-    client-certificate-data: Y2xpZW50LWNlcnQ=
+    client-certificate-data: {certificate_data}
     client-key-data: Y2xpZW50LWtleQ==
 """
+
+
+# A year, as k3s issues it: far from its renewal window.
+K3S_KUBECONFIG = k3s_kubeconfig(client_certificate(365))
 WORKLOAD_KUBECONFIG = K3S_KUBECONFIG.replace("https://127.0.0.1:6443", "https://192.168.4.40:6443")
 
 VM_MAC = "BC:24:11:4A:00:01"

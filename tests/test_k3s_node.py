@@ -7,6 +7,7 @@ import base64
 import hashlib
 import itertools
 import shlex
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,12 +19,17 @@ from harness import (
     SECRET,
     Run,
     changed,
+    client_certificate,
     contains_plain,
+    k3s_kubeconfig,
+    not_after,
     run_program,
 )
 
 import components.k3s_node
 from components.host_script import SCRIPTS_DIR
+from components.k3s_node import HeldCertificate, renewal_warning
+from components.kubeconfig import rename_k3s_kubeconfig
 from components.next_boot import ReachChangedError
 
 COMMAND = "command:remote:Command"
@@ -301,8 +307,9 @@ NEW_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE8sY2Fr3y0Q0pq6o2m9r9hX9sJ1Wl0a3
 
 
 def deployed(run: Run) -> dict[str, Any]:
-    """The stack outputs of `run` as the next run's StackReference reads them."""
-    return {key: value for key, (value, _) in run.outputs.items()}
+    """The stack outputs of `run` as the next run's StackReference reads them: one exported as
+    None is not recorded."""
+    return {key: value for key, (value, _) in run.outputs.items() if value is not None}
 
 
 @pytest.mark.parametrize(
@@ -386,3 +393,128 @@ def test_a_rebuild_may_move_the_vm() -> None:
         vm_mac="BC:24:11:4A:00:02",
     )
     assert step(rebuilt, "host-ready")["connection"]["host"] == "192.168.4.30"
+
+
+# --- the admin client certificate nearing expiry -------------------------------------------------
+READ_KUBECONFIG = (COMMAND, "mgmt-read-kubeconfig")
+DIGEST = hashlib.sha256(yaml.safe_dump(K3S_CONFIG, sort_keys=True).encode()).hexdigest()
+TODAYS_TRIGGERS = [INSTANCE, "v1.35.8+k3s1", DIGEST]
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+
+
+def reading(kubeconfig: str) -> dict[str, dict[str, str]]:
+    """What mgmt-read-kubeconfig reads on the VM in a run: k3s's admin kubeconfig as it is."""
+    return {"mgmt-read-kubeconfig": {"stdout": kubeconfig}}
+
+
+def test_a_certificate_far_from_expiry_changes_nothing(lab: Run, caplog: pytest.LogCaptureFixture) -> None:
+    """The lab's is a year long, as k3s issues it; the last deployment, as any deployed before
+    the renewal marker, recorded none: upgrading the program replaces nothing."""
+    assert "adminCertificateRenewal" not in deployed(lab)
+    run = run_program(previous_outputs=deployed(lab), preview=True)
+    assert warnings(caplog) == []
+    assert step(run, "read-kubeconfig")["triggers"] == TODAYS_TRIGGERS
+    assert changed(lab, run) == set()
+    assert run.outputs["adminCertificateRenewal"] == (None, False)
+
+
+def test_a_certificate_entering_the_renewal_window_is_announced_and_read_once_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    near = client_certificate(30)
+    # The deployment that read it, when it was a year from expiry.
+    before = run_program(live_outputs=reading(k3s_kubeconfig(near)))
+    assert warnings(caplog) == []
+    entering = run_program(previous_outputs=deployed(before), live_outputs=reading(k3s_kubeconfig(near)), preview=True)
+    marker = not_after(near).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert changed(before, entering) == {READ_KUBECONFIG}
+    assert step(entering, "read-kubeconfig")["triggers"] == [*TODAYS_TRIGGERS, marker]
+    assert entering.outputs["adminCertificateRenewal"] == (marker, False)
+    (warning,) = warnings(caplog)
+    assert f"expires on {not_after(near):%Y-%m-%d %H:%M} UTC, in 30 days." in warning
+    assert "k3s renews it only when it starts" in warning
+    assert "ssh ubuntu@192.168.4.21 sudo systemctl restart k3s" in warning
+    assert "pulumi up --replace 'urn:pulumi:lab::lab-mgmt::homelab:index:K3sNode$command:remote:Command::" in warning
+    assert "pulumi up reads it once again (mgmt-read-kubeconfig)" in warning
+    assert warning.endswith("(docs/troubleshooting.md, 'The admin kubeconfig's client certificate expires')")
+
+
+def test_a_certificate_in_the_window_is_read_once_and_announced_in_every_run(caplog: pytest.LogCaptureFixture) -> None:
+    """k3s was not restarted: the re-read finds the same certificate, and the next run changes
+    nothing, nor does its preview (`--expect-no-changes`), but still says what to do."""
+    near = k3s_kubeconfig(client_certificate(30))
+    before = run_program(live_outputs=reading(near))
+    entered = run_program(previous_outputs=deployed(before), live_outputs=reading(near))
+    caplog.clear()
+    preview = run_program(previous_outputs=deployed(entered), live_outputs=reading(near), preview=True)
+    assert changed(entered, preview) == set()
+    assert preview.outputs["adminCertificateRenewal"] == entered.outputs["adminCertificateRenewal"]
+    (warning,) = warnings(caplog)
+    assert "sudo systemctl restart k3s" in warning
+    assert "reads it once again" not in warning
+
+
+@pytest.mark.parametrize("renewed_by", ["a reboot before the window", "the owner's restart and --replace"])
+def test_a_renewed_certificate_keeps_the_marker_and_reads_nothing_again(
+    renewed_by: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The renewed certificate is out of the window: the marker stays, so the kubeconfig is not
+    read again (no flip-flop), and the warning stops."""
+    near, renewed = k3s_kubeconfig(client_certificate(30)), k3s_kubeconfig(client_certificate(365))
+    before = run_program(live_outputs=reading(near))
+    if renewed_by == "a reboot before the window":
+        last = run_program(previous_outputs=deployed(before), live_outputs=reading(renewed))
+    else:
+        entered = run_program(previous_outputs=deployed(before), live_outputs=reading(near))
+        # `pulumi up --replace` runs mgmt-read-kubeconfig again with the triggers it has.
+        last = run_program(previous_outputs=deployed(entered), live_outputs=reading(renewed))
+    assert last.outputs["kubeconfig"][0] == rename_k3s_kubeconfig(renewed, "192.168.4.21", "lab-mgmt")
+    caplog.clear()
+    preview = run_program(previous_outputs=deployed(last), live_outputs=reading(renewed), preview=True)
+    assert changed(last, preview) == set()
+    assert preview.outputs["adminCertificateRenewal"] == last.outputs["adminCertificateRenewal"]
+    assert preview.outputs["adminCertificateRenewal"][0] is not None
+    assert warnings(caplog) == []
+
+
+def test_an_unreadable_held_certificate_is_announced_and_changes_nothing(
+    lab: Run, caplog: pytest.LogCaptureFixture
+) -> None:
+    held = deployed(lab)
+    data = yaml.safe_load(held["kubeconfig"])["users"][0]["user"]["client-certificate-data"]
+    held["kubeconfig"] = held["kubeconfig"].replace(data, base64.b64encode(b"client-cert").decode())
+    run = run_program(previous_outputs=held, preview=True)
+    assert changed(lab, run) == set()
+    (warning,) = warnings(caplog)
+    assert "does not show when its client certificate expires (client-certificate-data holds no PEM" in warning
+    assert "pulumi up --replace 'urn:pulumi:lab::lab-mgmt::" in warning
+
+
+def test_an_expired_certificate_is_announced_as_what_fails() -> None:
+    expiry = datetime(2026, 12, 1, 4, 0, tzinfo=UTC)
+    held = HeldCertificate(expiry + timedelta(days=1), expiry, None, "2026-12-01T04:00:00Z")
+    message = renewal_warning(held, urn="urn", ssh="ssh ubuntu@192.168.4.21")
+    assert message is not None
+    assert message.startswith(
+        "The admin kubeconfig's client certificate (output kubeconfig, the Kubernetes provider's) expired on "
+        "2026-12-01 04:00 UTC: every call to the cluster fails with Unauthorized. k3s renews it only when it starts"
+    )
+    assert held.marker == "2026-12-01T04:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("days_left", "recorded", "marker"),
+    [
+        (91, None, None),
+        (91, "2025-01-01T00:00:00Z", "2025-01-01T00:00:00Z"),
+        (90, None, "2027-03-01T00:00:00Z"),
+        (10, "2025-01-01T00:00:00Z", "2027-03-01T00:00:00Z"),
+        (-5, None, "2027-03-01T00:00:00Z"),
+    ],
+)
+def test_the_renewal_marker(days_left: int, recorded: str | None, marker: str | None) -> None:
+    expiry = datetime(2027, 3, 1, tzinfo=UTC)
+    assert HeldCertificate(expiry - timedelta(days=days_left), expiry, None, recorded).marker == marker

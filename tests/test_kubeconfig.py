@@ -1,15 +1,26 @@
-"""The kubeconfig documents: k3s's admin file renamed for the lab, and token kubeconfigs."""
+"""The kubeconfig documents: k3s's admin file renamed for the lab, its client certificate's expiry,
+and token kubeconfigs."""
 
 from __future__ import annotations
 
+import base64
 import copy
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import yaml
-from harness import K3S_KUBECONFIG
+from harness import CA_DATA, CLIENT_CA, K3S_KUBECONFIG, client_certificate, k3s_kubeconfig, not_after
 
-from components.kubeconfig import KubeconfigError, cluster_endpoint, rename_k3s_kubeconfig, token_kubeconfig
+from components.kubeconfig import (
+    CertificateError,
+    KubeconfigError,
+    certificate_not_after,
+    client_certificate_expiry,
+    cluster_endpoint,
+    rename_k3s_kubeconfig,
+    token_kubeconfig,
+)
 
 
 def test_rename_changes_the_server_and_the_names_and_nothing_else() -> None:
@@ -72,3 +83,90 @@ def test_token_kubeconfig() -> None:
         "users": [{"name": "lab-mgmt-ro", "user": {"token": "tok.en"}}],
         "preferences": {},
     }
+
+
+# --- the admin client certificate's expiry ------------------------------------------------------
+
+
+def _client_data(text: str) -> str:
+    return str(yaml.safe_load(text)["users"][0]["user"]["client-certificate-data"])
+
+
+@pytest.mark.parametrize("days", [30, 365, 10000], ids=["UTCTime, near", "UTCTime, a year", "GeneralizedTime, 2050+"])
+def test_the_client_certificates_expiry_is_its_notafter(days: int) -> None:
+    """A notAfter after 2049 is a GeneralizedTime (RFC 5280); the first certificate is the
+    admin's, not the CA that k3s puts after it."""
+    certificate = client_certificate(days)
+    expiry = client_certificate_expiry(k3s_kubeconfig(certificate))
+    assert expiry == not_after(certificate)
+    assert expiry is not None
+    assert (expiry.year >= 2050) is (days == 10000)
+    assert not_after(CLIENT_CA) != expiry
+
+
+def test_the_renamed_kubeconfig_keeps_its_expiry() -> None:
+    certificate = client_certificate(30)
+    renamed = rename_k3s_kubeconfig(k3s_kubeconfig(certificate), "192.168.4.21", "lab-mgmt")
+    assert client_certificate_expiry(renamed) == not_after(certificate)
+
+
+def test_a_token_kubeconfig_has_no_certificate_expiry() -> None:
+    assert client_certificate_expiry(token_kubeconfig("https://192.168.4.21:6443", CA_DATA, "tok.en", "ro")) is None
+
+
+def _der(tag: int, *contents: bytes) -> bytes:
+    body = b"".join(contents)
+    length = bytes([len(body)]) if len(body) < 0x80 else bytes([0x82]) + len(body).to_bytes(2, "big")
+    return bytes([tag]) + length + body
+
+
+def _v1_certificate(not_after_time: bytes, tag: int = 0x17) -> bytes:
+    """A version 1 certificate (no [0] version field) cut down to what the reader walks."""
+    validity = _der(0x30, _der(0x17, b"990101000000Z"), _der(tag, not_after_time))
+    tbs = _der(0x30, _der(0x02, b"\x01"), _der(0x30), _der(0x30), validity, _der(0x30))
+    return _der(0x30, tbs, _der(0x30), _der(0x03, b"\x00"))
+
+
+def test_a_two_digit_year_from_50_is_in_the_1900s() -> None:
+    assert certificate_not_after(_v1_certificate(b"991231235959Z")) == datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC)
+    assert certificate_not_after(_v1_certificate(b"491231235959Z")).year == 2049
+
+
+def _with_client_data(data: str) -> str:
+    return K3S_KUBECONFIG.replace(_client_data(K3S_KUBECONFIG), data)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _pem(der: bytes) -> bytes:
+    return b"-----BEGIN CERTIFICATE-----\n" + base64.encodebytes(der) + b"-----END CERTIFICATE-----\n"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (_b64(b"client-cert"), "holds no PEM CERTIFICATE block"),
+        ("not base64!", "is not base64 of a PEM text"),
+        (_b64(b"-----BEGIN CERTIFICATE-----\n%%%\n-----END CERTIFICATE-----\n"), "PEM body is not base64"),
+        (_b64(_pem(_v1_certificate(b"991231235959Z")[:-5])), "DER ends early"),
+        (_b64(_pem(_v1_certificate(b"2612010418Z"))), "notAfter is not an RFC 5280 time"),
+        (_b64(_pem(_v1_certificate(b"20261301000000Z", tag=0x18))), "notAfter is not a date"),
+        (_b64(_pem(_v1_certificate(b"261201041800Z", tag=0x04))), "notAfter is not an RFC 5280 time"),
+        (_b64(_pem(_der(0x31, b""))), "tag 0x31 where X.509 has 0x30"),
+    ],
+    ids=[
+        "not PEM",
+        "not base64",
+        "bad PEM body",
+        "truncated",
+        "short time",
+        "no such month",
+        "not a time",
+        "not X.509",
+    ],
+)
+def test_a_client_certificate_that_is_not_one_is_refused_with_what_is_wrong(data: str, message: str) -> None:
+    with pytest.raises(CertificateError, match=message):
+        client_certificate_expiry(_with_client_data(data))
