@@ -373,6 +373,15 @@ def _adopting(
     both chart repositories, the adoption settings; the chart repositories are the stand-in's."""
     engine = _box_engine(base, charts, cluster)
     steps = _readme_first_run(engine, _lab_secrets())
+    return engine, steps + adoption_settings(engine, charts, workload_clusters)
+
+
+def adoption_settings(
+    engine: Engine, charts: chart_repo_standin.ChartRepoStandIn, workload_clusters: list[str]
+) -> list[dict[str, Any]]:
+    """docs/adoption.md step 2 after the README's first run: the Helm client listing both chart
+    repositories, and the adoption settings; the chart repositories are the stand-in's."""
+    steps = []
     helm = built_bin("LAB_MGMT_HELM_BIN", "helm") / "helm"
     for args in (
         ("repo", "add", "lab-mgmt-cert-manager", f"{charts.url}/jetstack"),
@@ -391,8 +400,7 @@ def _adopting(
     ]
     # docs/operations.md: read-only access to a workload cluster.
     settings += [("--path", f"workloadClusters[{index}]", cluster) for index, cluster in enumerate(workload_clusters)]
-    steps += [_step(engine, ("config", "set", *setting)) for setting in settings]
-    return engine, steps
+    return steps + [_step(engine, ("config", "set", *setting)) for setting in settings]
 
 
 def adoption_of_an_incomplete_lab(root: str) -> dict[str, Any]:
@@ -681,10 +689,13 @@ def _vm_config(keys: list[Path]) -> dict[str, str]:
     }
 
 
-def _ssh(key: Path, known_hosts: Path | None, command: str, *, booting: bool = False) -> dict[str, Any]:
+def _ssh(
+    key: Path, known_hosts: Path | None, command: str, *, booting: bool = False, stdin: str | None = None
+) -> dict[str, Any]:
     """One command over real ssh as the program's connection makes it: the host key unchecked
     (`known_hosts` None, the first step) or pinned. While `booting`, a refused or unrouted
-    connection is dialled again, as the provider does."""
+    connection is dialled again, as the provider does. `stdin` is what the command reads (a
+    script for `bash -s`, as docs/adoption.md sends the hand-over)."""
     pinned = ["-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes"] if known_hosts else []
     unpinned = ["-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no"]
     argv = [
@@ -693,7 +704,7 @@ def _ssh(key: Path, known_hosts: Path | None, command: str, *, booting: bool = F
     ]
     started = time.monotonic()
     while True:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+        done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=600, check=False)
         dialled_too_early = done.returncode == 255 and "connect to host" in done.stderr
         if not (booting and dialled_too_early and time.monotonic() - started < 120):
             break

@@ -11,7 +11,7 @@ from pathlib import Path
 import harness
 import pytest
 
-from components.adoption import VM_INPUTS
+from components.adoption import PROVIDER_DEFAULTED, VM_INPUTS
 from components.host_script import script_command
 from components.k3s_node import render_k3s_config
 from components.settings import SettingsError
@@ -74,8 +74,11 @@ def test_the_vm_is_taken_as_it_is(adopted: harness.Run, lab: harness.Run) -> Non
 
 
 def test_adoption_ignores_every_input_the_program_sets_on_the_vm(lab: harness.Run) -> None:
-    """A new VM input not listed would be forced on the adopted VM, perhaps with a reboot."""
-    assert set(VM_INPUTS) == set(lab.get(*VM).plain) - {"nodeName", "vmId"}
+    """A new VM input not listed would be forced on the adopted VM, perhaps with a reboot; so
+    would the provider's defaults for those the program leaves out (the box's adoption showed an
+    added cdrom and watchdog rebooting the playbook's VM)."""
+    assert set(VM_INPUTS) == set(lab.get(*VM).plain) - {"nodeName", "vmId"} | set(PROVIDER_DEFAULTED)
+    assert not set(PROVIDER_DEFAULTED) & set(lab.get(*VM).plain)
 
 
 def test_adoption_downloads_no_image(adopted: harness.Run) -> None:

@@ -65,3 +65,22 @@ def test_anything_that_would_change_the_lab_fails_naming_it(
 
 def test_an_empty_or_foreign_file_is_no_pass(tmp_path: Path) -> None:
     assert check(tmp_path, []) == 2
+
+
+def test_a_preview_that_failed_is_no_pass_whatever_it_planned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the box (tests/test_box_whole_adoption.py): a preview that stops on an error plans
+    only the steps before it, all of them harmless; its `diagnostics` carry the error."""
+    preview = tmp_path / "preview.json"
+    error = "error: proxmoxve:index/vmLegacy:VmLegacy resource 'mgmt-vm' has a problem: expected type"
+    preview.write_text(
+        json.dumps(
+            {
+                "steps": GOOD,
+                "diagnostics": [{"severity": "info", "message": "x"}, {"severity": "error", "message": error}],
+            }
+        )
+    )
+    assert adoption_check.main(["adoption_check.py", str(preview)]) == 1
+    assert error in capsys.readouterr().err

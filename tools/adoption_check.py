@@ -71,6 +71,17 @@ def main(argv: list[str]) -> int:
     if not isinstance(steps, list) or not steps:
         print(f"{argv[1]}: no steps; is this the output of `pulumi preview --json`?", file=sys.stderr)
         return 2
+    # A preview that failed plans only the steps before its error: what it did not reach is unchecked.
+    errors = [
+        str(diagnostic.get("message", "")).strip()
+        for diagnostic in preview.get("diagnostics") or []
+        if diagnostic.get("severity") == "error"
+    ]
+    if errors:
+        print("this preview failed; fix what it names, then preview again:", file=sys.stderr)
+        for line in errors:
+            print(f"  {line}", file=sys.stderr)
+        return 1
     found = problems(steps)
     if found:
         print("this preview would change the running lab; do not run `pulumi up`:", file=sys.stderr)

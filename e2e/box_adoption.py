@@ -1,0 +1,288 @@
+"""Adoption in the lab in a box, whole (issue 18): the box (e2e/box.py) starts as the Ansible
+playbook left the lab, and docs/adoption.md is followed with the real CLI and the program's own
+__main__.py, VM and host steps included. tests/test_box_whole_adoption.py runs it
+(`in_new_netns("box_adoption.adoption_in_the_box", ...)`).
+
+The playbook's lab: VM 201 made on the node as `qm create`/`qm resize`/`qm start` leave it (not
+through the API, so the Proxmox VE stand-in recorded none of it), running as a guest; on it
+qemu-guest-agent, /etc/rancher/k3s/config.yaml as an Ansible template renders it (a header comment,
+other indentation and quoting, the same meaning), k3s at the stack's k3sVersion from the release's
+installer, and on its API server what e2e/playbook_lab.py lays out (HelmCharts and their manifest
+files, the two Helm releases, the provider objects, capmox-variables, the inspector's
+capi-readonly), with the operator's Deployment its chart runs.
+
+Then docs/adoption.md: step 3's hand-over over SSH, step 2's settings and Helm repositories, step
+4's preview and gate (tools/adoption_check.py), step 5's `pulumi up`, step 6's checks and the
+`pulumi preview --expect-no-changes`; then a k3sVersion that is not the installed one, which must
+stop with step 2's message and change nothing. Each run records what it made the box do
+(e2e/box.py's `_observed`), and around the adoption run the guest's files, calls and the Helm
+releases are read before and after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from e2e import box, playbook_lab, scenarios
+from e2e.engine import REPO
+
+VMID = scenarios.VMID
+# The image the playbook's get_url left on the node (the spec), which `qm create` imported.
+PLAYBOOK_IMAGE = "local:iso/noble-server-cloudimg-amd64.img"
+PLAYBOOK_IMAGE_SIZE = 3 << 30
+# /etc/rancher/k3s/config.yaml as the playbook's Ansible template rendered it: the settings the
+# program writes (components.k3s_node.render_k3s_config), written another way.
+ANSIBLE_CONFIG = f"""# Ansible managed: templates/k3s-config.yaml.j2 modified on 2026-03-14 09:12:40 by owner on laptop
+write-kubeconfig-mode: '0600'
+tls-san:
+    - "{scenarios.VM_ADDRESS}"
+disable:
+    - traefik
+"""
+# The guest's files whose bytes or times would change with a rewrite, a reinstall or a k3s
+# restart (k3s writes k3s.yaml each time its server starts).
+WATCHED = (
+    "/etc/rancher/k3s/config.yaml",
+    "/etc/rancher/k3s/k3s.yaml",
+    "/usr/local/bin/k3s",
+    "/etc/systemd/system/k3s.service",
+    "/etc/systemd/system/k3s.service.env",
+    "/usr/lib/systemd/system/qemu-guest-agent.service",
+)
+# What the guest's own upkeep changes under its disk while it runs: k3s's data (etcd, its logs),
+# kubectl's discovery cache, sudo's timestamps.
+UPKEEP = ("var/lib/rancher/k3s/server/", "root/.kube/cache/", "root/.kube/http-cache/", "var/lib/sudo/")
+MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
+# docs/adoption.md step 2: the OS type the playbook's `qm create` did not set, as the owner sets it.
+OSTYPE = "l26"
+
+
+def _qm_create(public_key: str) -> dict[str, str]:
+    """The spec's `qm create 201 ...` line as its options reach Proxmox VE (net0's bare `virtio` is
+    the `model` property, which Proxmox gives a MAC)."""
+    return {
+        "name": "lab-mgmt",
+        "cores": "2",
+        "memory": "4096",
+        "net0": "model=virtio,bridge=vmbr0,tag=4",
+        "scsihw": "virtio-scsi-pci",
+        "scsi0": f"local-lvm:0,import-from={PLAYBOOK_IMAGE}",
+        "ide2": "local-lvm:cloudinit",
+        "boot": "order=scsi0",
+        "serial0": "socket",
+        "vga": "serial0",
+        "agent": "1",
+        "ciuser": "ubuntu",
+        "sshkeys": quote(public_key + "\n", safe=""),
+        "ipconfig0": f"ip={scenarios.VM_ADDRESS}/24,gw={scenarios.GATEWAY}",
+        "nameserver": "8.8.8.8 2.2.2.2",
+    }
+
+
+def _key(lab: box.Box) -> Path:
+    """The owner's key (the README's first run made it): the one the playbook's VM authorises."""
+    return lab.engine.root / ".ssh" / "id_ed25519"
+
+
+def _on_guest(lab: box.Box, command: str, stdin: str | None = None, *, booting: bool = False) -> dict[str, Any]:
+    """One command over SSH, as Ansible or the owner runs it; a failure raises."""
+    done = scenarios._ssh(_key(lab), None, command, booting=booting, stdin=stdin)
+    if done["rc"] != 0:
+        raise RuntimeError(f"on the guest: {command}: rc {done['rc']}: {done['stderr']}")
+    return done
+
+
+def _wait_for_api_server(lab: box.Box, bound: float = 180) -> None:
+    deadline = time.monotonic() + bound
+    while True:
+        if lab.cluster.kubeconfig.exists():
+            ready = lab.cluster.kubectl_as(lab.cluster.kubeconfig, "get", "--raw", "/readyz")
+            if ready.returncode == 0:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the guest's k3s did not answer within {bound}s")
+        time.sleep(2)
+
+
+def _operator_deployment() -> str:
+    """The Deployment the operator's chart runs (the box's chart renders it), as it runs in the lab."""
+    version = playbook_lab.PLAYBOOK_CHARTS["cluster-api-operator"][2]
+    return box.OPERATOR_DEPLOYMENT.replace("{{ .Release.Namespace }}", box.OPERATOR_NAMESPACE).replace(
+        "{{ .Chart.Version }}", version
+    )
+
+
+def playbook_left(lab: box.Box, base: Path) -> None:
+    """The lab as the playbook left it (the spec's "What the playbook left on the running lab")."""
+    public_key = _key(lab).with_suffix(".pub").read_text().strip()
+    image = {"content": "iso", "format": "raw", "size": PLAYBOOK_IMAGE_SIZE}
+    lab.pve.made_on_node(VMID, _qm_create(public_key), {PLAYBOOK_IMAGE: image})
+    _on_guest(lab, "cloud-init status --wait >/dev/null; true", booting=True)
+    _on_guest(
+        lab,
+        "sudo apt-get -q update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q qemu-guest-agent"
+        " && sudo systemctl start qemu-guest-agent",
+    )
+    _on_guest(
+        lab,
+        "sudo install -d -m 0755 /etc/rancher/k3s && sudo tee /etc/rancher/k3s/config.yaml >/dev/null"
+        " && sudo chmod 0600 /etc/rancher/k3s/config.yaml",
+        stdin=ANSIBLE_CONFIG,
+    )
+    version = scenarios.K3S_VERSION
+    _on_guest(
+        lab,
+        f"curl -sSfL -o /tmp/install.sh https://raw.githubusercontent.com/k3s-io/k3s/{version.replace('+', '%2B')}"
+        f"/install.sh && sudo env INSTALL_K3S_VERSION={version} sh /tmp/install.sh",
+    )
+    _wait_for_api_server(lab)
+    manifests = base / "playbook-manifests"
+    playbook_lab.lay_out(lab.cluster, manifests, scenarios._playbook_capmox_data())
+    for manifest in sorted(manifests.iterdir()):
+        _on_guest(
+            lab, f"sudo install -d {MANIFESTS} && sudo tee {MANIFESTS}/{manifest.name} >/dev/null", manifest.read_text()
+        )
+    lab.cluster.kubectl("create", "-f", "-", stdin=_operator_deployment())
+    lab.cluster.kubectl(
+        *("wait", "--for=condition=Ready", ",".join(playbook_lab.PROVIDER_RESOURCES), "--all", "-A"),
+        "--timeout=120s",
+    )
+    lab.cluster.kubectl(
+        *("wait", "--for=condition=Available", "deployment", "--all", "-n", box.OPERATOR_NAMESPACE),
+        "--timeout=120s",
+    )
+
+
+def _handover(lab: box.Box) -> dict[str, Any]:
+    """docs/adoption.md step 3, word for word: the script sent to `sudo bash -s` over SSH."""
+    script = (REPO / "components" / "scripts" / "helmchart_handover.sh").read_text()
+    command = "sudo bash -s -- " + " ".join(playbook_lab.HANDED_OVER)
+    return scenarios._ssh(_key(lab), None, command, stdin=script)
+
+
+def _fingerprints(lab: box.Box) -> dict[str, list[Any]]:
+    """sha256 and mtime of each watched file on the guest's disk."""
+    found = {}
+    for path in WATCHED:
+        on_disk = lab.guests.disk_path(VMID, path)
+        found[path] = (
+            [hashlib.sha256(on_disk.read_bytes()).hexdigest(), on_disk.stat().st_mtime_ns]
+            if on_disk.exists()
+            else ["absent", 0]
+        )
+    return found
+
+
+def _disk_files(lab: box.Box) -> dict[str, int]:
+    """Every file the guest wrote to its disk (its overlay's upper layer), with its mtime, but for
+    the guest's own upkeep."""
+    upper = lab.guests.disk_path(VMID, "/")
+    return {
+        str(path.relative_to(upper)): path.lstat().st_mtime_ns
+        for path in upper.rglob("*")
+        if not path.is_dir() and not str(path.relative_to(upper)).startswith(UPKEEP)
+    }
+
+
+def _changed(before: dict[str, int], after: dict[str, int]) -> list[str]:
+    return sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
+
+
+def _guest_calls(lab: box.Box, since: int) -> list[list[str]]:
+    """The stand-in commands (systemctl, apt-get, cloud-init) run on the guest after `since`."""
+    return [json.loads(line)["argv"] for line in lab.guest_log("calls.log")[since:]]
+
+
+def _vm_power(lab: box.Box) -> dict[str, Any]:
+    """VM 201 as the node keeps it: running, and since when (a reboot would start it again)."""
+    assert lab.pve.vms is not None
+    vm = lab.pve.vms.vms[str(VMID)]
+    return {"status": vm["status"], "started": vm["started"], "guest_running": lab.guests.running(VMID)}
+
+
+def _gate(lab: box.Box, base: Path) -> dict[str, Any]:
+    """docs/adoption.md step 4: `pulumi preview --json > preview.json`, then the adoption check."""
+    preview = lab.engine.pulumi("preview", "--stack", "lab", "--json")
+    saved = base / "preview.json"
+    saved.write_text(preview.stdout)
+    check = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "adoption_check.py"), str(saved)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return {
+        "preview_rc": preview.returncode,
+        "preview_stderr": preview.stderr[-4000:],
+        "rc": check.returncode,
+        "output": check.stdout + check.stderr,
+    }
+
+
+def _lab_state(lab: box.Box) -> dict[str, Any]:
+    return {
+        "objects": playbook_lab.snapshot(lab.cluster),
+        "releases": scenarios._releases(lab.cluster),
+        "fingerprints": _fingerprints(lab),
+        "files": _disk_files(lab),
+        "vm": _vm_power(lab),
+        "pve_volumes": sorted(lab.pve.vms.storage.volumes) if lab.pve.vms else [],
+    }
+
+
+def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
+    """Steps 2 to 6 on the playbook's lab."""
+    result: dict[str, Any] = {"handover": _handover(lab)}
+    result["charts_left"] = lab.cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "name").stdout.split()
+    result["settings"] = scenarios.adoption_settings(lab.engine, lab.charts, workload_clusters=[])
+    # As the playbook left it, the VM has no OS type: the provider reads it as "", which its own
+    # schema refuses, so the import cannot even be planned (step 2 has the owner set it).
+    result["as_left"] = {"preview": box._observed(lab, "preview"), "gate": _gate(lab, base)}
+    lab.pve.qm_set(VMID, {"ostype": OSTYPE})
+    before = _lab_state(lab)
+    calls = len(lab.guest_log("calls.log"))
+    result["preview"] = box._observed(lab, "preview", "--diff")
+    result["gate"] = _gate(lab, base)
+    result["up"] = box._observed(lab, "up")
+    result["calls_during_up"] = _guest_calls(lab, calls)
+    after = _lab_state(lab)
+    result["no_changes_preview"] = box._observed(lab, "preview", "--expect-no-changes")
+    result["before"], result["after"] = before, after
+    result["changed_files"] = _changed(before["files"], after["files"])
+    return result
+
+
+def _k3s_differs(lab: box.Box) -> dict[str, Any]:
+    """A k3sVersion other than the installed one, adoption still on: step 2's message, nothing
+    changed."""
+    result: dict[str, Any] = {"setting": scenarios._step(lab.engine, ("config", "set", "k3sVersion", box.K3S_BUMP))}
+    before = _lab_state(lab)
+    calls = len(lab.guest_log("calls.log"))
+    result["up"] = box._observed(lab, "up")
+    result["calls_during_up"] = _guest_calls(lab, calls)
+    after = _lab_state(lab)
+    result["before"], result["after"] = before, after
+    result["changed_files"] = _changed(before["files"], after["files"])
+    return result
+
+
+def adoption_in_the_box(root: str) -> dict[str, Any]:
+    """The playbook's lab in the box, docs/adoption.md followed on it, then a k3s version that
+    differs from the installed one."""
+    base = Path(root)
+    with box.running(base) as lab:
+        started = time.monotonic()
+        playbook_left(lab, base)
+        result: dict[str, Any] = {"setup_seconds": round(time.monotonic() - started, 1), "steps": lab.steps}
+        result["adoption"] = _adopted(lab, base)
+        if result["adoption"]["up"]["rc"] == 0:
+            result["k3s_differs"] = _k3s_differs(lab)
+        return {**result, **box._standins(lab)}
