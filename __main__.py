@@ -2,10 +2,11 @@
 
 import pulumi
 
+from components.certificate_renewal import CERTIFICATE_RENEWAL_OUTPUT
 from components.cluster_api import last_deployment
 from components.credentials import verify_tokens
 from components.helm_repositories import verify_chart_repositories
-from components.k3s_node import CERTIFICATE_RENEWAL_OUTPUT, KUBECONFIG_FILE_OUTPUT, K3sNode
+from components.k3s_node import KUBECONFIG_FILE_OUTPUT, K3sNode
 from components.management_cluster import manage_cluster
 from components.management_vm import PROTECTED_OUTPUT, ManagementVm
 from components.next_boot import (

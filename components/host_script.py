@@ -14,6 +14,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_command as command
@@ -32,7 +33,7 @@ def host_command(
     args: Sequence[str],
     *,
     connection: pulumi.Input[command.remote.ConnectionArgs],
-    triggers: Sequence[pulumi.Input[object]],
+    triggers: Sequence[pulumi.Input[object]] | pulumi.Output[list[Any]],
     opts: pulumi.ResourceOptions,
     secret_stdout: bool = False,
 ) -> command.remote.Command:
@@ -43,7 +44,7 @@ def host_command(
         name,
         connection=connection,
         create=script_command(script, *args),
-        triggers=list(triggers),
+        triggers=triggers if isinstance(triggers, pulumi.Output) else list(triggers),
         # Sending the previous stdout back as environment variables would leak a kubeconfig into
         # the remote environment; nothing here needs it.
         add_previous_output_in_env=False,

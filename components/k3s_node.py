@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import math
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pulumi
 import pulumi_command as command
@@ -18,9 +15,10 @@ import pulumi_kubernetes as kubernetes
 import yaml
 
 from components import adoption
+from components.certificate_renewal import CERTIFICATE_RENEWAL_OUTPUT, announced, held_certificate
 from components.cluster_api import deployed_output
 from components.host_script import host_command
-from components.kubeconfig import KubeconfigError, client_certificate_expiry, rename_k3s_kubeconfig
+from components.kubeconfig import rename_k3s_kubeconfig
 from components.management_vm import ManagementVm
 from components.settings import PROJECT, K3sSettings
 
@@ -32,13 +30,6 @@ NODE_READY_BOUND_SECONDS = 300
 # The stack output that records where the admin kubeconfig file is and its write generation, for
 # the next run.
 KUBECONFIG_FILE_OUTPUT = "kubeconfigFile"
-# k3s renews a client certificate (a year long) that is within 90 days of expiry, and only when it
-# starts: inside this window a restart of k3s gives the admin kubeconfig a new certificate, and
-# the one the stack holds is due to stop working.
-RENEWAL_WINDOW = timedelta(days=90)
-# The stack output that records the notAfter of the held admin certificate last seen entering
-# RENEWAL_WINDOW (not secret: a date), which mgmt-read-kubeconfig's triggers carry.
-CERTIFICATE_RENEWAL_OUTPUT = "adminCertificateRenewal"
 
 
 def render_k3s_config(address: str) -> str:
@@ -48,104 +39,6 @@ def render_k3s_config(address: str) -> str:
         {"disable": ["traefik"], "tls-san": [address], "write-kubeconfig-mode": "0600"},
         sort_keys=True,
     )
-
-
-@dataclass(frozen=True)
-class HeldCertificate:
-    """The admin client certificate in the kubeconfig that the last deployment holds (the
-    `kubeconfig` output, which the Kubernetes provider uses), as of `now`. Read from the stack
-    itself, so a run with nothing to do opens no SSH session."""
-
-    now: datetime
-    expiry: datetime | None
-    """Its notAfter; None with no kubeconfig held, a user with a token, or `unreadable`."""
-    unreadable: str | None
-    """Why its certificate could not be read."""
-    recorded: str | None
-    """CERTIFICATE_RENEWAL_OUTPUT of the last deployment."""
-
-    @classmethod
-    def of(cls, deployment: Mapping[str, Any], now: datetime) -> HeldCertificate:
-        text, recorded = deployment.get("kubeconfig"), deployment.get(CERTIFICATE_RENEWAL_OUTPUT)
-        expiry, unreadable = None, None
-        if isinstance(text, str):
-            try:
-                expiry = client_certificate_expiry(text)
-            except KubeconfigError as error:
-                unreadable = str(error)
-        return cls(now, expiry, unreadable, recorded if isinstance(recorded, str) else None)
-
-    @property
-    def in_window(self) -> bool:
-        return self.expiry is not None and self.expiry - self.now <= RENEWAL_WINDOW
-
-    @property
-    def marker(self) -> str | None:
-        """CERTIFICATE_RENEWAL_OUTPUT of this run, in mgmt-read-kubeconfig's triggers: the held
-        certificate's notAfter once it is in the window, else the recorded marker. So the
-        kubeconfig is read once when a certificate enters the window; a renewed one (out of the
-        window) keeps the marker, and nothing is read again until it nears its own expiry."""
-        return _stamp(self.expiry) if self.expiry is not None and self.in_window else self.recorded
-
-
-def _stamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def renewal_warning(held: HeldCertificate, *, urn: str, ssh: str) -> str | None:
-    """What the owner is told while the held certificate is in the renewal window (or cannot be
-    read); None otherwise. The program never restarts k3s: the owner picks the moment."""
-    replace = f"pulumi up --replace '{urn}'"
-    if held.unreadable is not None:
-        return (
-            "The admin kubeconfig the last deployment holds (output kubeconfig) does not show when its "
-            f"client certificate expires ({held.unreadable}), so this program cannot warn before it does: "
-            f"read the kubeconfig again with {replace}"
-        )
-    if held.expiry is None or not held.in_window:
-        return None
-    date = held.expiry.strftime("%Y-%m-%d %H:%M UTC")
-    days = math.ceil((held.expiry - held.now) / timedelta(days=1))
-    when = (
-        f"expired on {date}: every call to the cluster fails with Unauthorized"
-        if held.expiry <= held.now
-        else f"expires on {date}, in {days} days"
-    )
-    reread = (
-        "Entering that window, pulumi up reads it once again (mgmt-read-kubeconfig), which picks up a "
-        "certificate that a restart since the last read renewed. "
-        if held.marker != held.recorded
-        else ""
-    )
-    return (
-        f"The admin kubeconfig's client certificate (output kubeconfig, the Kubernetes provider's) {when}. "
-        f"k3s renews it only when it starts, within {RENEWAL_WINDOW.days} days of expiry, and this program "
-        "never restarts k3s by itself: restart it in a window of your choosing "
-        f"({ssh} sudo systemctl restart k3s; the API server is away for seconds), then read the renewed "
-        f"kubeconfig with {replace}. {reread}(docs/troubleshooting.md, "
-        "'The admin kubeconfig's client certificate expires')"
-    )
-
-
-def _held_certificate(deployment: pulumi.Output[Mapping[str, Any]]) -> pulumi.Output[HeldCertificate]:
-    # One "now" per run, so that the marker and the warning agree.
-    now = datetime.now(UTC)
-    return pulumi.Output.unsecret(deployment.apply(lambda outputs: HeldCertificate.of(outputs, now)))
-
-
-def _announced(
-    held: pulumi.Output[HeldCertificate], read: command.remote.Command, *, ssh: str
-) -> pulumi.Output[str | None]:
-    """Warns (in every preview and update) as renewal_warning says, naming `read` for the
-    --replace; this run's marker."""
-
-    def announce(values: list[Any]) -> str | None:
-        certificate: HeldCertificate = values[0]
-        if message := renewal_warning(certificate, urn=values[1], ssh=ssh):
-            pulumi.log.warn(message)
-        return certificate.marker
-
-    return pulumi.Output.all(held, read.urn).apply(announce)
 
 
 class K3sNode(pulumi.ComponentResource):
@@ -196,11 +89,11 @@ class K3sNode(pulumi.ComponentResource):
         )
         self.connection = _connection(host, ci_user, private_key, host_key=host_ready.stdout.apply(str.strip))
         self._instance_key = vm.instance_key
-        held = _held_certificate(deployment)
+        held = held_certificate(deployment)
         read_kubeconfig = self._k3s_steps(
             name, vm.address, k3s.version, after=host_ready, adopt=adopt, renewal=held.apply(lambda h: h.marker)
         )
-        self.certificate_renewal = _announced(held, read_kubeconfig, ssh=f"ssh {ci_user}@{vm.address}")
+        self.certificate_renewal = announced(held, read_kubeconfig, ssh=f"ssh {ci_user}@{vm.address}")
 
         self.kubeconfig = pulumi.Output.secret(
             read_kubeconfig.stdout.apply(lambda text: rename_k3s_kubeconfig(text, vm.address, vm.name))
@@ -290,33 +183,20 @@ class K3sNode(pulumi.ComponentResource):
         """A script run on this node over the pinned connection, after `after`; it runs again
         on a new VM and when `triggers` change, or `optional_trigger`, which joins the triggers
         only once it resolves to a value (so a step deployed before it existed keeps its list)."""
+        listed: list[pulumi.Input[object]] | pulumi.Output[list[Any]] = [self._instance_key, *triggers]
+        if optional_trigger is not None:
+            listed = pulumi.Output.all(self._instance_key, *triggers, optional_trigger).apply(
+                lambda values: values if values[-1] is not None else values[:-1]
+            )
         return host_command(
             name,
             script,
             args,
             connection=self.connection,
-            triggers=[self._instance_key, *triggers],
+            triggers=listed,
             secret_stdout=secret_stdout,
-            opts=pulumi.ResourceOptions(
-                parent=parent,
-                depends_on=[after],
-                transformations=None if optional_trigger is None else [_appending_trigger(optional_trigger)],
-            ),
+            opts=pulumi.ResourceOptions(parent=parent, depends_on=[after]),
         )
-
-
-def _appending_trigger(value: pulumi.Output[Any]) -> pulumi.ResourceTransformation:
-    """Appends `value` to a command's triggers when it is not None. A transformation, because
-    host_command takes the triggers as a list of inputs, whose length an output cannot change."""
-
-    def append(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult:
-        triggers = cast("Sequence[pulumi.Input[object]]", args.props["triggers"])  # host_command's list
-        listed = pulumi.Output.all(*triggers, value).apply(
-            lambda values: values if values[-1] is not None else values[:-1]
-        )
-        return pulumi.ResourceTransformationResult({**args.props, "triggers": listed}, args.opts)
-
-    return append
 
 
 def _connection(

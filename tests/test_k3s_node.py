@@ -27,8 +27,8 @@ from harness import (
 )
 
 import components.k3s_node
+from components.certificate_renewal import HeldCertificate, renewal_warning
 from components.host_script import SCRIPTS_DIR
-from components.k3s_node import HeldCertificate, renewal_warning
 from components.kubeconfig import rename_k3s_kubeconfig
 from components.next_boot import ReachChangedError
 
