@@ -11,21 +11,25 @@ installer, and on its API server what e2e/playbook_lab.py lays out (HelmCharts a
 files, the two Helm releases, the provider objects, capmox-variables, the inspector's
 capi-readonly), with the operator's Deployment its chart runs.
 
-Then docs/adoption.md: step 3's hand-over over SSH, step 2's settings and Helm repositories, step
-4's preview and gate (tools/adoption_check.py), step 5's `pulumi up`, step 6's checks and the
-`pulumi preview --expect-no-changes`; then a k3sVersion that is not the installed one, which must
-stop with step 2's message and change nothing. Each run records what it made the box do
-(e2e/box.py's `_observed`), and around the adoption run the guest's files, calls and the Helm
-releases are read before and after.
+Then docs/adoption.md: step 3's hand-over over SSH, step 2's settings and Helm repositories, a
+first preview and gate targeted at the Kubernetes provider and what it depends on (the two-run
+adoption tried against step 4's known problem; the engine plans the Kubernetes imports whatever
+--target says, and the preview fails), step 4's preview and gate (tools/adoption_check.py), step
+5's `pulumi up`, step 6's checks and the `pulumi preview --expect-no-changes`; then a k3sVersion
+that is not the installed one, which must stop with step 2's message and change nothing. Each run
+records what it made the box do (e2e/box.py's `_observed`), and around the adoption run the
+guest's files, calls and the Helm releases are read before and after.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -62,6 +66,36 @@ UPKEEP = ("var/lib/rancher/k3s/server/", "root/.kube/cache/", "root/.kube/http-c
 MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
 # docs/adoption.md step 2: the OS type the playbook's `qm create` did not set, as the owner sets it.
 OSTYPE = "l26"
+# A first run targeted at the Kubernetes provider and everything it depends on (the StackReference,
+# the VM and its provider, the host steps), tried so that the admin kubeconfig would be in the state
+# before any preview plans a Kubernetes object. The engine plans imports whatever --target says, so
+# it plans the Kubernetes imports too, under a ClusterApi parent it does not create, and the preview
+# fails (tests/test_box_whole_adoption.py; docs/adoption.md step 4).
+STACK_URN = "urn:pulumi:lab::lab-mgmt::"
+NODE_TARGETS = tuple(
+    STACK_URN + urn
+    for urn in (
+        "pulumi:pulumi:Stack::lab-mgmt-lab",
+        "pulumi:pulumi:StackReference::last-deployment",
+        "homelab:index:ManagementVm::mgmt",
+        "homelab:index:ManagementVm$pulumi:providers:proxmoxve::mgmt-proxmox",
+        "homelab:index:ManagementVm$proxmoxve:index/vmLegacy:VmLegacy::mgmt-vm",
+        "homelab:index:K3sNode::mgmt",
+        *(
+            f"homelab:index:K3sNode$command:remote:Command::mgmt-{step}"
+            for step in (
+                "host-ready",
+                "keep-host-keys",
+                "guest-agent",
+                "k3s-config",
+                "k3s-install",
+                "node-ready",
+                "read-kubeconfig",
+            )
+        ),
+        "homelab:index:K3sNode$pulumi:providers:kubernetes::mgmt-kubernetes",
+    )
+)
 
 
 def _qm_create(public_key: str) -> dict[str, str]:
@@ -191,7 +225,7 @@ def _disk_files(lab: box.Box) -> dict[str, int]:
     }
 
 
-def _changed(before: dict[str, int], after: dict[str, int]) -> list[str]:
+def _changed(before: Mapping[str, object], after: Mapping[str, object]) -> list[str]:
     return sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
 
 
@@ -207,10 +241,11 @@ def _vm_power(lab: box.Box) -> dict[str, Any]:
     return {"status": vm["status"], "started": vm["started"], "guest_running": lab.guests.running(VMID)}
 
 
-def _gate(lab: box.Box, base: Path) -> dict[str, Any]:
-    """docs/adoption.md step 4: `pulumi preview --json > preview.json`, then the adoption check."""
-    preview = lab.engine.pulumi("preview", "--stack", "lab", "--json")
-    saved = base / "preview.json"
+def _gate(lab: box.Box, base: Path, targets: tuple[str, ...] = ()) -> dict[str, Any]:
+    """docs/adoption.md step 4: `pulumi preview --json > preview.json` (with the run's targets),
+    then the adoption check."""
+    preview = lab.engine.pulumi("preview", "--stack", "lab", "--json", *(f"--target={urn}" for urn in targets))
+    saved = base / f"preview-{len(list(base.glob('preview-*.json')))}.json"
     saved.write_text(preview.stdout)
     check = subprocess.run(
         [sys.executable, str(REPO / "tools" / "adoption_check.py"), str(saved)],
@@ -222,6 +257,10 @@ def _gate(lab: box.Box, base: Path) -> dict[str, Any]:
     return {
         "preview_rc": preview.returncode,
         "preview_stderr": preview.stderr[-4000:],
+        "preview_steps": [
+            {"op": step.get("op", "?"), "urn": step.get("urn", "?")}
+            for step in (json.loads(preview.stdout).get("steps") or [] if preview.stdout.strip() else [])
+        ],
         "rc": check.returncode,
         "output": check.stdout + check.stderr,
     }
@@ -238,8 +277,38 @@ def _lab_state(lab: box.Box) -> dict[str, Any]:
     }
 
 
+def _state_files(lab: box.Box) -> dict[str, str]:
+    """sha256 of each file of the stack's backend (the CLI's file:// state)."""
+    state = lab.engine.root / "state"
+    return {
+        str(path.relative_to(state)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(state.rglob("*"))
+        if path.is_file()
+    }
+
+
+def _targeted_at_the_node(lab: box.Box, base: Path) -> dict[str, Any]:
+    """The first run of the two-run adoption, previewed and gated with NODE_TARGETS. Whatever it
+    leaves in the backend is recorded, then the backend is put back as it was, so that the steps
+    after it run on the state the docs' own steps leave."""
+    state = lab.engine.root / "state"
+    kept = base / "state-before-targeted"
+    shutil.copytree(state, kept, symlinks=True)
+    before = _state_files(lab)
+    targeted = tuple(f"--target={urn}" for urn in NODE_TARGETS)
+    result: dict[str, Any] = {
+        "preview": box._observed(lab, "preview", "--diff", *targeted),
+        "gate": _gate(lab, base, NODE_TARGETS),
+    }
+    after = _state_files(lab)
+    result["state_changed"] = _changed(before, after)
+    shutil.rmtree(state)
+    shutil.copytree(kept, state, symlinks=True)
+    return result
+
+
 def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
-    """Steps 2 to 6 on the playbook's lab."""
+    """Steps 2 to 6 on the playbook's lab, and before step 4 a first run targeted at the node."""
     result: dict[str, Any] = {"handover": _handover(lab)}
     result["charts_left"] = lab.cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "name").stdout.split()
     result["settings"] = scenarios.adoption_settings(lab.engine, lab.charts, workload_clusters=[])
@@ -248,6 +317,7 @@ def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
     result["as_left"] = {"preview": box._observed(lab, "preview"), "gate": _gate(lab, base)}
     lab.pve.qm_set(VMID, {"ostype": OSTYPE})
     before = _lab_state(lab)
+    result["node_first"] = _targeted_at_the_node(lab, base)
     calls = len(lab.guest_log("calls.log"))
     result["preview"] = box._observed(lab, "preview", "--diff")
     result["gate"] = _gate(lab, base)

@@ -84,3 +84,39 @@ def test_a_preview_that_failed_is_no_pass_whatever_it_planned(
     )
     assert adoption_check.main(["adoption_check.py", str(preview)]) == 1
     assert error in capsys.readouterr().err
+
+
+def test_a_preview_the_engine_stopped_midway_is_no_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the box: a preview targeted at the node (`--target`) that the engine cancelled
+    exited 1 with no error diagnostic; its JSON held the harmless steps before that and, as
+    `info#err`, the Python program's traceback (the resource monitor shut down under it)."""
+    preview = tmp_path / "preview.json"
+    stderr = [
+        "Traceback (most recent call last):\n\n",
+        '  File ".../pulumi/runtime/resource.py", line 1340, in do_rpc_call\n\n',
+        "pulumi.errors.RunError: Resource monitor has terminated, shutting down\n\n",
+    ]
+    preview.write_text(
+        json.dumps(
+            {
+                "steps": GOOD,
+                "diagnostics": [
+                    {"severity": "warning", "message": "warning: resource plugin kubernetes is expected ..."},
+                    *({"severity": "info#err", "message": line} for line in stderr),
+                ],
+            }
+        )
+    )
+    assert adoption_check.main(["adoption_check.py", str(preview)]) == 1
+    err = capsys.readouterr().err
+    assert "this preview failed" in err
+    assert "Resource monitor has terminated" in err
+
+
+def test_the_programs_own_stderr_without_a_traceback_passes(tmp_path: Path) -> None:
+    """Lines a program prints on stderr while it runs on are not a failure."""
+    preview = tmp_path / "preview.json"
+    preview.write_text(
+        json.dumps({"steps": GOOD, "diagnostics": [{"severity": "info#err", "message": "fetching chart index\n"}]})
+    )
+    assert adoption_check.main(["adoption_check.py", str(preview)]) == 0

@@ -3,6 +3,9 @@ adds the program's own new objects: any update, replace or delete, or a create o
 playbook's lab already has, is listed and exits 1 (docs/adoption.md).
 
     pulumi preview --stack lab --json > preview.json && .venv/bin/python tools/adoption_check.py preview.json
+
+A preview that failed is refused whatever it planned: one with an error, or one the engine stopped
+midway (the program's traceback on its stderr).
 """
 
 from __future__ import annotations
@@ -62,6 +65,28 @@ def problems(steps: Iterable[Mapping[str, Any]]) -> list[str]:
     return found
 
 
+# What the program prints on stderr when the engine stops it midway: the box saw a preview whose engine
+# cancelled with no error diagnostic at all, the JSON holding only the steps before that and the
+# Python program's traceback (tests/test_adoption_check.py).
+PROGRAM_TRACEBACK = "Traceback (most recent call last):"
+
+
+def _failures(diagnostics: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The errors of a preview that failed, or the program's traceback when the engine stopped it."""
+    errors = [
+        str(diagnostic.get("message", "")).strip()
+        for diagnostic in diagnostics
+        if diagnostic.get("severity") == "error"
+    ]
+    if errors:
+        return errors
+    stderr = [str(d.get("message", "")) for d in diagnostics if d.get("severity") == "info#err"]
+    if any(line.strip().startswith(PROGRAM_TRACEBACK) for line in stderr):
+        raised = dict.fromkeys(line.strip() for line in stderr if "Error: " in line)
+        return ["the engine stopped the program before the preview ended:", *list(raised)[-3:]]
+    return []
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -72,11 +97,7 @@ def main(argv: list[str]) -> int:
         print(f"{argv[1]}: no steps; is this the output of `pulumi preview --json`?", file=sys.stderr)
         return 2
     # A preview that failed plans only the steps before its error: what it did not reach is unchecked.
-    errors = [
-        str(diagnostic.get("message", "")).strip()
-        for diagnostic in preview.get("diagnostics") or []
-        if diagnostic.get("severity") == "error"
-    ]
+    errors = _failures(preview.get("diagnostics") or [])
     if errors:
         print("this preview failed; fix what it names, then preview again:", file=sys.stderr)
         for line in errors:
