@@ -36,7 +36,6 @@ k3s = K3sNode(
     adopt=settings.adopt,
     deployment=deployment,
 )
-cluster = manage_cluster(settings, k3s, deployment)
 
 pulumi.export("vmAddress", vm.address)
 pulumi.export(PROTECTED_OUTPUT, vm.protection)
@@ -45,9 +44,14 @@ pulumi.export(SIZE_OUTPUT, deployed(size_settings(settings.vm), vm.vm, adopt=set
 pulumi.export("kubeconfig", k3s.kubeconfig)
 # None (no output) until the held admin certificate first nears expiry; the next run reads it.
 pulumi.export(CERTIFICATE_RENEWAL_OUTPUT, k3s.certificate_renewal)
-pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
-pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)
-pulumi.export("providerVersions", cluster.provider_versions)
+# The first adoption run leaves the cluster out: its Kubernetes provider takes the kubeconfig
+# that this run reads from the node, unknown at the preview, which would plan an update after
+# every Kubernetes import (docs/adoption.md step 4); the next run takes them.
+if settings.adopt_cluster_objects:
+    cluster = manage_cluster(settings, k3s, deployment)
+    pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
+    pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)
+    pulumi.export("providerVersions", cluster.provider_versions)
 # Only with a file to keep: the next run reads it to notice the file deleted by hand.
 if k3s.kubeconfig_file is not None:
     pulumi.export(KUBECONFIG_FILE_OUTPUT, k3s.kubeconfig_file)

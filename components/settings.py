@@ -513,12 +513,21 @@ class Settings:
     access: AccessSettings
     adopt: bool
     """Take the running lab into the stack as it is (docs/adoption.md): import, change nothing."""
+    adopt_cluster_objects: bool
+    """Whether this run also manages what is on the cluster; false only in the first adoption run."""
 
 
 def _check_adoption(r: _Reader, settings: Settings) -> None:
     """Adoption imports the running lab and changes nothing in that run; settings that would
     make it create or replace something in the same run are refused."""
     if not settings.adopt:
+        if not settings.adopt_cluster_objects:
+            # Only the first adoption run leaves them out; a lab the program manages never drops them.
+            r.fail(
+                "adoptClusterObjects",
+                "false needs adopt=true (the first adoption run, docs/adoption.md step 4); "
+                "set it back to true (pulumi config rm adoptClusterObjects)",
+            )
         return
     if settings.cluster_api.existing_capmox_secret is None:
         r.fail(
@@ -543,6 +552,7 @@ def parse_settings(raw: Mapping[str, str]) -> Settings:
         cluster_api=_read_cluster_api(r),
         access=_read_access(r),
         adopt=r.boolean("adopt"),
+        adopt_cluster_objects=r.boolean("adoptClusterObjects"),
     )
     _check_adoption(r, settings)
     if r.problems:

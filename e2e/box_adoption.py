@@ -12,13 +12,15 @@ files, the two Helm releases, the provider objects, capmox-variables, the inspec
 capi-readonly), with the operator's Deployment its chart runs.
 
 Then docs/adoption.md: step 3's hand-over over SSH, step 2's settings and Helm repositories, a
-first preview and gate targeted at the Kubernetes provider and what it depends on (the two-run
-adoption tried against step 4's known problem; the engine plans the Kubernetes imports whatever
---target says, and the preview fails), step 4's preview and gate (tools/adoption_check.py), step
-5's `pulumi up`, step 6's checks and the `pulumi preview --expect-no-changes`; then a k3sVersion
-that is not the installed one, which must stop with step 2's message and change nothing. Each run
-records what it made the box do (e2e/box.py's `_observed`), and around the adoption run the
-guest's files, calls and the Helm releases are read before and after.
+preview and gate targeted at the Kubernetes provider and what it depends on (what --target would
+do instead of step 4's first run: the engine plans the Kubernetes imports whatever --target says,
+and the preview fails; the backend is put back after it), then steps 4 and 5 as the docs have
+them, two runs each with its setting, preview, gate (tools/adoption_check.py) and `pulumi up`:
+adoptClusterObjects false (the VM and the node), then true (the cluster's objects); step 6's
+`pulumi preview --expect-no-changes`; then a k3sVersion that is not the installed one, which must
+stop with step 2's message and change nothing. Each run records what it made the box do
+(e2e/box.py's `_observed`), and around each adoption `up` the guest's files, calls and the Helm
+releases are read before and after.
 """
 
 from __future__ import annotations
@@ -67,10 +69,10 @@ MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
 # docs/adoption.md step 2: the OS type the playbook's `qm create` did not set, as the owner sets it.
 OSTYPE = "l26"
 # A first run targeted at the Kubernetes provider and everything it depends on (the StackReference,
-# the VM and its provider, the host steps), tried so that the admin kubeconfig would be in the state
-# before any preview plans a Kubernetes object. The engine plans imports whatever --target says, so
-# it plans the Kubernetes imports too, under a ClusterApi parent it does not create, and the preview
-# fails (tests/test_box_whole_adoption.py; docs/adoption.md step 4).
+# the VM and its provider, the host steps), what --target would do instead of adoptClusterObjects
+# false. The engine plans imports whatever --target says, so it plans the Kubernetes imports too,
+# under a ClusterApi parent it does not create, and the preview fails
+# (tests/test_box_whole_adoption.py; docs/adoption.md step 4).
 STACK_URN = "urn:pulumi:lab::lab-mgmt::"
 NODE_TARGETS = tuple(
     STACK_URN + urn
@@ -307,8 +309,34 @@ def _targeted_at_the_node(lab: box.Box, base: Path) -> dict[str, Any]:
     return result
 
 
+# docs/adoption.md steps 4 and 5 as two gated runs: the first leaves the cluster's objects out and
+# records the admin kubeconfig, the second takes them with it known.
+ADOPTION_RUNS = (("node", "false"), ("cluster", "true"))
+
+
+def _gated_run(lab: box.Box, base: Path, cluster_objects: str) -> dict[str, Any]:
+    """One adoption run as the docs have it: the setting, the preview and the gate, and the up
+    only when the gate passes; the lab read before and after it."""
+    run: dict[str, Any] = {
+        "setting": scenarios._step(lab.engine, ("config", "set", "adoptClusterObjects", cluster_objects))
+    }
+    run["preview"] = box._observed(lab, "preview", "--diff")
+    run["gate"] = _gate(lab, base)
+    if run["gate"]["rc"] != 0:
+        return run
+    before = _lab_state(lab)
+    calls = len(lab.guest_log("calls.log"))
+    run["up"] = box._observed(lab, "up")
+    run["calls_during_up"] = _guest_calls(lab, calls)
+    after = _lab_state(lab)
+    run["before"], run["after"] = before, after
+    run["changed_files"] = _changed(before["files"], after["files"])
+    return run
+
+
 def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
-    """Steps 2 to 6 on the playbook's lab, and before step 4 a first run targeted at the node."""
+    """Steps 2 to 6 on the playbook's lab, and before step 4 a run targeted at the node; a run
+    whose gate or up fails ends it there."""
     result: dict[str, Any] = {"handover": _handover(lab)}
     result["charts_left"] = lab.cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "name").stdout.split()
     result["settings"] = scenarios.adoption_settings(lab.engine, lab.charts, workload_clusters=[])
@@ -316,17 +344,13 @@ def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
     # schema refuses, so the import cannot even be planned (step 2 has the owner set it).
     result["as_left"] = {"preview": box._observed(lab, "preview"), "gate": _gate(lab, base)}
     lab.pve.qm_set(VMID, {"ostype": OSTYPE})
-    before = _lab_state(lab)
     result["node_first"] = _targeted_at_the_node(lab, base)
-    calls = len(lab.guest_log("calls.log"))
-    result["preview"] = box._observed(lab, "preview", "--diff")
-    result["gate"] = _gate(lab, base)
-    result["up"] = box._observed(lab, "up")
-    result["calls_during_up"] = _guest_calls(lab, calls)
-    after = _lab_state(lab)
+    result["runs"] = {}
+    for name, cluster_objects in ADOPTION_RUNS:
+        run = result["runs"][name] = _gated_run(lab, base, cluster_objects)
+        if run.get("up", {}).get("rc") != 0:
+            return result
     result["no_changes_preview"] = box._observed(lab, "preview", "--expect-no-changes")
-    result["before"], result["after"] = before, after
-    result["changed_files"] = _changed(before["files"], after["files"])
     return result
 
 
@@ -353,6 +377,6 @@ def adoption_in_the_box(root: str) -> dict[str, Any]:
         playbook_left(lab, base)
         result: dict[str, Any] = {"setup_seconds": round(time.monotonic() - started, 1), "steps": lab.steps}
         result["adoption"] = _adopted(lab, base)
-        if result["adoption"]["up"]["rc"] == 0:
+        if "no_changes_preview" in result["adoption"]:
             result["k3s_differs"] = _k3s_differs(lab)
         return {**result, **box._standins(lab)}

@@ -24,6 +24,8 @@ RELEASE = "kubernetes:helm.sh/v3:Release"
 NAMESPACE = "kubernetes:core/v1:Namespace"
 OPERATOR_API = "kubernetes:operator.cluster.x-k8s.io/v1alpha2"
 CREDENTIALS = ("kubernetes:core/v1:Secret", "mgmt-capmox-credentials")
+# What the program puts on the cluster, beside the Kubernetes resources themselves.
+CLUSTER_COMPONENTS = {"homelab:index:ClusterApi", "homelab:index:ReadOnlyAccess"}
 
 # The playbook's objects, by the ids Pulumi imports them under.
 IMPORTED = {
@@ -133,8 +135,9 @@ def test_the_adoption_check_catches_a_lab_object_left_without_its_import(adopted
             "lab-mgmt:adopt: true cannot go with vmRebuildFromImage=true",
         ),
         ({"capmoxExistingSecret": "Not_A_Name"}, "lab-mgmt:capmoxExistingSecret: 'Not_A_Name' is not"),
+        ({"adoptClusterObjects": False}, "lab-mgmt:adoptClusterObjects: false needs adopt=true"),
     ],
-    ids=["no-existing-secret", "unprotected", "rebuild", "bad-secret-name"],
+    ids=["no-existing-secret", "unprotected", "rebuild", "bad-secret-name", "cluster-objects-without-adopt"],
 )
 def test_settings_that_would_change_an_adopted_lab_are_refused(overrides: dict[str, object], expected: str) -> None:
     with pytest.raises(SettingsError, match=expected):
@@ -219,3 +222,25 @@ def test_a_step_the_table_refers_to_is_the_one_that_does_it(row: str, what: str)
     items = ADOPTION_DOC.split(f"## {section}.", 1)[1].split("\n## ", 1)[0]
     (text,) = re.findall(rf"^{item}\. (.*?)(?=^\d+\. |^\S|\Z)", items, re.MULTILINE | re.DOTALL)
     assert what in text
+
+
+# --- the first adoption run: the VM and the k3s node, not the cluster's objects ------------------
+
+
+def test_the_first_adoption_run_registers_nothing_on_the_cluster(adopted: harness.Run) -> None:
+    """docs/adoption.md step 4's first run: the Kubernetes provider's kubeconfig is read in this
+    run, so it plans no Kubernetes object; the VM is imported and the node's steps run."""
+    first = harness.run_program({**ADOPT, "adoptClusterObjects": False})
+    assert not [r.name for r in first.resources.values() if r.type.startswith("kubernetes:")]
+    assert not [r.name for r in first.resources.values() if r.type in CLUSTER_COMPONENTS]
+    assert first.get(*VM).import_id == IMPORTED[VM]
+    assert [r.name for r in first.resources.values() if r.import_id] == ["mgmt-vm"]
+    assert first.get("pulumi:providers:kubernetes", "mgmt-kubernetes")
+    assert not {"readonlyKubeconfig", "workloadReadonlyKubeconfigs", "providerVersions"} & set(first.outputs)
+    # Everything it registers, the second run registers the same; that run adds the cluster part.
+    assert first.names() < adopted.names()
+    assert {r.type for r in adopted.resources.values()} >= CLUSTER_COMPONENTS
+
+
+def test_the_default_takes_the_cluster_objects_in_the_same_adoption_run(adopted: harness.Run) -> None:
+    assert harness.run_program({**ADOPT, "adoptClusterObjects": True}).names() == adopted.names()

@@ -1,10 +1,11 @@
 """Adoption in the lab in a box, whole (e2e/box_adoption.py, issue 18): the box starts as the
 playbook left the lab (VM 201 made on the node, not through the API, running k3s with an Ansible-
 rendered config.yaml, the playbook's objects on its API server), then docs/adoption.md is followed
-with the real CLI and the program's own __main__.py: the hand-over, the adoption gate, the
-adoption `pulumi up`, the preview expecting no changes; then a k3sVersion that is not the
-installed one. What each run made the box do is read from the stand-ins' and the guest's logs and
-its disk. In a network namespace of the test's own; selected with `pytest -m engine`.
+with the real CLI and the program's own __main__.py: the hand-over, the two adoption runs (the VM
+and the node with adoptClusterObjects false, then the cluster's objects), each gated before its
+`pulumi up`, the preview expecting no changes; then a k3sVersion that is not the installed one.
+What each run made the box do is read from the stand-ins' and the guest's logs and its disk. In a
+network namespace of the test's own; selected with `pytest -m engine`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ def names(run: dict[str, Any], op: str) -> set[str]:
     return {step["urn"].rsplit("::", 1)[1] for step in run["steps"] if step["op"] == op}
 
 
+def resources_summary(run: dict[str, Any]) -> list[str]:
+    """The lines the CLI prints under `Resources:` at the end of a run (docs/adoption.md quotes them)."""
+    _, _, tail = run["output"].rpartition("\nResources:\n")
+    return [line.strip() for line in tail.split("\n\n", 1)[0].splitlines()]
+
+
 def test_the_settings_and_the_hand_over_succeed(adoption: Any) -> None:
     for step in [*adoption["steps"], *adoption["adoption"]["settings"]]:
         assert step["rc"] == 0, step
@@ -61,9 +68,9 @@ def test_the_playbooks_vm_as_left_stops_the_preview_and_the_gate_refuses_it(adop
 
 
 def test_a_first_run_targeted_at_the_node_cannot_leave_the_cluster_out(adoption: Any) -> None:
-    """The two-run adoption tried before step 4: a preview targeted at the Kubernetes provider and
-    everything it depends on (box_adoption.NODE_TARGETS), so that the admin kubeconfig would be in
-    the state before any preview plans a Kubernetes object. The engine plans an import whatever
+    """What --target would do instead of step 4's first run: a preview targeted at the Kubernetes
+    provider and everything it depends on (box_adoption.NODE_TARGETS), so that the admin
+    kubeconfig would be in the state before any preview plans a Kubernetes object. The engine plans an import whatever
     --target says (it decides an import before it consults the targets), so it plans the cluster's
     imports too, under the ClusterApi component that, untargeted, it does not create: the preview
     fails on the state's integrity, the gate refuses it, and nothing is touched."""
@@ -88,81 +95,98 @@ def test_a_first_run_targeted_at_the_node_cannot_leave_the_cluster_out(adoption:
     assert first["state_changed"] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="program defect: the kubernetes provider's kubeconfig is the k3s read step's output, unknown at "
-    "the first (adoption) preview, so the engine plans an update after every Kubernetes import, which the "
-    "gate refuses; the up makes none of them (tests below). A first run with --target cannot record the "
-    "kubeconfig first: the engine imports whatever --target says (test above); the program must change",
-)
-def test_the_adoption_gate_passes(adoption: Any) -> None:
-    gate = adoption["adoption"]["gate"]
+RUNS = tuple(name for name, _ in box_adoption.ADOPTION_RUNS)
+CLUSTER_IMPORTS = {
+    *scenarios.RELEASE_RESOURCES,
+    *(f"mgmt-ns-{namespace}" for namespace, _, _ in playbook_lab.PROVIDERS.values()),
+    *scenarios.PROVIDER_CR_RESOURCES,
+}
+# What each run opens on the guest and writes to the cluster, as the box shows it: the first runs
+# the seven host steps, the second only the operator's readiness check and writes the program's
+# lab-mgmt-readonly role, account, binding and token.
+SSH_SESSIONS = {"node": 7, "cluster": 1}
+K8S_WRITES = {"node": 0, "cluster": 4}
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_the_adoption_gate_passes(adoption: Any, run: str) -> None:
+    gate = adoption["adoption"]["runs"][run]["gate"]
     assert gate["preview_rc"] == 0, gate["preview_stderr"]
     assert gate["rc"] == 0, gate["output"]
+    assert {step["op"] for step in gate["preview_steps"]} <= {"same", "create", "import", "read"}
 
 
-def test_the_gate_refuses_only_updates_of_what_the_preview_imports_and_the_up_makes_none(adoption: Any) -> None:
-    gate, preview, up = (adoption["adoption"][key] for key in ("gate", "preview", "up"))
-    refused = {line.strip().rsplit("::", 1)[1] for line in gate["output"].splitlines() if line.startswith("  update: ")}
-    assert refused == names(preview, "update")
-    assert refused == {
-        *scenarios.RELEASE_RESOURCES,
-        *(f"mgmt-ns-{namespace}" for namespace, _, _ in playbook_lab.PROVIDERS.values()),
-        *scenarios.PROVIDER_CR_RESOURCES,
-    }
-    assert refused <= names(preview, "import")
-    assert names(up, "update") == set()
-    assert refused <= names(up, "import")
+def test_the_first_run_leaves_the_cluster_out_and_the_second_imports_it(adoption: Any) -> None:
+    node, cluster = (adoption["adoption"]["runs"][run] for run in RUNS)
+    for run in (node, cluster):
+        assert run["up"]["rc"] == 0, run["up"]["output"][-6000:]
+        assert names(run["up"], "update") == set()
+    assert not any("$kubernetes:" in step["urn"] for key in ("preview", "up") for step in node[key]["steps"])
+    assert names(node["up"], "import") == {"mgmt-vm"}
+    assert names(cluster["up"], "import") == CLUSTER_IMPORTS
+    assert names(cluster["preview"], "import") == CLUSTER_IMPORTS
+    assert resources_summary(node["up"]) == ["+ 12 created", "= 1 imported", "13 changes"]
+    assert resources_summary(cluster["up"]) == ["+ 7 created", "= 12 imported", "19 changes. 13 unchanged"]
 
 
-def test_the_adoption_preview_imports_the_vm_and_opens_no_session(adoption: Any) -> None:
-    preview = adoption["adoption"]["preview"]
+@pytest.mark.parametrize("run", RUNS)
+def test_the_adoption_preview_opens_no_session_and_writes_nothing(adoption: Any, run: str) -> None:
+    preview = adoption["adoption"]["runs"][run]["preview"]
     assert preview["rc"] == 0, preview["output"][-6000:]
-    assert "mgmt-vm" in names(preview, "import")
     assert preview["ssh_sessions"] == []
     assert preview["pve_writes"] == []
+    assert preview["k8s_writes"] == []
 
 
-def test_the_adoption_up_imports_the_vm_with_no_proxmox_write_and_no_reboot(adoption: Any) -> None:
-    up = adoption["adoption"]["up"]
+def test_the_adoption_preview_imports_the_vm(adoption: Any) -> None:
+    assert "mgmt-vm" in names(adoption["adoption"]["runs"]["node"]["preview"], "import")
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_the_adoption_up_writes_nothing_to_proxmox_and_reboots_nothing(adoption: Any, run: str) -> None:
+    up = adoption["adoption"]["runs"][run]["up"]
     assert up["rc"] == 0, up["output"][-6000:]
-    assert "mgmt-vm" in names(up, "import")
     assert "mgmt-image" not in names(up, "create")
     assert up["pve_writes"] == []
-    before, after = adoption["adoption"]["before"], adoption["adoption"]["after"]
+    before, after = adoption["adoption"]["runs"][run]["before"], adoption["adoption"]["runs"][run]["after"]
     assert before["vm"] == after["vm"]
     assert after["vm"]["status"] == "running"
     # No image downloaded, no volume made.
     assert before["pve_volumes"] == after["pve_volumes"]
 
 
-def test_the_host_steps_open_sessions_that_change_nothing_on_the_guest(adoption: Any) -> None:
-    up = adoption["adoption"]["up"]
-    assert up["ssh_sessions"], "the host steps ran no SSH session"
+@pytest.mark.parametrize("run", RUNS)
+def test_the_host_steps_open_sessions_that_change_nothing_on_the_guest(adoption: Any, run: str) -> None:
+    adopted = adoption["adoption"]["runs"][run]
+    up = adopted["up"]
+    assert len(up["ssh_sessions"]) == SSH_SESSIONS[run], up["ssh_sessions"]
     assert up["installs"] == []
-    before, after = adoption["adoption"]["before"], adoption["adoption"]["after"]
-    assert before["fingerprints"] == after["fingerprints"]
-    assert set(adoption["adoption"]["changed_files"]) <= {KEEP_HOST_KEYS}
-    calls = adoption["adoption"]["calls_during_up"]
+    assert adopted["before"]["fingerprints"] == adopted["after"]["fingerprints"]
+    assert set(adopted["changed_files"]) <= {KEEP_HOST_KEYS}
+    calls = adopted["calls_during_up"]
     changing = [argv for argv in calls if tuple(argv[:2]) in {("systemctl", verb) for verb in CHANGING_VERBS}]
     assert changing == [], changing
     assert [argv for argv in calls if argv[0] == "apt-get"] == []
 
 
-def test_the_releases_keep_their_revision_and_no_playbook_object_is_written(adoption: Any) -> None:
-    before, after = adoption["adoption"]["before"], adoption["adoption"]["after"]
+@pytest.mark.parametrize("run", RUNS)
+def test_the_releases_keep_their_revision_and_no_playbook_object_is_written(adoption: Any, run: str) -> None:
+    adopted = adoption["adoption"]["runs"][run]
+    before, after = adopted["before"], adopted["after"]
     assert before["releases"] == after["releases"]
     assert {name for name, _, _ in after["releases"]} == {
         f"sh.helm.release.v1.{release}.v1" for release in playbook_lab.HANDED_OVER
     }
     assert {key: value for key, value in after["objects"].items() if key in before["objects"]} == before["objects"]
-    written = adoption["adoption"]["up"]["k8s_writes"]
+    written = adopted["up"]["k8s_writes"]
+    assert len(written) == K8S_WRITES[run], written
     assert all(name.startswith("lab-mgmt-readonly") for _, _, name in written), written
 
 
 def test_the_next_preview_expects_no_changes_and_passes(adoption: Any) -> None:
     preview = adoption["adoption"]["no_changes_preview"]
     assert preview["rc"] == 0, preview["output"][-6000:]
+    assert resources_summary(preview) == ["32 unchanged"]
     assert preview["ssh_sessions"] == []
     assert preview["pve_writes"] == []
 

@@ -472,3 +472,17 @@ def test_the_secret_keys_are_the_ones_the_readme_sets_as_secrets() -> None:
     readme = (harness.REPO / "README.md").read_text()
     assert set(re.findall(r"pulumi config set --secret ([a-z]\w*)", readme)) == set(SECRET_KEYS)
     assert set(harness.DUMMY_SECRETS) == set(SECRET_KEYS)
+
+
+def test_leaving_the_cluster_objects_out_needs_adoption() -> None:
+    """Only the first adoption run leaves the cluster's objects out; a lab the program manages
+    never drops them, so the key is refused up front, naming the fix."""
+    assert parse_settings(lab_raw()).adopt_cluster_objects is True
+    with pytest.raises(SettingsError) as refused:
+        parse_settings(lab_raw(adoptClusterObjects="false"))
+    assert problems(refused.value) == [
+        "lab-mgmt:adoptClusterObjects: false needs adopt=true (the first adoption run, docs/adoption.md step 4); "
+        "set it back to true (pulumi config rm adoptClusterObjects)"
+    ]
+    first_run = lab_raw(adopt="true", capmoxExistingSecret="capmox-variables", adoptClusterObjects="false")
+    assert parse_settings(first_run).adopt_cluster_objects is False
