@@ -33,7 +33,7 @@ def host_command(
     args: Sequence[str],
     *,
     connection: pulumi.Input[command.remote.ConnectionArgs],
-    triggers: Sequence[pulumi.Input[object]] | pulumi.Output[list[Any]],
+    triggers: pulumi.Input[Sequence[Any]],
     opts: pulumi.ResourceOptions,
     secret_stdout: bool = False,
 ) -> command.remote.Command:
@@ -44,7 +44,7 @@ def host_command(
         name,
         connection=connection,
         create=script_command(script, *args),
-        triggers=triggers if isinstance(triggers, pulumi.Output) else list(triggers),
+        triggers=triggers,
         # Sending the previous stdout back as environment variables would leak a kubeconfig into
         # the remote environment; nothing here needs it.
         add_previous_output_in_env=False,

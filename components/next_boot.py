@@ -93,28 +93,30 @@ def _changed(wanted: Mapping[str, Any], recorded: Any) -> list[str]:
     return [key for key in wanted if key in deployed_values and deployed_values[key] != wanted[key]]
 
 
-def _keys(changed: list[str], recorded: Any) -> str:
-    """What the warning says changed."""
-    what = "become the adopted VM's" if recorded == adoption.ADOPTED_RECORD else "changed"
-    return f"{', '.join(f'{PROJECT}:{key}' for key in changed)} {what}"
+def _announce(wanted: Mapping[str, Any], recorded: Any, consequence: str) -> None:
+    """Warns of the keys of `wanted` that changed since the last deployment, and what follows."""
+    if changed := _changed(wanted, recorded):
+        what = "become the adopted VM's" if recorded == adoption.ADOPTED_RECORD else "changed"
+        pulumi.log.warn(f"{', '.join(f'{PROJECT}:{key}' for key in changed)} {what}: {consequence}")
 
 
 def _announce_cloud_init(vm: VmSettings, recorded: Any) -> None:
-    if changed := _changed(cloud_init_settings(vm), recorded):
-        pulumi.log.warn(
-            f"{_keys(changed, recorded)}: Proxmox writes the VM's "
-            "cloud-init drive in this run, and the running VM takes it only at its next reboot, which this "
-            f"program never does by itself: reboot it (qm reboot {vm.vm_id}) in a window of your choosing. "
-            "cloud-init then sees a new instance and keeps the SSH host key (mgmt-keep-host-keys), so the "
-            "host steps go on pinning it (docs/operations.md, 'Cloud-init changes')"
-        )
+    _announce(
+        cloud_init_settings(vm),
+        recorded,
+        "Proxmox writes the VM's cloud-init drive in this run, and the running VM takes it only at its next "
+        f"reboot, which this program never does by itself: reboot it (qm reboot {vm.vm_id}) in a window of "
+        "your choosing. cloud-init then sees a new instance and keeps the SSH host key (mgmt-keep-host-keys), "
+        "so the host steps go on pinning it (docs/operations.md, 'Cloud-init changes')",
+    )
 
 
 def _announce_size(vm: VmSettings, recorded: Any) -> None:
-    if changed := _changed(size_settings(vm), recorded):
-        pulumi.log.warn(
-            f"{_keys(changed, recorded)}: Proxmox holds the new "
-            "size as a pending change in this run, and the VM takes it only at its next boot, which this "
-            f"program never does by itself: reboot it (qm reboot {vm.vm_id}) in a window when the cluster "
-            "may be down for a minute (docs/troubleshooting.md, 'A new vmCores or vmMemoryMib is applied')"
-        )
+    _announce(
+        size_settings(vm),
+        recorded,
+        "Proxmox holds the new size as a pending change in this run, and the VM takes it only at its next "
+        f"boot, which this program never does by itself: reboot it (qm reboot {vm.vm_id}) in a window when "
+        "the cluster may be down for a minute (docs/troubleshooting.md, 'A new vmCores or vmMemoryMib is "
+        "applied')",
+    )

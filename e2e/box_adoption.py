@@ -324,14 +324,7 @@ def _gated_run(lab: box.Box, base: Path, cluster_objects: str) -> dict[str, Any]
     run["gate"] = _gate(lab, base)
     if run["gate"]["rc"] != 0:
         return run
-    before = _lab_state(lab)
-    calls = len(lab.guest_log("calls.log"))
-    run["up"] = box._observed(lab, "up")
-    run["calls_during_up"] = _guest_calls(lab, calls)
-    after = _lab_state(lab)
-    run["before"], run["after"] = before, after
-    run["changed_files"] = _changed(before["files"], after["files"])
-    return run
+    return {**run, **_up_watched(lab)}
 
 
 def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
@@ -357,15 +350,23 @@ def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
 def _k3s_differs(lab: box.Box) -> dict[str, Any]:
     """A k3sVersion other than the installed one, adoption still on: step 2's message, nothing
     changed."""
-    result: dict[str, Any] = {"setting": scenarios._step(lab.engine, ("config", "set", "k3sVersion", box.K3S_BUMP))}
+    setting = scenarios._step(lab.engine, ("config", "set", "k3sVersion", box.K3S_BUMP))
+    return {"setting": setting, **_up_watched(lab)}
+
+
+def _up_watched(lab: box.Box) -> dict[str, Any]:
+    """`pulumi up`, with the lab's state before and after it and the guest's calls during it."""
     before = _lab_state(lab)
     calls = len(lab.guest_log("calls.log"))
-    result["up"] = box._observed(lab, "up")
-    result["calls_during_up"] = _guest_calls(lab, calls)
+    up = box._observed(lab, "up")
     after = _lab_state(lab)
-    result["before"], result["after"] = before, after
-    result["changed_files"] = _changed(before["files"], after["files"])
-    return result
+    return {
+        "up": up,
+        "calls_during_up": _guest_calls(lab, calls),
+        "before": before,
+        "after": after,
+        "changed_files": _changed(before["files"], after["files"]),
+    }
 
 
 def adoption_in_the_box(root: str) -> dict[str, Any]:

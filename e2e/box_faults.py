@@ -144,11 +144,16 @@ def _in_guest(init: int, script: str) -> None:
     subprocess.run(["nsenter", f"--target={init}", "--mount", "--", "sh", "-euc", script], check=True)
 
 
+def _as_in_guest(init: int, *argv: str) -> list[str]:
+    """`argv` run as the guest's own processes are: in its mount, network, UTS and PID namespaces."""
+    return ["nsenter", f"--target={init}", "--mount", "--net", "--uts", "--pid", "--", *argv]
+
+
 def _restart_sshd(box: Box, init: int) -> None:
     """sshd started again in the guest, logging where e2e/guest.py has it log."""
     with (box.guests.logs(VMID) / "sshd.log").open("ab") as log:
         subprocess.Popen(
-            ["nsenter", f"--target={init}", "--mount", "--net", "--uts", "--pid", "--", *SSHD],
+            _as_in_guest(init, *SSHD),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -275,7 +280,7 @@ def _k3s(box: Box, verb: str) -> None:
     with (box.guests.logs(VMID) / "owner-systemctl.log").open("ab") as log:
         # The unit's server outlives this systemctl: it must not hold a pipe of ours open.
         subprocess.run(
-            ["nsenter", f"--target={init}", "--mount", "--net", "--uts", "--pid", "--", "systemctl", verb, "k3s"],
+            _as_in_guest(init, "systemctl", verb, "k3s"),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
