@@ -22,7 +22,8 @@ from components.settings import load_settings
 settings = load_settings()
 if not settings.proxmox.skip_credentials_check:
     verify_tokens(settings)
-if settings.adopt:
+# Only a run that imports the releases resolves their charts through this machine's Helm client.
+if settings.adopt and settings.adopt_cluster_objects:
     verify_chart_repositories(settings)
 
 deployment = last_deployment()
