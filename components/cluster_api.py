@@ -18,7 +18,6 @@ CERT_MANAGER_NAMESPACE = "cert-manager"
 OPERATOR_NAMESPACE = "capi-operator-system"
 RELEASE_TIMEOUT_SECONDS = 600
 OPERATOR_READY_BOUND_SECONDS = 300
-PROVIDER_READY_TIMEOUT = "15m"
 PROVIDER_API_VERSION = "operator.cluster.x-k8s.io/v1alpha2"
 
 
@@ -323,6 +322,7 @@ def _provider_crs(
         lambda deployed: check_upgrade_order(deployed, wanted)
     )
     ready_versions: dict[str, pulumi.Output[str]] = {}
+    ready_within = f"{settings.provider_ready_timeout_minutes}m"
     for p in PROVIDERS:
         spec: dict[str, pulumi.Input[object]] = {"version": checked_versions[p.config_key]}
         depends_on = [*after, namespaces[p.namespace]]
@@ -346,7 +346,7 @@ def _provider_crs(
                 adoption.OBJECT_INPUTS,
                 pulumi.ResourceOptions(
                     depends_on=depends_on,
-                    custom_timeouts=pulumi.CustomTimeouts(create=PROVIDER_READY_TIMEOUT, update=PROVIDER_READY_TIMEOUT),
+                    custom_timeouts=pulumi.CustomTimeouts(create=ready_within, update=ready_within),
                 ),
             ),
         )

@@ -58,6 +58,8 @@ MEMORY_MIB_RANGE = (1024, 262_144)
 DISK_GIB_RANGE = (10, 4096)
 VLAN_RANGE = (1, 4094)
 GENERATION_RANGE = (1, 1_000_000)
+# Up to four hours: a slow link pulling every provider's image; a bound of 0 would fail at once.
+PROVIDER_READY_MINUTES_RANGE = (1, 240)
 
 # The forms each upstream uses for its releases; anything else (empty, "latest", a branch) is refused.
 K3S_VERSION = re.compile(r"^v\d+\.\d+\.\d+\+k3s\d+$")
@@ -436,6 +438,8 @@ class ClusterApiSettings:
     existing_capmox_secret: str | None
     """A credentials Secret that someone else made (the playbook's `capmox-variables`): the
     program points CAPMOX at it and makes none of its own."""
+    provider_ready_timeout_minutes: int
+    """How long `pulumi up` waits for each provider CR to become Ready."""
 
 
 def _read_cluster_api(r: _Reader) -> ClusterApiSettings:
@@ -454,6 +458,9 @@ def _read_cluster_api(r: _Reader) -> ClusterApiSettings:
         capmox_token_id=r.matching("capmoxTokenId", TOKEN_ID, "an API token id of the form user@realm!tokenname"),
         capmox_token_secret=r.token_secret("capmoxTokenSecret"),
         existing_capmox_secret=_read_existing_capmox_secret(r),
+        provider_ready_timeout_minutes=r.integer(
+            "providerReadyTimeoutMinutes", PROVIDER_READY_MINUTES_RANGE, "minutes"
+        ),
     )
 
 

@@ -223,6 +223,12 @@ def test_provider_cr(run: harness.Run, expected: ExpectedProvider) -> None:
     assert_on_mgmt_cluster(run, cr)
 
 
+def test_each_provider_cr_waits_as_long_as_the_setting_says() -> None:
+    bounded = harness.run_program(overrides={"providerReadyTimeoutMinutes": 1})
+    for p in PROVIDERS:
+        assert bounded.get(*p.key).custom_timeouts == {"create": "1m", "update": "1m"}, p.kind
+
+
 def test_exactly_the_five_provider_crs(run: harness.Run) -> None:
     crs = {key for key in run.names() if key[0].startswith(f"kubernetes:{OPERATOR_API}:")}
     assert crs == {p.key for p in PROVIDERS}

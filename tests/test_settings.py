@@ -282,6 +282,27 @@ BAD_INPUTS: list[Any] = [
         id="kubeconfigPath-unknown-user",
     ),
     pytest.param({"vmGateway": "192.168.4.21"}, (), "vmGateway", "is the VM's own address", id="vmGateway-own-address"),
+    pytest.param(
+        {"providerReadyTimeoutMinutes": 0},
+        (),
+        "providerReadyTimeoutMinutes",
+        "0 is outside the minutes range 1..240",
+        id="providerReadyTimeoutMinutes-0",
+    ),
+    pytest.param(
+        {"providerReadyTimeoutMinutes": 241},
+        (),
+        "providerReadyTimeoutMinutes",
+        "241 is outside the minutes range 1..240",
+        id="providerReadyTimeoutMinutes-too-big",
+    ),
+    pytest.param(
+        {"providerReadyTimeoutMinutes": "15m"},
+        (),
+        "providerReadyTimeoutMinutes",
+        "'15m' is not a whole number",
+        id="providerReadyTimeoutMinutes-unit",
+    ),
 ]
 
 
@@ -403,6 +424,13 @@ def test_lab_versions(lab: Settings) -> None:
     assert capi.capmox_token_id == "capmox@pve!capi"
     assert lab.access.readonly_token_generation == 1
     assert lab.access.workload_clusters == ()
+
+
+def test_each_provider_cr_is_waited_on_for_15_minutes_unless_set() -> None:
+    lab = lab_raw()
+    del lab["providerReadyTimeoutMinutes"]
+    assert parse_settings(lab).cluster_api.provider_ready_timeout_minutes == 15
+    assert parse_settings(lab_raw(providerReadyTimeoutMinutes="1")).cluster_api.provider_ready_timeout_minutes == 1
 
 
 def test_kubeconfig_path_outside_the_repo_is_kept(tmp_path: Path) -> None:
