@@ -9,6 +9,8 @@ a network namespace of its own (tests/test_box_faults.py):
   (`--replace`, as docs/troubleshooting.md has a user do) against sshd refusing connections, and
   against another host key at the VM's address;
 - `api_server_down`: k3s's API server going down after the k3s steps, as the Helm releases begin;
+- `provider_never_ready`: the operator never making the InfrastructureProvider Ready, so that
+  `pulumi up` hits its bound (providerReadyTimeoutMinutes) on that CR;
 - `interrupted`: `pulumi up` interrupted with SIGINT mid-run, then the pending operation cleared as
   docs/troubleshooting.md says.
 """
@@ -27,8 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from e2e import pve_tasks, scenarios
-from e2e.box import VMID, Box, _observed, _standins, running
+from e2e import playbook_lab, pve_tasks, scenarios
+from e2e.box import VMID, Box, _observed, _reconciled_since, _standins, running
 from e2e.engine import CLI_TIMEOUT_SECONDS
 
 DOWNLOAD_ERROR = "500 Can't connect to cloud-images.ubuntu.com:443 (Connection timed out)"
@@ -38,6 +40,10 @@ SSHD = ["/usr/sbin/sshd", "-D", "-e", "-o", "LogLevel=VERBOSE"]
 HOST_STEP = "mgmt-k3s-install"
 """The host step a fault run re-runs: run again, it must find k3s installed and install nothing."""
 FAULT_BOUND_SECONDS = 120
+PROVIDER_READY_MINUTES = "1"
+"""providerReadyTimeoutMinutes in the run whose provider never becomes Ready: the shortest bound."""
+NEVER_READY = ("InfrastructureProvider", *playbook_lab.PROVIDERS["InfrastructureProvider"][:2])
+"""The provider CR the operator never makes Ready: kind, namespace and name."""
 
 
 def _leaked(box: Box, text: str) -> list[str]:
@@ -302,6 +308,27 @@ def api_server_down(root: str) -> dict[str, Any]:
         recovered = _run(box, base)
         again = _run(box, base)
         return {"down": down, "stopped": len(stopped), "recovered": recovered, "again": again, **_standins(box)}
+
+
+def provider_never_ready(root: str) -> dict[str, Any]:
+    """With providerReadyTimeoutMinutes at its least, the first up while the operator never makes
+    the InfrastructureProvider Ready, and what the operator made Ready by then; then Ready
+    released, the run after it, what the operator made Ready since, the stack's providerVersions
+    and the zero-change preview. The whole scenario timed."""
+    started = time.monotonic()
+    base = Path(root)
+    with running(base) as box:
+        setting = scenarios._step(box.engine, ("config", "set", "providerReadyTimeoutMinutes", PROVIDER_READY_MINUTES))
+        box.operator.withhold(*NEVER_READY)
+        result: dict[str, Any] = {"setting": setting, "not_ready": _run(box, base)}
+        result["reconciled_while_withheld"] = _reconciled_since(box, 0)
+        box.operator.release(*NEVER_READY)
+        result["released"] = _run(box, base)
+        result["reconciled_once_released"] = _reconciled_since(box, len(result["reconciled_while_withheld"]))
+        result["provider_versions"] = box.engine.outputs().get("providerVersions")
+        result["no_changes"] = _observed(box, "preview", "--expect-no-changes")
+        result.update(_standins(box))
+    return {**result, "seconds": round(time.monotonic() - started, 1)}
 
 
 def _press_ctrl_c_twice(process: subprocess.Popen[str]) -> None:

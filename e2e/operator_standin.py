@@ -3,7 +3,9 @@ images): it does the one thing the program waits on. When a provider CR's spec i
 the operator has seen (status.observedGeneration below metadata.generation), it takes a while, as
 installing a provider does, then records the spec as installed: observedGeneration,
 installedVersion and Ready=True, the way the operator's ProviderStatus carries them. It changes
-nothing else, and records each CR it reconciled, with the generation and when.
+nothing else, and records each CR it reconciled, with the generation and when. A CR it is told to
+withhold it leaves as it is, never Ready, until it is told to release it: an operator whose
+provider never becomes Available.
 
 Where the operator's own Pods must run too (a chart stand-in whose operator is a Deployment, whose
 Available status a step waits for), it also stands in for the scheduler and the kubelet of the one
@@ -33,16 +35,38 @@ POLL_SECONDS = 0.5
 @dataclass
 class OperatorStandIn:
     install_seconds: float
+    resources: tuple[str, ...]
+    """The provider CRs' resources (plural.group) it reconciles."""
     reconciled: list[dict[str, Any]] = field(default_factory=list)
     """kind, namespace, name, generation, version and the time.time() it was marked Ready."""
     errors: list[str] = field(default_factory=list)
     pods_run: list[str] = field(default_factory=list)
     """namespace/name of each Pod it started, in order."""
+    withheld: set[str] = field(default_factory=set)
+    """kind/namespace/name of each CR it leaves not Ready."""
+
+    def withhold(self, kind: str, namespace: str, name: str) -> None:
+        """From now on, until `release`, that CR is never marked Ready."""
+        # A kind it does not reconcile would never be Ready anyway: withholding it proves nothing.
+        if not any(resource.startswith(f"{kind.lower()}s.") for resource in self.resources):
+            raise ValueError(f"the operator stand-in reconciles {', '.join(self.resources)}, not {kind}")
+        self.withheld.add(_cr(kind, namespace, name))
+
+    def release(self, kind: str, namespace: str, name: str) -> None:
+        """That CR is reconciled again, as any other."""
+        cr = _cr(kind, namespace, name)
+        if cr not in self.withheld:
+            raise KeyError(f"{cr} is not withheld")
+        self.withheld.remove(cr)
 
 
-def _reconcile(cluster: ControlPlane, resources: str, standin: OperatorStandIn, seen: dict[str, float]) -> None:
+def _cr(kind: str, namespace: str, name: str) -> str:
+    return f"{kind}/{namespace}/{name}"
+
+
+def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, float]) -> None:
     as_operator = cluster.kubeconfig_of(OPERATOR_USER)
-    listed = cluster.kubectl_as(as_operator, "get", resources, "-A", "-o", "json")
+    listed = cluster.kubectl_as(as_operator, "get", ",".join(standin.resources), "-A", "-o", "json")
     if listed.returncode != 0 and "doesn't have a resource type" in listed.stderr:
         return  # The operator chart has not installed its CRDs yet: no operator runs either.
     if listed.returncode != 0:
@@ -50,11 +74,10 @@ def _reconcile(cluster: ControlPlane, resources: str, standin: OperatorStandIn, 
         return
     for item in json.loads(listed.stdout)["items"]:
         meta, status = item["metadata"], item.get("status") or {}
-        generation = meta["generation"]
-        if status.get("observedGeneration", 0) >= generation:
+        generation, cr = meta["generation"], _cr(item["kind"], meta["namespace"], meta["name"])
+        if status.get("observedGeneration", 0) >= generation or cr in standin.withheld:
             continue
-        key = f"{item['kind']}/{meta['namespace']}/{meta['name']}@{generation}"
-        first_seen = seen.setdefault(key, time.monotonic())
+        first_seen = seen.setdefault(f"{cr}@{generation}", time.monotonic())
         if time.monotonic() - first_seen < standin.install_seconds:
             continue
         version = item["spec"]["version"]
@@ -147,7 +170,7 @@ def running(
 ) -> Iterator[OperatorStandIn]:
     """Reconciles the provider CRs of `kinds` (plural.group) on `cluster` for the block, and runs
     the Pods of namespace `runs_pods_in`."""
-    standin = OperatorStandIn(install_seconds)
+    standin = OperatorStandIn(install_seconds, tuple(kinds))
     stop = threading.Event()
     seen: dict[str, float] = {}
 
@@ -156,7 +179,7 @@ def running(
             if not cluster.kubeconfig_of(OPERATOR_USER).exists():
                 continue
             try:
-                _reconcile(cluster, ",".join(kinds), standin, seen)
+                _reconcile(cluster, standin, seen)
                 if runs_pods_in is not None:
                     _run_pods(cluster, runs_pods_in, standin)
             except (KeyError, ValueError) as unknown:

@@ -2,8 +2,8 @@
 `pulumi up` of the whole program ends the run with an error naming what failed and where, with no
 secret in it, the state still readable, and the next run without the fault converges with one VM
 made by one create and k3s installed once. The faults: Proxmox VE's errors, sshd's, another host
-key, the API server going down after the k3s steps, and Ctrl-C. In network namespaces of the
-tests' own; selected with `pytest -m engine`.
+key, the API server going down after the k3s steps, a provider CR never Ready, and Ctrl-C. In
+network namespaces of the tests' own; selected with `pytest -m engine`.
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ def ssh(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture(scope="module")
 def api_down(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return _scenario(tmp_path_factory, "api_server_down")
+
+
+@pytest.fixture(scope="module")
+def never_ready(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _scenario(tmp_path_factory, "provider_never_ready")
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +171,64 @@ def test_with_the_api_server_back_the_next_up_installs_the_releases_and_no_k3s(a
     for error in api_down["operator_errors"]:
         assert f"{scenarios.VM_ADDRESS}:6443" in error, error
         assert "refused" in error, error
+
+
+NEVER_READY_CR = "mgmt-infrastructure-proxmox"
+READY_PROVIDERS = [
+    "CoreProvider/cluster-api@v1.12.11",
+    "BootstrapProvider/kubeadm@v1.12.11",
+    "ControlPlaneProvider/kubeadm@v1.12.11",
+    "IPAMProvider/in-cluster@v1.1.1",
+]
+
+
+def test_a_provider_cr_never_ready_fails_the_up_at_the_setting_s_bound_naming_the_cr(never_ready: Any) -> None:
+    assert never_ready["setting"]["rc"] == 0, never_ready["setting"]
+    run = never_ready["not_ready"]
+    _failed(
+        run,
+        NEVER_READY_CR,
+        f'::{NEVER_READY_CR}" was successfully created, but the Kubernetes API server reported that it failed to '
+        "fully initialize or become live: timed out waiting for the condition",
+    )
+    # providerReadyTimeoutMinutes 1, not the default 15: the CLI's own clock on the CR when it failed.
+    [waited] = re.findall(rf"{NEVER_READY_CR} creating \((\d+)s\) error:", run["output"])
+    assert 60 <= int(waited) < 120, waited
+
+
+def test_after_the_provider_timeout_the_state_lists_everything_made(never_ready: Any) -> None:
+    run = never_ready["not_ready"]
+    made = {"mgmt-vm", "mgmt-host-ready", "mgmt-k3s-install", "mgmt-read-kubeconfig", "mgmt-operator-ready"}
+    crs = {"mgmt-core-cluster-api", "mgmt-bootstrap-kubeadm", "mgmt-controlplane-kubeadm", "mgmt-ipam-in-cluster"}
+    # The CR that timed out is in the state too: it was created, only never Ready, and the next
+    # run updates it rather than creating it again.
+    assert made | ON_THE_CLUSTER | crs | {NEVER_READY_CR} <= set(run["state"]["resources"])
+    assert sorted(never_ready["reconciled_while_withheld"]) == sorted(READY_PROVIDERS)
+    assert run["pve"] == ONE_VM
+    assert len(run["installs"]) == 1
+
+
+def test_with_the_provider_ready_the_next_up_converges_updating_only_that_cr(never_ready: Any) -> None:
+    run = never_ready["released"]
+    _converged(run)
+    assert never_ready["reconciled_once_released"] == ["InfrastructureProvider/proxmox@v0.9.1"]
+    changed = {
+        step["urn"].rsplit("::", 1)[1]: step["op"] for step in run["steps"] if step["op"] not in {"same", "read"}
+    }
+    assert changed == {NEVER_READY_CR: "update"}
+    assert run["ssh_sessions"] == []
+    assert run["pve_writes"] == []
+    assert run["k8s_writes"] == [["patch", "infrastructureproviders", "proxmox"]]
+    assert never_ready["provider_versions"] == {
+        "capiCoreVersion": "v1.12.11",
+        "capiBootstrapVersion": "v1.12.11",
+        "capiControlPlaneVersion": "v1.12.11",
+        "capmoxVersion": "v0.9.1",
+        "ipamInClusterVersion": "v1.1.1",
+    }
+    assert never_ready["no_changes"]["rc"] == 0, never_ready["no_changes"]["output"][-4000:]
+    for key in ("pve_unknown", "chart_unknown", "release_unknown", "operator_errors"):
+        assert never_ready[key] == [], key
 
 
 def test_ctrl_c_twice_stops_the_up_and_leaves_the_step_pending(interrupted: Any) -> None:
