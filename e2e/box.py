@@ -77,6 +77,8 @@ spec:
       - name: manager
         image: registry.k8s.io/capi-operator/cluster-api-operator:v{{ .Chart.Version }}
 """
+# The templates of the box's charts besides the stand-in's ConfigMap, by chart.
+CHART_TEMPLATES = {"cluster-api-operator": (OPERATOR_DEPLOYMENT,)}
 # Every privilege components/credentials.py checks, on `/`, for both tokens.
 ALL_PRIVILEGES = {
     "/": dict.fromkeys(
@@ -93,6 +95,33 @@ K8S_WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 # kubeconfig the program reads carries, as do the host scripts' `k3s kubectl`. The box's own
 # upkeep (the k3s stand-in's heartbeat, the controllers, the operator stand-in) is someone else.
 PROGRAM_USER = "system:admin"
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where the lab's VM lives: the spec's lab by default (Pulumi.lab.yaml); another site stands
+    for a lab the playbook set up with other values, which the box's settings then point at."""
+
+    node: str = pve_api_standin.NODE
+    vmid: int = scenarios.VMID
+    address: str = scenarios.VM_ADDRESS
+    gateway: str = scenarios.GATEWAY
+    k3s_version: str = scenarios.K3S_VERSION
+
+    def settings(self) -> list[tuple[str, str]]:
+        """The stack settings that differ from Pulumi.lab.yaml's, to point the program at this lab."""
+        spec = Site()
+        wanted = {
+            "proxmoxNode": (self.node, spec.node),
+            "vmId": (str(self.vmid), str(spec.vmid)),
+            "vmAddress": (f"{self.address}/24", f"{spec.address}/24"),
+            "vmGateway": (self.gateway, spec.gateway),
+            "k3sVersion": (self.k3s_version, spec.k3s_version),
+        }
+        return [(key, value) for key, (value, default) in wanted.items() if value != default]
+
+
+SPEC_SITE = Site()
 
 
 @dataclass
@@ -112,18 +141,35 @@ class Box:
     """URL and sha256 of each cloud image the box serves, by its path."""
     operating: ExitStack
     """Holds the operator stand-in on the current VM's control plane."""
+    site: Site
 
     def follow_new_vm(self) -> None:
         """The VM is about to be re-created: from now on the box reaches the next VM's control
         plane, where the operator stand-in runs instead (the old one would only fail on a cluster
         that is going away)."""
+        self._operate(len(self.guests.log_dirs(self.site.vmid)))
+
+    @contextmanager
+    def rebooting(self) -> Iterator[None]:
+        """The VM reboots in the block: the operator, which runs on its cluster, is down with it
+        and runs again after it."""
         self.operating.close()
-        self.cluster, self.operator = _operated(self.guests, len(self.guests.log_dirs(VMID)), self.operating)
+        yield
+        self._operate(len(self.guests.log_dirs(self.site.vmid)) - 1)
+
+    def _operate(self, instance: int) -> None:
+        """The operator stand-in on the `instance`-th disk's control plane from now on; what the
+        one before could not do stays among its errors."""
+        errors = self.operator.errors
+        self.operating.close()
+        self.cluster, self.operator = _operated(self.guests, self.site, instance, self.operating)
+        self.operator.errors[:0] = errors
 
     def guest_log(self, name: str) -> list[str]:
-        """The guest's log `name` (sshd.log, installer.log) over every VM 201 there has been, so
-        that a count taken before a run that re-creates the VM still marks where the run began."""
-        return [line for logs in self.guests.log_dirs(VMID) for line in scenarios._lines(logs / name)]
+        """The guest's log `name` (sshd.log, installer.log) over every VM of the lab's VMID there
+        has been, so that a count taken before a run that re-creates the VM still marks where the
+        run began."""
+        return [line for logs in self.guests.log_dirs(self.site.vmid) for line in scenarios._lines(logs / name)]
 
     def kubectl(self, kubeconfig: Path, *args: str) -> dict[str, Any]:
         """The real kubectl as a user runs it with a kubeconfig of the stack's."""
@@ -163,21 +209,21 @@ def _chart_repos() -> dict[str, list[chart_repo_standin.Chart]]:
                 "cluster-api-operator",
                 operator_version,
                 tuple(playbook_lab.provider_crd(kind) for kind in playbook_lab.PROVIDERS),
-                (OPERATOR_DEPLOYMENT,),
+                CHART_TEMPLATES["cluster-api-operator"],
             )
         ],
     }
 
 
 def _operated(
-    guests: guest.Guests, instance: int, stack: ExitStack
+    guests: guest.Guests, site: Site, instance: int, stack: ExitStack
 ) -> tuple[control_plane.ControlPlane, operator_standin.OperatorStandIn]:
-    """The control plane of VM 201's `instance`-th disk, and the operator stand-in on it until
-    `stack` closes."""
+    """The control plane of the site's VM's `instance`-th disk, and the operator stand-in on it
+    until `stack` closes."""
     cluster = control_plane.ControlPlane(
         built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kube-apiserver"),
-        guests.disk_path(VMID, str(k3s_standin.DATA / "box"), instance),
-        scenarios.VM_ADDRESS,
+        guests.disk_path(site.vmid, str(k3s_standin.DATA / "box"), instance),
+        site.address,
     )
     operator = stack.enter_context(
         operator_standin.running(
@@ -191,16 +237,16 @@ def _operated(
 
 
 @contextmanager
-def running(base: Path) -> Iterator[Box]:
+def running(base: Path, site: Site = SPEC_SITE) -> Iterator[Box]:
     """The box, up for the block, with a fresh engine configured as the README's first run and
-    pointed at it. Only inside a network namespace of its own (e2e/netns.py) with the Proxmox
-    address on loopback."""
-    guest.add_bridge("vmbr0", f"{scenarios.GATEWAY}/24")
+    pointed at it and at `site`. Only inside a network namespace of its own (e2e/netns.py) with the
+    Proxmox address on loopback."""
+    guest.add_bridge("vmbr0", f"{site.gateway}/24")
     images, digests = _cloud_images(base)
     key, cert = https_server.self_signed_certificate(base, "images", "127.0.0.1")
     with ExitStack() as stack:
         releases = stack.enter_context(
-            k3s_release_standin.serve([scenarios.K3S_VERSION, K3S_BUMP], base, scenarios.GATEWAY)
+            k3s_release_standin.serve(sorted({scenarios.K3S_VERSION, K3S_BUMP, site.k3s_version}), base, site.gateway)
         )
         guests = stack.enter_context(
             guest.Guests(base / "guests", hosts=releases.hosts, trusted=[releases.certificate])
@@ -211,13 +257,14 @@ def running(base: Path) -> Iterator[Box]:
                 TOKENS,
                 base,
                 (scenarios.PROXMOX_ADDRESS, scenarios.PROXMOX_PORT),
+                node=site.node,
                 guest=guests,
                 trusted_certificates=cert,
             )
         )
         charts = stack.enter_context(chart_repo_standin.serve(_chart_repos(), base))
         operating = stack.enter_context(ExitStack())
-        cluster, operator = _operated(guests, 0, operating)
+        cluster, operator = _operated(guests, site, 0, operating)
         # Only the chart repositories' certificate: the program trusts the Proxmox API as the lab
         # does (proxmoxInsecure), and the stand-in, not the program, fetches the image.
         engine = fresh_engine(base / "engine", extra_env={"SSL_CERT_FILE": str(charts.certificate)})
@@ -230,9 +277,10 @@ def running(base: Path) -> Iterator[Box]:
             ("imageSha256", served[IMAGE_PATH][1]),
             ("certManagerChartRepo", f"{charts.url}/jetstack"),
             ("capiOperatorChartRepo", f"{charts.url}/capi-operator"),
+            *site.settings(),
         ):
             steps.append(scenarios._step(engine, ("config", "set", *setting)))
-        yield Box(engine, pve, guests, charts, releases, operator, cluster, steps, served, operating)
+        yield Box(engine, pve, guests, charts, releases, operator, cluster, steps, served, operating, site)
 
 
 @dataclass(frozen=True)

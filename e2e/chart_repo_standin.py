@@ -73,12 +73,13 @@ class Chart:
         return buffer.getvalue()
 
 
-def rendered(release: str, namespace: str, chart: str) -> str:
-    """The object TEMPLATE renders for a release, as `helm install` would have created it."""
+def rendered(release: str, namespace: str, chart: Chart, template: str = TEMPLATE) -> str:
+    """The object `template` (one of the chart's) renders for a release."""
     return (
-        TEMPLATE.replace("{{ .Release.Name }}", release)
+        template.replace("{{ .Release.Name }}", release)
         .replace("{{ .Release.Namespace }}", namespace)
-        .replace("{{ .Chart.Name }}", chart)
+        .replace("{{ .Chart.Name }}", chart.name)
+        .replace("{{ .Chart.Version }}", chart.version)
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -113,12 +114,15 @@ def helmchart(name: str) -> str:
     )
 
 
-def release_secret(name: str) -> str:
-    """What `helm install` (run by helm-controller's job) keeps of a release: the release record,
-    gzipped JSON in base64, in a Secret of type helm.sh/release.v1."""
-    namespace, _, version, values = PLAYBOOK_CHARTS[name]
-    chart = chart_repo_standin.Chart(name, version)
-    manifest = chart_repo_standin.rendered(name, namespace, name)
+def release_secret(chart: chart_repo_standin.Chart) -> str:
+    """What `helm install` (run by helm-controller's job) keeps of the release of `chart`: the
+    release record, gzipped JSON in base64, in a Secret of type helm.sh/release.v1."""
+    name = chart.name
+    namespace, _, _, values = PLAYBOOK_CHARTS[name]
+    manifest = "---\n".join(
+        f"# Source: {name}/templates/{path}\n{chart_repo_standin.rendered(name, namespace, chart, template)}"
+        for path, template in _templates(chart).items()
+    )
     record = {
         "name": name,
         "namespace": namespace,
@@ -133,15 +137,13 @@ def release_secret(name: str) -> str:
         "chart": {
             "metadata": chart.metadata(),
             "templates": [
-                {
-                    "name": "templates/rendered.yaml",
-                    "data": base64.b64encode(chart_repo_standin.TEMPLATE.encode()).decode(),
-                }
+                {"name": f"templates/{path}", "data": base64.b64encode(template.encode()).decode()}
+                for path, template in _templates(chart).items()
             ],
             "values": {},
         },
         "config": values,
-        "manifest": f"---\n# Source: {name}/templates/rendered.yaml\n{manifest}",
+        "manifest": f"---\n{manifest}",
     }
     stored = base64.b64encode(gzip.compress(json.dumps(record).encode())).decode()
     return yaml.safe_dump(
@@ -236,11 +238,35 @@ def workload_kubeconfig_secret(name: str, kubeconfig: str) -> str:
     )
 
 
+def _templates(chart: chart_repo_standin.Chart) -> dict[str, str]:
+    """The chart's templates by their file name, as its archive holds them."""
+    extra = {f"extra-{index}.yaml": template for index, template in enumerate(chart.templates)}
+    return {"rendered.yaml": chart_repo_standin.TEMPLATE, **extra}
+
+
+def _helm_installed(obj: str, release: str, namespace: str) -> str:
+    """An object as `helm install` creates it: with the ownership label and annotations that a
+    later `helm upgrade` requires of an object it takes over."""
+    loaded = yaml.safe_load(obj)
+    metadata = loaded["metadata"]
+    metadata.setdefault("labels", {})["app.kubernetes.io/managed-by"] = "Helm"
+    metadata.setdefault("annotations", {}).update(
+        {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace}
+    )
+    return str(yaml.safe_dump(loaded))
+
+
 def lay_out(
-    cluster: ControlPlane, manifests: Path, capmox_data: dict[str, str], lab1_kubeconfig: str = NO_CLUSTER_KUBECONFIG
+    cluster: ControlPlane,
+    manifests: Path,
+    capmox_data: dict[str, str],
+    lab1_kubeconfig: str = NO_CLUSTER_KUBECONFIG,
+    chart_templates: Mapping[str, tuple[str, ...]] | None = None,
 ) -> None:
-    """The playbook's end state on `cluster`, with the HelmChart files in `manifests`. The
-    provider CRs become Ready when an operator (e2e/operator_standin.py) reconciles them."""
+    """The playbook's end state on `cluster`, with the HelmChart files in `manifests`; each
+    release installed from its chart with the stand-in's ConfigMap and `chart_templates` (by
+    chart). The provider CRs become Ready when an operator (e2e/operator_standin.py) reconciles
+    them."""
     crds = [HELMCHART_CRD, *(provider_crd(kind) for kind in PROVIDERS)]
     cluster.kubectl("apply", "-f", "-", stdin="---\n".join(crds))
     cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
@@ -251,10 +277,13 @@ def lay_out(
         cluster.kubectl("apply", "-f", "-", stdin=helmchart(name))
         (manifests / f"{name}.yaml").write_text(helmchart(name))
     for name in HANDED_OVER:
-        namespace = PLAYBOOK_CHARTS[name][0]
+        namespace, _, version, _ = PLAYBOOK_CHARTS[name]
+        chart = chart_repo_standin.Chart(name, version, templates=(chart_templates or {}).get(name, ()))
         # helm creates its objects without kubectl's last-applied annotation.
-        cluster.kubectl("create", "-f", "-", stdin=release_secret(name))
-        cluster.kubectl("create", "-f", "-", stdin=chart_repo_standin.rendered(name, namespace, name))
+        cluster.kubectl("create", "-f", "-", stdin=release_secret(chart))
+        for template in _templates(chart).values():
+            rendered = chart_repo_standin.rendered(name, namespace, chart, template)
+            cluster.kubectl("create", "-f", "-", stdin=_helm_installed(rendered, name, namespace))
     cluster.kubectl("apply", "-f", "-", stdin=capi_providers_yaml(capmox_data))
     cluster.kubectl("apply", "-f", "-", stdin=INSPECTOR_RBAC)
     cluster.kubectl("apply", "-f", "-", stdin=workload_kubeconfig_secret("lab1", lab1_kubeconfig))

@@ -690,17 +690,23 @@ def _vm_config(keys: list[Path]) -> dict[str, str]:
 
 
 def _ssh(
-    key: Path, known_hosts: Path | None, command: str, *, booting: bool = False, stdin: str | None = None
+    key: Path,
+    known_hosts: Path | None,
+    command: str,
+    *,
+    booting: bool = False,
+    stdin: str | None = None,
+    address: str = VM_ADDRESS,
 ) -> dict[str, Any]:
-    """One command over real ssh as the program's connection makes it: the host key unchecked
-    (`known_hosts` None, the first step) or pinned. While `booting`, a refused or unrouted
-    connection is dialled again, as the provider does. `stdin` is what the command reads (a
-    script for `bash -s`, as docs/adoption.md sends the hand-over)."""
+    """One command over real ssh to the VM at `address` as the program's connection makes it: the
+    host key unchecked (`known_hosts` None, the first step) or pinned. While `booting`, a refused or
+    unrouted connection is dialled again, as the provider does. `stdin` is what the command reads
+    (a script for `bash -s`, as docs/adoption.md sends the hand-over)."""
     pinned = ["-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes"] if known_hosts else []
     unpinned = ["-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no"]
     argv = [
         *("ssh", "-F", "/dev/null", "-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"),
-        *("-o", "ConnectTimeout=10", *(pinned or unpinned), f"ubuntu@{VM_ADDRESS}", command),
+        *("-o", "ConnectTimeout=10", *(pinned or unpinned), f"ubuntu@{address}", command),
     ]
     started = time.monotonic()
     while True:

@@ -1,9 +1,11 @@
 """Adoption in the lab in a box, whole (e2e/box_adoption.py, issue 18): the box starts as the
-playbook left the lab (VM 201 made on the node, not through the API, running k3s with an Ansible-
+playbook left the lab (the VM made on the node, not through the API, running k3s with an Ansible-
 rendered config.yaml, the playbook's objects on its API server), then docs/adoption.md is followed
-with the real CLI and the program's own __main__.py: the hand-over, the two adoption runs (the VM
-and the node with adoptClusterObjects false, then the cluster's objects), each gated before its
-`pulumi up`, the preview expecting no changes; then a k3sVersion that is not the installed one.
+with the real CLI and the program's own __main__.py: the hand-over, a first run whose k3sVersion
+is not the installed one, the two adoption runs (the VM and the node with adoptClusterObjects
+false, then the cluster's objects), each gated before its `pulumi up`, the preview expecting no
+changes; then a k3sVersion that is not the installed one again. All of it twice: at the spec's
+lab, and at another node, VMID, address and k3s version (box_adoption.SITES).
 What each run made the box do is read from the stand-ins' and the guest's logs and its disk. In a
 network namespace of the test's own; selected with `pytest -m engine`.
 """
@@ -17,7 +19,7 @@ import pytest
 import yaml
 
 from components.k3s_node import render_k3s_config
-from e2e import box_adoption, playbook_lab, scenarios
+from e2e import box, box_adoption, playbook_lab, scenarios
 from e2e.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
@@ -29,12 +31,26 @@ KEEP_HOST_KEYS = "etc/cloud/cloud.cfg.d/99-lab-mgmt-keep-host-keys.cfg"
 CHANGING_VERBS = ("start", "stop", "restart", "enable", "daemon-reload")
 
 
-@pytest.fixture(scope="module")
-def adoption(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    root: Path = tmp_path_factory.mktemp("whole-adoption")
-    return in_new_netns(
-        "box_adoption.adoption_in_the_box", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=2400
+@pytest.fixture(scope="module", params=list(box_adoption.SITES))
+def adoption(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root: Path = tmp_path_factory.mktemp(f"whole-adoption-{request.param}")
+    result = in_new_netns(
+        "box_adoption.adoption_in_the_box",
+        str(root),
+        request.param,
+        addresses=[scenarios.PROXMOX_ADDRESS],
+        timeout=2400,
     )
+    return {**result, "site": box_adoption.SITES[request.param]}
+
+
+def changing_calls(calls: list[list[str]]) -> list[list[str]]:
+    """The calls among a run's stand-in commands on the guest that change its services or packages."""
+    return [
+        argv
+        for argv in calls
+        if argv[0] == "apt-get" or tuple(argv[:2]) in {("systemctl", verb) for verb in CHANGING_VERBS}
+    ]
 
 
 def names(run: dict[str, Any], op: str) -> set[str]:
@@ -65,6 +81,34 @@ def test_the_playbooks_vm_as_left_stops_the_preview_and_the_gate_refuses_it(adop
     assert as_left["preview"]["pve_writes"] == []
     assert as_left["gate"]["rc"] == 1
     assert "this preview failed" in as_left["gate"]["output"]
+
+
+def test_a_first_run_with_another_k3s_version_stops_with_step_2s_message_and_changes_nothing(adoption: Any) -> None:
+    """Step 4's first run on the lab as the playbook left it, gated, with k3sVersion not the
+    installed one: the gate cannot see it (a preview opens no SSH session), the up stops at the
+    install step with step 2's message, and the lab is as it was but for the keep-host-keys
+    drop-in, which the adoption writes anyway."""
+    differs = adoption["adoption"]["k3s_differs_before_adoption"]
+    assert differs["k3s_setting"]["rc"] == 0, differs["k3s_setting"]
+    assert differs["gate"]["rc"] == 0, differs["gate"]["output"]
+    up = differs["up"]
+    assert up["rc"] != 0
+    assert "set k3sVersion to the installed version (docs/adoption.md, step 2)" in up["output"]
+    assert "mgmt-k3s-install" in up["output"]
+    assert up["installs"] == []
+    assert up["pve_writes"] == []
+    assert up["k8s_writes"] == []
+    assert differs["before"]["fingerprints"] == differs["after"]["fingerprints"]
+    assert differs["before"]["vm"] == differs["after"]["vm"]
+    assert differs["before"]["releases"] == differs["after"]["releases"]
+    assert set(differs["changed_files"]) <= {KEEP_HOST_KEYS}
+    assert differs["state_changed"], "the failed run recorded nothing in the backend"
+    assert [step["rc"] for step in differs["put_back"]] == [0, 0], differs["put_back"]
+
+
+def test_the_adopted_vm_is_the_sites(adoption: Any) -> None:
+    site = adoption["site"]
+    assert adoption["adopted_vm"] == {"id": str(site.vmid), "node": site.node, "address": site.address}
 
 
 def test_a_first_run_targeted_at_the_node_cannot_leave_the_cluster_out(adoption: Any) -> None:
@@ -163,10 +207,7 @@ def test_the_host_steps_open_sessions_that_change_nothing_on_the_guest(adoption:
     assert up["installs"] == []
     assert adopted["before"]["fingerprints"] == adopted["after"]["fingerprints"]
     assert set(adopted["changed_files"]) <= {KEEP_HOST_KEYS}
-    calls = adopted["calls_during_up"]
-    changing = [argv for argv in calls if tuple(argv[:2]) in {("systemctl", verb) for verb in CHANGING_VERBS}]
-    assert changing == [], changing
-    assert [argv for argv in calls if argv[0] == "apt-get"] == []
+    assert changing_calls(adopted["calls_during_up"]) == []
 
 
 @pytest.mark.parametrize("run", RUNS)
@@ -209,7 +250,79 @@ def test_the_stand_ins_knew_every_request(adoption: Any) -> None:
         assert adoption[key] == [], key
 
 
-def test_the_playbook_config_is_written_another_way_with_the_same_meaning() -> None:
+@pytest.mark.parametrize("site", box_adoption.SITES.values())
+def test_the_playbook_config_is_written_another_way_with_the_same_meaning(site: box.Site) -> None:
     """What the box's lab has in config.yaml is not the program's bytes but means the same."""
-    assert render_k3s_config(scenarios.VM_ADDRESS) != box_adoption.ANSIBLE_CONFIG
-    assert yaml.safe_load(box_adoption.ANSIBLE_CONFIG) == yaml.safe_load(render_k3s_config(scenarios.VM_ADDRESS))
+    ansible = box_adoption.ansible_config(site.address)
+    assert render_k3s_config(site.address) != ansible
+    assert yaml.safe_load(ansible) == yaml.safe_load(render_k3s_config(site.address))
+
+
+# docs/adoption.md step 8 on the whole program: what each item may write, as the box shows it.
+CONVERGENCE_ITEMS = tuple(item for item, _, _ in box_adoption.CONVERGENCE)
+PVE_WRITES = {"image": ["POST storage/local/download-url"], "VM": ["PUT qemu/{vmid}/config"]}
+SSH_AT_CONVERGENCE = {"k3s steps": 2}
+PROVIDER_KINDS = {f"{kind.lower()}s" for kind in playbook_lab.PROVIDERS}
+
+
+def _k8s_writes_allowed(item: str, write: list[str]) -> bool:
+    verb, resource, name = write
+    if item == "releases":
+        return resource == "secrets" and name.startswith(
+            tuple(f"sh.helm.release.v1.{release}.v" for release in playbook_lab.HANDED_OVER)
+        )
+    if item == "provider CRs":
+        return verb == "patch" and resource in PROVIDER_KINDS
+    if item == "namespaces":
+        return (verb, resource) == ("patch", "namespaces")
+    if item == "CAPMOX Secret":
+        return verb == "patch" and (
+            (resource, name) == ("infrastructureproviders", "proxmox")
+            or (resource == "secrets" and name.startswith("capmox-credentials-"))
+        )
+    return False
+
+
+@pytest.mark.parametrize("item", CONVERGENCE_ITEMS)
+def test_each_convergence_run_changes_only_what_its_item_says(adoption: Any, item: str) -> None:
+    convergence = adoption["convergence"]
+    assert convergence["adopt_off"]["rc"] == 0
+    run = convergence["items"][item]
+    assert [step["rc"] for step in run["settings"]] == [0] * len(run["settings"]), run["settings"]
+    for action in ("preview", "up"):
+        assert run[action]["rc"] == 0, run[action]["output"][-6000:]
+        assert not {"delete", "replace", "create-replacement", "delete-replaced"} & set(run[action]["summary"])
+    up = run["up"]
+    vmid = adoption["site"].vmid
+    written = [f"{method} {path.split('/', 5)[-1]}" for method, path, _ in up["pve_writes"]]
+    assert written == [write.format(vmid=vmid) for write in PVE_WRITES.get(item, [])], up["pve_writes"]
+    assert len(up["ssh_sessions"]) == SSH_AT_CONVERGENCE.get(item, 0), up["ssh_sessions"]
+    assert up["installs"] == []
+    assert all(_k8s_writes_allowed(item, write) for write in up["k8s_writes"]), up["k8s_writes"]
+    assert run["before"]["fingerprints"] == run["after"]["fingerprints"]
+    assert run["changed_files"] == []
+    assert run["before"]["vm"] == run["after"]["vm"]
+    assert changing_calls(run["calls_during_up"]) == []
+
+
+def test_the_convergence_upgrades_each_release_once_and_writes_every_provider_cr_and_namespace(
+    adoption: Any,
+) -> None:
+    items = adoption["convergence"]["items"]
+    assert {name for name, _, _ in items["releases"]["after"]["releases"]} == {
+        f"sh.helm.release.v1.{release}.v{revision}" for release in playbook_lab.HANDED_OVER for revision in (1, 2)
+    }
+    assert {resource for _, resource, _ in items["provider CRs"]["up"]["k8s_writes"]} == PROVIDER_KINDS
+    assert {name for _, _, name in items["namespaces"]["up"]["k8s_writes"]} == {
+        namespace for namespace, _, _ in playbook_lab.PROVIDERS.values()
+    }
+    assert any(name.startswith("capmox-credentials-") for _, _, name in items["CAPMOX Secret"]["up"]["k8s_writes"])
+
+
+def test_the_owners_reboot_after_the_vm_run_keeps_the_host_key_and_the_last_preview_is_empty(adoption: Any) -> None:
+    convergence = adoption["convergence"]
+    assert convergence["host_key_before_reboot"] == convergence["host_key_after_reboot"]
+    preview = convergence["no_changes_preview"]
+    assert preview["rc"] == 0, preview["output"][-6000:]
+    assert preview["ssh_sessions"] == []
+    assert preview["pve_writes"] == []
