@@ -61,11 +61,12 @@ SIZE_BUMP = "4"
 # The CAPMOX token made anew in Proxmox for a rotation; the old one is removed only afterwards.
 ROTATED_CAPMOX_SECRET = "5e4d3c2b-1a09-4f8e-9d7c-6b5a49382716"
 OPERATOR_NAMESPACE = "capi-operator-system"
-# The operator as its chart runs it: a Deployment whose Available status operator_ready.sh waits for.
+# The operator as its chart runs it: a Deployment whose Available status operator_ready.sh waits for,
+# named as chart 0.28.0's `capi-operator.fullname` names it for a release called after the chart.
 OPERATOR_DEPLOYMENT = """apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: capi-operator-controller-manager
+  name: cluster-api-operator
   namespace: {{ .Release.Namespace }}
 spec:
   replicas: 1
@@ -158,12 +159,9 @@ class Box:
         self._operate(len(self.guests.log_dirs(self.site.vmid)) - 1)
 
     def _operate(self, instance: int) -> None:
-        """The operator stand-in on the `instance`-th disk's control plane from now on; what the
-        one before could not do stays among its errors."""
-        errors = self.operator.errors
+        """The operator stand-in on the `instance`-th disk's control plane from now on."""
         self.operating.close()
         self.cluster, self.operator = _operated(self.guests, self.site, instance, self.operating)
-        self.operator.errors[:0] = errors
 
     def guest_log(self, name: str) -> list[str]:
         """The guest's log `name` (sshd.log, installer.log) over every VM of the lab's VMID there

@@ -60,7 +60,7 @@ def test_the_stand_ins_knew_every_request_and_the_operator_ran(box: Any) -> None
     for key in ("pve_unknown", "chart_unknown", "release_unknown", "operator_errors"):
         assert box[key] == [], key
     assert len(box["pods_run"]) == 1
-    assert box["pods_run"][0].startswith("capi-operator-system/capi-operator-controller-manager-")
+    assert box["pods_run"][0].startswith("capi-operator-system/cluster-api-operator-")
     assert sorted(box["providers_reconciled"]) == sorted(
         [
             "CoreProvider/cluster-api",
@@ -88,7 +88,7 @@ def test_the_admin_kubeconfig_lists_the_namespaces_the_program_made(box: Any) ->
 def test_the_readonly_kubeconfig_lists_pods_but_reads_no_secret_and_deletes_nothing(box: Any) -> None:
     use = box["kubeconfig_use"]
     assert use["readonly_pods"]["rc"] == 0, use["readonly_pods"]["stderr"]
-    assert "pod/capi-operator-controller-manager-" in use["readonly_pods"]["stdout"]
+    assert "pod/cluster-api-operator-" in use["readonly_pods"]["stdout"]
     for question in ("readonly_can_get_secrets", "readonly_can_delete_namespaces", "readonly_can_delete_pods"):
         assert (use[question]["rc"], use[question]["stdout"].strip()) == (1, "no"), question
 
