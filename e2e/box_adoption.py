@@ -379,9 +379,11 @@ def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
 
 def _k3s_differs(lab: box.Box) -> dict[str, Any]:
     """A k3sVersion other than the installed one after the adoption, adoption still on: step 2's
-    message, nothing changed."""
+    message, nothing changed; then the installed version set back for step 8."""
     setting = scenarios._step(lab.engine, ("config", "set", "k3sVersion", _other_k3s_version(lab)))
-    return {"setting": setting, **_up_watched(lab)}
+    watched = _up_watched(lab)
+    put_back = scenarios._step(lab.engine, ("config", "set", "k3sVersion", lab.site.k3s_version))
+    return {"setting": setting, **watched, "put_back": put_back}
 
 
 def _up_watched(lab: box.Box, *args: str) -> dict[str, Any]:
@@ -419,13 +421,13 @@ def _converged(lab: box.Box) -> dict[str, Any]:
     the API server; then the preview without targets."""
     result: dict[str, Any] = {"adopt_off": scenarios._step(lab.engine, ("config", "set", "adopt", "false"))}
     result["preview"] = box._observed(lab, "preview")
-    urns = {step["urn"].rsplit("::", 1)[1]: step["urn"] for step in result["preview"]["steps"]}
+    urns = _urns_by_name(result["preview"])
     result["items"] = {}
     for item, settings, names in CONVERGENCE:
         done = [scenarios._step(lab.engine, ("config", *setting)) for setting in settings]
         if settings:
             # What the settings add (the program's own CAPMOX Secret) is in the preview from now on.
-            urns |= {step["urn"].rsplit("::", 1)[1]: step["urn"] for step in box._observed(lab, "preview")["steps"]}
+            urns |= _urns_by_name(box._observed(lab, "preview"))
         targets = [f"--target={urns[name]}" for name in names]
         result["items"][item] = {
             "settings": done,
@@ -441,6 +443,11 @@ def _converged(lab: box.Box) -> dict[str, Any]:
             result["host_key_after_reboot"] = _host_key(lab)
     result["no_changes_preview"] = box._observed(lab, "preview", "--expect-no-changes")
     return result
+
+
+def _urns_by_name(run: dict[str, Any]) -> dict[str, str]:
+    """The URN of each resource a preview planned, by its name."""
+    return {step["urn"].rsplit("::", 1)[1]: step["urn"] for step in run["steps"]}
 
 
 def _host_key(lab: box.Box) -> str:
@@ -467,8 +474,5 @@ def adoption_in_the_box(root: str, site: str) -> dict[str, Any]:
         if "no_changes_preview" in result["adoption"]:
             result["adopted_vm"] = _adopted_vm(lab)
             result["k3s_differs"] = _k3s_differs(lab)
-            result["k3s_differs"]["put_back"] = scenarios._step(
-                lab.engine, ("config", "set", "k3sVersion", lab.site.k3s_version)
-            )
             result["convergence"] = _converged(lab)
         return {**result, **box._standins(lab)}

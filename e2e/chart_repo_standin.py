@@ -55,12 +55,16 @@ class Chart:
     def archive_name(self) -> str:
         return f"{self.name}-{self.version}.tgz"
 
+    def template_files(self) -> dict[str, str]:
+        """Every template of the chart by its path in the chart: the ConfigMap's, then the others."""
+        extra = {f"templates/extra-{index}.yaml": template for index, template in enumerate(self.templates)}
+        return {"templates/rendered.yaml": TEMPLATE, **extra}
+
     def archive(self) -> bytes:
         files = {
             "Chart.yaml": yaml.safe_dump(self.metadata()),
             "values.yaml": "{}\n",
-            "templates/rendered.yaml": TEMPLATE,
-            **{f"templates/extra-{index}.yaml": template for index, template in enumerate(self.templates)},
+            **self.template_files(),
             **{f"crds/crd-{index}.yaml": crd for index, crd in enumerate(self.crds)},
         }
         buffer = io.BytesIO()

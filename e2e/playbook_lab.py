@@ -120,8 +120,8 @@ def release_secret(chart: chart_repo_standin.Chart) -> str:
     name = chart.name
     namespace, _, _, values = PLAYBOOK_CHARTS[name]
     manifest = "---\n".join(
-        f"# Source: {name}/templates/{path}\n{chart_repo_standin.rendered(name, namespace, chart, template)}"
-        for path, template in _templates(chart).items()
+        f"# Source: {name}/{path}\n{chart_repo_standin.rendered(name, namespace, chart, template)}"
+        for path, template in chart.template_files().items()
     )
     record = {
         "name": name,
@@ -137,8 +137,8 @@ def release_secret(chart: chart_repo_standin.Chart) -> str:
         "chart": {
             "metadata": chart.metadata(),
             "templates": [
-                {"name": f"templates/{path}", "data": base64.b64encode(template.encode()).decode()}
-                for path, template in _templates(chart).items()
+                {"name": path, "data": base64.b64encode(template.encode()).decode()}
+                for path, template in chart.template_files().items()
             ],
             "values": {},
         },
@@ -238,12 +238,6 @@ def workload_kubeconfig_secret(name: str, kubeconfig: str) -> str:
     )
 
 
-def _templates(chart: chart_repo_standin.Chart) -> dict[str, str]:
-    """The chart's templates by their file name, as its archive holds them."""
-    extra = {f"extra-{index}.yaml": template for index, template in enumerate(chart.templates)}
-    return {"rendered.yaml": chart_repo_standin.TEMPLATE, **extra}
-
-
 def _helm_installed(obj: str, release: str, namespace: str) -> str:
     """An object as `helm install` creates it: with the ownership label and annotations that a
     later `helm upgrade` requires of an object it takes over."""
@@ -281,7 +275,7 @@ def lay_out(
         chart = chart_repo_standin.Chart(name, version, templates=(chart_templates or {}).get(name, ()))
         # helm creates its objects without kubectl's last-applied annotation.
         cluster.kubectl("create", "-f", "-", stdin=release_secret(chart))
-        for template in _templates(chart).values():
+        for template in chart.template_files().values():
             rendered = chart_repo_standin.rendered(name, namespace, chart, template)
             cluster.kubectl("create", "-f", "-", stdin=_helm_installed(rendered, name, namespace))
     cluster.kubectl("apply", "-f", "-", stdin=capi_providers_yaml(capmox_data))

@@ -90,9 +90,8 @@ class PveApiStandIn:
         For the box's adoption (e2e/box_adoption.py): a VM this API did not make, so none of it
         is among `calls`. The same code as the API's calls stores it, as qm goes through the same
         library on a real node."""
-        if self.vms is None:
-            raise RuntimeError("the stand-in is not serving")
-        vms, node = self.vms, self.vms.state.node
+        vms = self._vms_on_node()
+        node = vms.state.node
         with vms.state.lock:
             vms.storage.volumes.update(volumes)
             vms.create(Ask("root@pam", {}, {"vmid": str(vmid), **qm_create}), node)
@@ -103,22 +102,25 @@ class PveApiStandIn:
     def qm_set(self, vmid: int, options: Mapping[str, str]) -> None:
         """`qm set VMID --KEY VALUE ...` typed on the node (docs/adoption.md step 2 asks the owner
         for one): not through this API, so not among `calls`."""
-        if self.vms is None:
-            raise RuntimeError("the stand-in is not serving")
-        with self.vms.state.lock:
-            self.vms.update(Ask("root@pam", {}, dict(options)), self.vms.state.node, str(vmid))
-            self.vms.state.save()
+        vms = self._vms_on_node()
+        with vms.state.lock:
+            vms.update(Ask("root@pam", {}, dict(options)), vms.state.node, str(vmid))
+            vms.state.save()
 
     def qm_reboot(self, vmid: int) -> None:
         """`qm reboot VMID` typed on the node (docs/adoption.md step 8.6 has the owner reboot in a
         window of their choosing): not through this API, so not among `calls`."""
+        vms = self._vms_on_node()
+        with vms.state.lock:
+            vms.shutdown(Ask("root@pam", {}, {}), vms.state.node, str(vmid))
+            vms.start(Ask("root@pam", {}, {}), vms.state.node, str(vmid))
+            vms.state.save()
+
+    def _vms_on_node(self) -> Vms:
+        """The node's VMs, for a `qm` command typed on the node while the stand-in serves."""
         if self.vms is None:
             raise RuntimeError("the stand-in is not serving")
-        with self.vms.state.lock:
-            node = self.vms.state.node
-            self.vms.shutdown(Ask("root@pam", {}, {}), node, str(vmid))
-            self.vms.start(Ask("root@pam", {}, {}), node, str(vmid))
-            self.vms.state.save()
+        return self.vms
 
     @property
     def requests(self) -> list[tuple[str, str]]:

@@ -243,6 +243,7 @@ def test_a_k3s_version_other_than_the_installed_one_stops_with_step_2s_message(a
     assert differs["before"]["fingerprints"] == differs["after"]["fingerprints"]
     assert differs["changed_files"] == []
     assert differs["before"]["vm"] == differs["after"]["vm"]
+    assert differs["put_back"]["rc"] == 0, differs["put_back"]
 
 
 def test_the_stand_ins_knew_every_request(adoption: Any) -> None:
