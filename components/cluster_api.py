@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -17,8 +17,18 @@ from components.settings import ClusterApiSettings, ProviderVersions
 CERT_MANAGER_NAMESPACE = "cert-manager"
 OPERATOR_NAMESPACE = "capi-operator-system"
 RELEASE_TIMEOUT_SECONDS = 600
-OPERATOR_READY_BOUND_SECONDS = 300
 PROVIDER_API_VERSION = "operator.cluster.x-k8s.io/v1alpha2"
+# The operator's admission webhooks, as chart 0.28.0 names them for a release called after the
+# chart. cert-manager's CA injector fills in their CA bundle some time after the Helm release
+# reports ready; until then the API server cannot call them and, failing closed, refuses every
+# provider CR.
+OPERATOR_WEBHOOK_CONFIGURATIONS = {
+    "validating": "capi-operator-validating-webhook-configuration",
+    "mutating": "capi-operator-mutating-webhook-configuration",
+}
+# The injector fills in every webhook of a configuration in one write: the first one's will do.
+CA_BUNDLE_INJECTED = "jsonpath={.webhooks[0].clientConfig.caBundle}"
+OPERATOR_WEBHOOK_BOUND = "5m"
 
 
 @dataclass(frozen=True)
@@ -91,24 +101,13 @@ def own_stack_reference_name(organization: str, project: str, stack: str) -> str
 
 class ClusterNode(Protocol):
     """What the program needs of the node its cluster runs on (components.k3s_node.K3sNode): the
-    cluster's Kubernetes provider and admin kubeconfig, and a way to run a script on the node."""
+    cluster's Kubernetes provider and admin kubeconfig."""
 
     provider: kubernetes.Provider
     kubeconfig: pulumi.Output[str]
     on_cluster: pulumi.ResourceOptions
     """The options of an object the program makes on the cluster: the provider, and the machine
     whose deletion takes the cluster, and so the object, with it."""
-
-    def host_step(
-        self,
-        name: str,
-        script: str,
-        args: list[str],
-        *,
-        after: pulumi.Resource,
-        parent: pulumi.Resource,
-        triggers: Sequence[pulumi.Input[object]],
-    ) -> pulumi.Resource: ...
 
 
 def last_deployment() -> pulumi.Output[Mapping[str, Any]]:
@@ -135,11 +134,12 @@ def last_deployed_versions(deployment: pulumi.Output[Mapping[str, Any]]) -> pulu
 
 class ClusterApi(pulumi.ComponentResource):
     """cert-manager and cluster-api-operator as Helm releases, the provider namespaces, the CAPMOX
-    credentials Secret, and the five provider CRs, each waited on until Ready.
+    credentials Secret, and the five provider CRs, each waited on until Ready; the CRs are sent
+    only once the operator's webhooks can be called.
 
-    None of them is ever uninstalled by a Pulumi action: each is retained on delete (a delete or a
-    replacement only drops it from the state) and protected while the VM is. Adopted, each is
-    imported as it runs (components.adoption)."""
+    None of the releases, namespaces and CRs is ever uninstalled by a Pulumi action: each is
+    retained on delete (a delete or a replacement only drops it from the state) and protected
+    while the VM is. Adopted, each is imported as it runs (components.adoption)."""
 
     provider_versions: pulumi.Output[dict[str, str]]
     """Config key -> provider version, as deployed and Ready; read back by the next run's upgrade
@@ -164,14 +164,7 @@ class ClusterApi(pulumi.ComponentResource):
             adopt=adopt,
         )
         operator = _releases(name, settings, lasting)
-        operator_ready = node.host_step(
-            f"{name}-operator-ready",
-            "operator_ready.sh",
-            [str(OPERATOR_READY_BOUND_SECONDS)],
-            after=operator,
-            triggers=[settings.cert_manager_version, settings.operator_version],
-            parent=self,
-        )
+        webhooks = _operator_webhooks(name, after=operator, opts=child)
         namespaces = {
             p.namespace: kubernetes.core.v1.Namespace(
                 f"{name}-ns-{p.namespace}",
@@ -188,7 +181,7 @@ class ClusterApi(pulumi.ComponentResource):
             settings,
             deployed_versions,
             lasting,
-            after=[operator_ready],
+            after=webhooks,
             namespaces=namespaces,
             credentials=credentials,
         )
@@ -266,6 +259,35 @@ def _release(
             pulumi.ResourceOptions(depends_on=[after]) if after else None,
         ),
     )
+
+
+def _operator_webhooks(name: str, *, after: pulumi.Resource, opts: pulumi.ResourceOptions) -> list[pulumi.Resource]:
+    """The operator's webhook configurations, each waited on until its CA bundle is injected. The
+    patch adds nothing but the wait's annotation to the chart's object; a Helm upgrade keeps it,
+    and removing the patch takes only the annotation away. Its inputs never change with a chart
+    version, so a bump does not wait again: the bundle is there already."""
+    admission = kubernetes.admissionregistration.v1
+    patches = {
+        "validating": admission.ValidatingWebhookConfigurationPatch,
+        "mutating": admission.MutatingWebhookConfigurationPatch,
+    }
+    return [
+        patch(
+            f"{name}-operator-webhook-{kind}",
+            metadata={
+                "name": OPERATOR_WEBHOOK_CONFIGURATIONS[kind],
+                "annotations": {"pulumi.com/waitFor": CA_BUNDLE_INJECTED},
+            },
+            opts=pulumi.ResourceOptions.merge(
+                opts,
+                pulumi.ResourceOptions(
+                    depends_on=[after],
+                    custom_timeouts=pulumi.CustomTimeouts(create=OPERATOR_WEBHOOK_BOUND, update=OPERATOR_WEBHOOK_BOUND),
+                ),
+            ),
+        )
+        for kind, patch in patches.items()
+    ]
 
 
 @dataclass(frozen=True)

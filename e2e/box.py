@@ -8,7 +8,11 @@ its three provider plugins, against a box that stands in for the lab, in a netwo
   box's releases (e2e/k3s_release_standin.py), whose server is a real control plane;
 - the Helm chart repositories (e2e/chart_repo_standin.py): the operator's chart runs a Deployment;
 - the operator stand-in (e2e/operator_standin.py) against the guest's API server once k3s is up:
-  it marks provider CRs Ready and runs the operator's Pods.
+  it marks provider CRs Ready and runs the operator's Pods;
+- the operator's admission webhook server (e2e/admission_webhook_standin.py), which the guest's
+  API server calls for every provider CR, and cert-manager's CA injector
+  (e2e/cainjector_standin.py), which makes those calls possible a while after the operator's
+  chart is installed.
 
 `whole_box(root)` is the scenario tests/test_box_whole.py runs (`in_new_netns("box.whole_box", ...)`):
 the README's first run, `pulumi up` on the empty box, then a second run that must do nothing.
@@ -35,6 +39,8 @@ from typing import Any
 
 from components import credentials
 from e2e import (
+    admission_webhook_standin,
+    cainjector_standin,
     chart_repo_standin,
     control_plane,
     guest,
@@ -61,7 +67,7 @@ SIZE_BUMP = "4"
 # The CAPMOX token made anew in Proxmox for a rotation; the old one is removed only afterwards.
 ROTATED_CAPMOX_SECRET = "5e4d3c2b-1a09-4f8e-9d7c-6b5a49382716"
 OPERATOR_NAMESPACE = "capi-operator-system"
-# The operator as its chart runs it: a Deployment whose Available status operator_ready.sh waits for,
+# The operator as its chart runs it: a Deployment whose Available status its Helm release waits for,
 # named as chart 0.28.0's `capi-operator.fullname` names it for a release called after the chart.
 OPERATOR_DEPLOYMENT = """apiVersion: apps/v1
 kind: Deployment
@@ -78,8 +84,19 @@ spec:
       - name: manager
         image: registry.k8s.io/capi-operator/cluster-api-operator:v{{ .Chart.Version }}
 """
-# The templates of the box's charts besides the stand-in's ConfigMap, by chart.
-CHART_TEMPLATES = {"cluster-api-operator": (OPERATOR_DEPLOYMENT,)}
+# The templates of the box's charts besides the stand-in's ConfigMap, by chart: the operator's
+# Deployment and its webhook configurations.
+CHART_TEMPLATES = {
+    "cluster-api-operator": (
+        OPERATOR_DEPLOYMENT,
+        *admission_webhook_standin.configurations(
+            f"https://{admission_webhook_standin.HOST}:{admission_webhook_standin.PORT}"
+        ),
+    )
+}
+# How long after the webhook configurations appear the injector fills them in: longer than the
+# operator's release takes to be ready, so that the program's wait for the bundle really waits.
+INJECT_SECONDS = 10.0
 # Every privilege components/credentials.py checks, on `/`, for both tokens.
 ALL_PRIVILEGES = {
     "/": dict.fromkeys(
@@ -133,6 +150,8 @@ class Box:
     charts: chart_repo_standin.ChartRepoStandIn
     releases: k3s_release_standin.K3sReleases
     operator: operator_standin.OperatorStandIn
+    webhook: admission_webhook_standin.WebhookStandIn
+    injector: cainjector_standin.CainjectorStandIn
     cluster: control_plane.ControlPlane
     """The guest's k3s control plane as the box reaches it: its files on the VM's disk, its API
     server at the VM's address; there once the program has installed k3s."""
@@ -141,27 +160,30 @@ class Box:
     images: dict[str, tuple[str, str]]
     """URL and sha256 of each cloud image the box serves, by its path."""
     operating: ExitStack
-    """Holds the operator stand-in on the current VM's control plane."""
+    """Holds the operator and CA injector stand-ins on the current VM's control plane."""
     site: Site
 
     def follow_new_vm(self) -> None:
         """The VM is about to be re-created: from now on the box reaches the next VM's control
-        plane, where the operator stand-in runs instead (the old one would only fail on a cluster
-        that is going away)."""
+        plane, where the operator and CA injector stand-ins run instead (the old ones would only
+        fail on a cluster that is going away)."""
         self._operate(len(self.guests.log_dirs(self.site.vmid)))
 
     @contextmanager
     def rebooting(self) -> Iterator[None]:
-        """The VM reboots in the block: the operator, which runs on its cluster, is down with it
-        and runs again after it."""
+        """The VM reboots in the block: the operator and the CA injector, which run on its
+        cluster, are down with it and run again after it."""
         self.operating.close()
         yield
         self._operate(len(self.guests.log_dirs(self.site.vmid)) - 1)
 
     def _operate(self, instance: int) -> None:
-        """The operator stand-in on the `instance`-th disk's control plane from now on."""
+        """The operator and CA injector stand-ins on the `instance`-th disk's control plane from
+        now on."""
         self.operating.close()
-        self.cluster, self.operator = _operated(self.guests, self.site, instance, self.operating)
+        self.cluster, self.operator, self.injector = _operated(
+            self.guests, self.site, instance, self.operating, self.webhook
+        )
 
     def guest_log(self, name: str) -> list[str]:
         """The guest's log `name` (sshd.log, installer.log) over every VM of the lab's VMID there
@@ -214,10 +236,14 @@ def _chart_repos() -> dict[str, list[chart_repo_standin.Chart]]:
 
 
 def _operated(
-    guests: guest.Guests, site: Site, instance: int, stack: ExitStack
-) -> tuple[control_plane.ControlPlane, operator_standin.OperatorStandIn]:
-    """The control plane of the site's VM's `instance`-th disk, and the operator stand-in on it
-    until `stack` closes."""
+    guests: guest.Guests,
+    site: Site,
+    instance: int,
+    stack: ExitStack,
+    webhook: admission_webhook_standin.WebhookStandIn,
+) -> tuple[control_plane.ControlPlane, operator_standin.OperatorStandIn, cainjector_standin.CainjectorStandIn]:
+    """The control plane of the site's VM's `instance`-th disk, and the operator stand-in and the
+    CA injector (of `webhook`'s certificate) on it until `stack` closes."""
     cluster = control_plane.ControlPlane(
         built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kube-apiserver"),
         guests.disk_path(site.vmid, str(k3s_standin.DATA / "box"), instance),
@@ -231,7 +257,12 @@ def _operated(
             runs_pods_in=OPERATOR_NAMESPACE,
         )
     )
-    return cluster, operator
+    injector = stack.enter_context(
+        cainjector_standin.running(
+            cluster, {admission_webhook_standin.CERTIFICATE: webhook.certificate}, INJECT_SECONDS
+        )
+    )
+    return cluster, operator, injector
 
 
 @contextmanager
@@ -246,8 +277,15 @@ def running(base: Path, site: Site = SPEC_SITE) -> Iterator[Box]:
         releases = stack.enter_context(
             k3s_release_standin.serve(sorted({scenarios.K3S_VERSION, K3S_BUMP, site.k3s_version}), base, site.gateway)
         )
+        # On the lab network, where a guest's API server reaches it by the name the chart's
+        # webhook configurations call; its certificate is not among those the guests trust.
+        webhook = stack.enter_context(admission_webhook_standin.serve(base, site.gateway))
         guests = stack.enter_context(
-            guest.Guests(base / "guests", hosts=releases.hosts, trusted=[releases.certificate])
+            guest.Guests(
+                base / "guests",
+                hosts={**releases.hosts, admission_webhook_standin.HOST: site.gateway},
+                trusted=[releases.certificate],
+            )
         )
         files = stack.enter_context(https_server.serving_files(images, ("127.0.0.1", 0), key, cert))
         pve = stack.enter_context(
@@ -262,7 +300,7 @@ def running(base: Path, site: Site = SPEC_SITE) -> Iterator[Box]:
         )
         charts = stack.enter_context(chart_repo_standin.serve(_chart_repos(), base))
         operating = stack.enter_context(ExitStack())
-        cluster, operator = _operated(guests, site, 0, operating)
+        cluster, operator, injector = _operated(guests, site, 0, operating, webhook)
         # Only the chart repositories' certificate: the program trusts the Proxmox API as the lab
         # does (proxmoxInsecure), and the stand-in, not the program, fetches the image.
         engine = fresh_engine(base / "engine", extra_env={"SSL_CERT_FILE": str(charts.certificate)})
@@ -278,7 +316,9 @@ def running(base: Path, site: Site = SPEC_SITE) -> Iterator[Box]:
             *site.settings(),
         ):
             steps.append(scenarios._step(engine, ("config", "set", *setting)))
-        yield Box(engine, pve, guests, charts, releases, operator, cluster, steps, served, operating, site)
+        yield Box(
+            engine, pve, guests, charts, releases, operator, webhook, injector, cluster, steps, served, operating, site
+        )
 
 
 @dataclass(frozen=True)
@@ -363,13 +403,45 @@ def _standins(box: Box) -> dict[str, Any]:
         "chart_unknown": box.charts.unknown,
         "release_unknown": box.releases.unknown,
         "operator_errors": box.operator.errors,
+        "webhook_unknown": box.webhook.unknown,
+        "injector_errors": box.injector.errors,
     }
+
+
+def _admission(box: Box) -> list[dict[str, Any]]:
+    """From the API server's audit log, in order: the CA injector's and the program's writes to
+    the webhook configurations and to provider CRs (server-side apply creates one by a patch
+    answered 201), each with when it was received and answered (RFC 3339 to the microsecond, so
+    they compare as text) and how."""
+    resources = {*cainjector_standin.KINDS.values(), *(f"{kind.lower()}s" for kind in playbook_lab.PROVIDERS)}
+    found = []
+    for event in box.cluster.audit():
+        ref, user = event.get("objectRef", {}), event.get("user", {}).get("username")
+        if (
+            user in {control_plane.INJECTOR_USER, PROGRAM_USER}
+            and ref.get("resource") in resources
+            and event["verb"] in K8S_WRITES
+        ):
+            found.append(
+                {
+                    "user": user,
+                    "verb": event["verb"],
+                    "resource": ref["resource"],
+                    "name": ref.get("name", ""),
+                    "dry_run": "dryRun=All" in event.get("requestURI", ""),
+                    "received": event["requestReceivedTimestamp"],
+                    "answered": event["stageTimestamp"],
+                    "code": event.get("responseStatus", {}).get("code"),
+                }
+            )
+    return found
 
 
 def _installed(box: Box) -> dict[str, Any]:
     """The README's first run, `pulumi up` of the whole program on the empty box, the stack's
     kubeconfigs used, then `pulumi preview --expect-no-changes` and a second `pulumi up`."""
     first = _observed(box, "up")
+    admission = _admission(box)
     outputs = box.engine.outputs() if first["rc"] == 0 else {}
     use = _kubeconfig_use(box, outputs) if outputs else {}
     no_changes = _observed(box, "preview", "--expect-no-changes")
@@ -384,6 +456,9 @@ def _installed(box: Box) -> dict[str, Any]:
         "second_up": second,
         "pods_run": box.operator.pods_run,
         "providers_reconciled": [f"{entry['kind']}/{entry['name']}" for entry in box.operator.reconciled],
+        "admission": admission,
+        "webhook_reviews": box.webhook.reviews,
+        "injected": box.injector.injected,
     }
 
 

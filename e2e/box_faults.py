@@ -11,6 +11,8 @@ a network namespace of its own (tests/test_box_faults.py):
 - `api_server_down`: k3s's API server going down after the k3s steps, as the Helm releases begin;
 - `provider_never_ready`: the operator never making the InfrastructureProvider Ready, so that
   `pulumi up` hits its bound (providerReadyTimeoutMinutes) on that CR;
+- `webhooks_never_injected`: cert-manager's CA injector never filling in the operator's webhook
+  configurations, so that `pulumi up` hits its bound waiting on them, having sent no provider CR;
 - `interrupted`: `pulumi up` interrupted with SIGINT mid-run, then the pending operation cleared as
   docs/troubleshooting.md says.
 """
@@ -29,8 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from e2e import playbook_lab, pve_tasks, scenarios
-from e2e.box import VMID, Box, _observed, _reconciled_since, _standins, running
+from e2e import admission_webhook_standin, playbook_lab, pve_tasks, scenarios
+from e2e.box import VMID, Box, _admission, _observed, _reconciled_since, _standins, running
 from e2e.engine import CLI_TIMEOUT_SECONDS
 
 DOWNLOAD_ERROR = "500 Can't connect to cloud-images.ubuntu.com:443 (Connection timed out)"
@@ -326,6 +328,33 @@ def provider_never_ready(root: str) -> dict[str, Any]:
         result["released"] = _run(box, base)
         result["reconciled_once_released"] = _reconciled_since(box, len(result["reconciled_while_withheld"]))
         result["provider_versions"] = box.engine.outputs().get("providerVersions")
+        result["no_changes"] = _observed(box, "preview", "--expect-no-changes")
+        result.update(_standins(box))
+    return {**result, "seconds": round(time.monotonic() - started, 1)}
+
+
+def webhooks_never_injected(root: str) -> dict[str, Any]:
+    """The first up while the CA injector withholds both of the operator's webhook configurations,
+    with what the injector wrote, what the webhook server reviewed and which provider CRs the
+    program sent by then; then both released, the run after it, the same records of it and the
+    zero-change preview. The whole scenario timed."""
+    started = time.monotonic()
+    base = Path(root)
+    with running(base) as box:
+        for configuration in admission_webhook_standin.CONFIGURATION_NAMES.items():
+            box.injector.withhold(*configuration)
+        result: dict[str, Any] = {"not_injected": _run(box, base)}
+        result["withheld"] = {
+            "injected": list(box.injector.injected),
+            "reviews": list(box.webhook.reviews),
+            "admission": _admission(box),
+        }
+        for configuration in admission_webhook_standin.CONFIGURATION_NAMES.items():
+            box.injector.release(*configuration)
+        result["released"] = _run(box, base)
+        result["injected"] = box.injector.injected
+        result["reviews"] = box.webhook.reviews
+        result["admission"] = _admission(box)
         result["no_changes"] = _observed(box, "preview", "--expect-no-changes")
         result.update(_standins(box))
     return {**result, "seconds": round(time.monotonic() - started, 1)}

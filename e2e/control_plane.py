@@ -1,9 +1,9 @@
 """A real Kubernetes control plane for tests: etcd, kube-apiserver and kube-controller-manager's
 service account token controller (built by `e2e/build-engine.sh control-plane`, whose directory
 the caller names in LAB_MGMT_CONTROL_PLANE_BIN), serving at the VM's address on port 6443, with
-an admin token, and an audit log of every request
-on HelmCharts and provider CRs (with what was sent), on Secrets, and of every write, so that a test
-can tell what a script or the engine did and in which order.
+an admin token, and an audit log of every request on HelmCharts and provider CRs (with what was
+sent, but for a patch of a provider CR), on Secrets, and of every write, so that a test can tell
+what a script or the engine did and in which order.
 
 It runs only inside a network namespace that the test made (e2e/netns.py), where the VM's
 address is on loopback.
@@ -29,6 +29,7 @@ from e2e.engine import built_bin
 ADMIN_USER = "admin"
 CONTROLLER_USER = "system:kube-controller-manager"
 OPERATOR_USER = "capi-operator-standin"
+INJECTOR_USER = "cert-manager-cainjector-standin"
 # Who may talk to the box, each with a token and a kubeconfig (`<user>.kubeconfig`) of its own, so
 # that the audit log tells the admin's requests (scripts, kubectl, the engine) from the
 # controllers'. All are cluster admins.
@@ -36,13 +37,21 @@ TOKENS = {
     ADMIN_USER: "lab-in-a-box-admin",
     CONTROLLER_USER: "lab-in-a-box-controller",
     OPERATOR_USER: "lab-in-a-box-operator",
+    INJECTOR_USER: "lab-in-a-box-cainjector",
 }
 READY_BOUND_SECONDS = 90
 
+# A server-side apply's body is YAML, which the API server cannot write into an event as the
+# request object: at Request level it drops the whole event (logging "Error in audit plugin" in its
+# own log). The engine applies provider CRs, so their patches are recorded without the body.
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+- level: Metadata
+  verbs: [patch]
+  resources:
+  - group: operator.cluster.x-k8s.io
 - level: Request
   resources:
   - group: helm.cattle.io

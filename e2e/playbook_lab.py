@@ -15,13 +15,14 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from e2e import chart_repo_standin
+from e2e import cainjector_standin, chart_repo_standin
 from e2e.control_plane import ControlPlane
 from e2e.engine import REPO
 
@@ -221,6 +222,30 @@ subjects:
 - {{kind: ServiceAccount, name: {INSPECTOR}, namespace: kube-system}}
 """
 
+# How long the playbook's lab waits for cert-manager's CA injector to fill in the webhook
+# configurations that ask for it.
+INJECTED_BOUND_SECONDS = 120
+
+
+def _wait_injected(cluster: ControlPlane) -> None:
+    """Until every webhook configuration that names a certificate for cert-manager's CA injector
+    has its CA bundle: only then can the API server call the webhooks, which fail closed."""
+    kinds = ",".join(cainjector_standin.KINDS.values())
+    deadline = time.monotonic() + INJECTED_BOUND_SECONDS
+    while True:
+        waiting = [
+            f"{item['kind']}/{item['metadata']['name']}"
+            for item in json.loads(cluster.kubectl("get", kinds, "-o", "json").stdout)["items"]
+            if cainjector_standin.INJECT_CA_FROM in (item["metadata"].get("annotations") or {})
+            and not all(webhook["clientConfig"].get("caBundle") for webhook in item.get("webhooks") or [])
+        ]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no CA bundle injected within {INJECTED_BOUND_SECONDS}s into {', '.join(waiting)}")
+        time.sleep(1)
+
+
 # What lab1-kubeconfig holds where the box runs no lab1.
 NO_CLUSTER_KUBECONFIG = "apiVersion: v1\nkind: Config\n"
 
@@ -259,8 +284,10 @@ def lay_out(
 ) -> None:
     """The playbook's end state on `cluster`, with the HelmChart files in `manifests`; each
     release installed from its chart with the stand-in's ConfigMap and `chart_templates` (by
-    chart). The provider CRs become Ready when an operator (e2e/operator_standin.py) reconciles
-    them."""
+    chart). The provider objects are applied once the webhook configurations among those have
+    their CA bundle (which a CA injector, e2e/cainjector_standin.py, must give them), as on the
+    lab, where their webhooks refuse every provider CR until then. The provider CRs become Ready
+    when an operator (e2e/operator_standin.py) reconciles them."""
     crds = [HELMCHART_CRD, *(provider_crd(kind) for kind in PROVIDERS)]
     cluster.kubectl("apply", "-f", "-", stdin="---\n".join(crds))
     cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
@@ -278,6 +305,7 @@ def lay_out(
         for template in chart.template_files().values():
             rendered = chart_repo_standin.rendered(name, namespace, chart, template)
             cluster.kubectl("create", "-f", "-", stdin=_helm_installed(rendered, name, namespace))
+    _wait_injected(cluster)
     cluster.kubectl("apply", "-f", "-", stdin=capi_providers_yaml(capmox_data))
     cluster.kubectl("apply", "-f", "-", stdin=INSPECTOR_RBAC)
     cluster.kubectl("apply", "-f", "-", stdin=workload_kubeconfig_secret("lab1", lab1_kubeconfig))

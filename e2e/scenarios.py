@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -18,7 +20,9 @@ from components.host_script import script_command
 from components.k3s_node import render_k3s_config
 from components.kubeconfig import rename_k3s_kubeconfig
 from e2e import (
+    admission_webhook_standin,
     box_program,
+    cainjector_standin,
     chart_repo_standin,
     control_plane,
     guest,
@@ -313,11 +317,25 @@ def helmchart_handover(root: str) -> dict[str, Any]:
         }
 
 
+# The operator chart's webhook configurations, calling the webhook server stand-in on the loopback
+# of the test's network namespace, where these scenarios run their control plane.
+OPERATOR_WEBHOOK_ADDRESS = "127.0.0.1"
+CHART_TEMPLATES = {
+    "cluster-api-operator": admission_webhook_standin.configurations(
+        f"https://{OPERATOR_WEBHOOK_ADDRESS}:{admission_webhook_standin.PORT}"
+    )
+}
+# How long after the webhook configurations appear the CA injector stand-in fills them in.
+INJECT_SECONDS = 3.0
 # The chart repositories' stand-in serves these at these paths.
 CHART_REPOS = {
     "jetstack": [chart_repo_standin.Chart("cert-manager", playbook_lab.PLAYBOOK_CHARTS["cert-manager"][2])],
     "capi-operator": [
-        chart_repo_standin.Chart("cluster-api-operator", playbook_lab.PLAYBOOK_CHARTS["cluster-api-operator"][2])
+        chart_repo_standin.Chart(
+            "cluster-api-operator",
+            playbook_lab.PLAYBOOK_CHARTS["cluster-api-operator"][2],
+            templates=CHART_TEMPLATES["cluster-api-operator"],
+        )
     ],
 }
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
@@ -330,6 +348,28 @@ PROVIDER_CR_RESOURCES = (
     "mgmt-infrastructure-proxmox",
     "mgmt-ipam-in-cluster",
 )
+
+
+@contextmanager
+def _operator_webhooks(
+    cluster: control_plane.ControlPlane, base: Path
+) -> Iterator[tuple[admission_webhook_standin.WebhookStandIn, cainjector_standin.CainjectorStandIn]]:
+    """The operator's webhook server that CHART_TEMPLATES call, and cert-manager's CA injector
+    making them callable on `cluster`, for the block."""
+    with (
+        admission_webhook_standin.serve(base, OPERATOR_WEBHOOK_ADDRESS) as webhook,
+        cainjector_standin.running(
+            cluster, {admission_webhook_standin.CERTIFICATE: webhook.certificate}, INJECT_SECONDS
+        ) as injector,
+    ):
+        yield webhook, injector
+
+
+def _webhook_standins(
+    webhook: admission_webhook_standin.WebhookStandIn, injector: cainjector_standin.CainjectorStandIn
+) -> dict[str, Any]:
+    """What the webhook and CA injector stand-ins could not answer or do; each must be empty."""
+    return {"webhook_unknown": webhook.unknown, "injector_errors": injector.errors}
 
 
 def _engine_run(
@@ -407,15 +447,19 @@ def adoption_of_an_incomplete_lab(root: str) -> dict[str, Any]:
     """The adoption preview on a lab that lacks one of the objects the program imports (the
     IPAMProvider): the preview must stop, creating nothing in its place."""
     base = Path(root)
-    with control_plane.running(base / "control-plane", VM_ADDRESS) as cluster:
-        playbook_lab.lay_out(cluster, base / "manifests", _playbook_capmox_data())
+    with (
+        control_plane.running(base / "control-plane", VM_ADDRESS) as cluster,
+        _operator_webhooks(cluster, base) as (webhook, injector),
+    ):
+        playbook_lab.lay_out(cluster, base / "manifests", _playbook_capmox_data(), chart_templates=CHART_TEMPLATES)
         cluster.kubectl(
             "delete", f"ipamprovider.{playbook_lab.PROVIDER_GROUP}", "in-cluster", "-n", "capi-ipam-in-cluster-system"
         )
         _handover(cluster, base, base / "manifests")
         with chart_repo_standin.serve(CHART_REPOS, base) as charts:
             engine, steps = _adopting(base, charts, cluster, workload_clusters=[])
-            return {"steps": steps, "preview": _engine_run(engine, cluster, "preview")}
+            preview = _engine_run(engine, cluster, "preview")
+        return {"steps": steps, "preview": preview, **_webhook_standins(webhook, injector)}
 
 
 def adoption_run(root: str) -> dict[str, Any]:
@@ -429,9 +473,12 @@ def adoption_run(root: str) -> dict[str, Any]:
         control_plane.running(base / "control-plane", VM_ADDRESS) as cluster,
         control_plane.running(base / "lab1", LAB1_ADDRESS) as lab1,
         operator_standin.running(cluster, playbook_lab.PROVIDER_RESOURCES, OPERATOR_INSTALL_SECONDS) as operator,
+        _operator_webhooks(cluster, base) as (webhook, injector),
     ):
         manifests = base / "manifests"
-        playbook_lab.lay_out(cluster, manifests, _playbook_capmox_data(), lab1.kubeconfig.read_text())
+        playbook_lab.lay_out(
+            cluster, manifests, _playbook_capmox_data(), lab1.kubeconfig.read_text(), chart_templates=CHART_TEMPLATES
+        )
         playbook_lab.lay_out_lab1(lab1)
         cluster.kubectl(
             *("wait", "--for=condition=Ready", ",".join(playbook_lab.PROVIDER_RESOURCES), "--all", "-A"),
@@ -476,6 +523,7 @@ def adoption_run(root: str) -> dict[str, Any]:
             "convergence": convergence,
             "managed": managed,
             "operator_errors": operator.errors,
+            **_webhook_standins(webhook, injector),
             "converged": playbook_lab.snapshot(cluster),
         }
 
@@ -516,6 +564,7 @@ def fresh_install(root: str) -> dict[str, Any]:
     with (
         control_plane.running(base / "control-plane", VM_ADDRESS) as cluster,
         operator_standin.running(cluster, playbook_lab.PROVIDER_RESOURCES, OPERATOR_INSTALL_SECONDS) as operator,
+        _operator_webhooks(cluster, base) as (webhook, injector),
     ):
         repos = {
             "jetstack": CHART_REPOS["jetstack"],
@@ -524,6 +573,7 @@ def fresh_install(root: str) -> dict[str, Any]:
                     "cluster-api-operator",
                     playbook_lab.PLAYBOOK_CHARTS["cluster-api-operator"][2],
                     tuple(playbook_lab.provider_crd(kind) for kind in playbook_lab.PROVIDERS),
+                    CHART_TEMPLATES["cluster-api-operator"],
                 )
             ],
         }
@@ -536,7 +586,13 @@ def fresh_install(root: str) -> dict[str, Any]:
             ):
                 steps.append(_step(engine, ("config", "set", *setting)))
             runs = [_engine_run(engine, cluster, action) for action in ("preview", "up", "preview", "up")]
-        return {"steps": steps, "runs": runs, "operator_errors": operator.errors, "reconciled": operator.reconciled}
+        return {
+            "steps": steps,
+            "runs": runs,
+            "operator_errors": operator.errors,
+            "reconciled": operator.reconciled,
+            **_webhook_standins(webhook, injector),
+        }
 
 
 def _readonly_reads(
@@ -590,7 +646,11 @@ def _converge(
         )
         for kind, (namespace, name, _) in playbook_lab.PROVIDERS.items()
     }
-    return {"steps": steps, "runs": runs, "providers": providers}
+    webhooks = {
+        kind: json.loads(cluster.kubectl("get", kind, name, "-o", "json").stdout)
+        for kind, name in admission_webhook_standin.CONFIGURATION_NAMES.items()
+    }
+    return {"steps": steps, "runs": runs, "providers": providers, "webhook_configurations": webhooks}
 
 
 def _requests_since(cluster: control_plane.ControlPlane, mark: int) -> list[list[Any]]:

@@ -17,6 +17,16 @@ ROLE = f"{STACK}homelab:index:ReadOnlyAccess$kubernetes:rbac.authorization.k8s.i
 NAMESPACE = f"{STACK}homelab:index:ClusterApi$kubernetes:core/v1:Namespace::mgmt-ns-capi-system"
 CAPMOX_SECRET = f"{STACK}homelab:index:ClusterApi$kubernetes:core/v1:Secret::mgmt-capmox-credentials"
 TOKEN_SECRET = f"{STACK}homelab:index:ReadOnlyAccess$kubernetes:core/v1:Secret::mgmt-readonly-token"
+WEBHOOK_WAITS = [
+    f"{STACK}homelab:index:ClusterApi$kubernetes:admissionregistration.k8s.io/v1:{kind}WebhookConfigurationPatch"
+    f"::mgmt-operator-webhook-{kind.lower()}"
+    for kind in ("Validating", "Mutating")
+]
+# The same type anywhere else is someone else's webhook configuration.
+FOREIGN_WEBHOOK_PATCH = (
+    f"{STACK}homelab:index:ReadOnlyAccess$kubernetes:admissionregistration.k8s.io/v1:"
+    "ValidatingWebhookConfigurationPatch::mgmt-other-webhook"
+)
 WORKLOAD_TOKEN_SECRET = (
     f"{STACK}homelab:index:WorkloadClusterAccess$homelab:index:ReadOnlyAccess"
     "$kubernetes:core/v1:Secret::lab1-readonly-token"
@@ -29,6 +39,7 @@ GOOD = [
     {"op": "create", "urn": ROLE},
     {"op": "create", "urn": TOKEN_SECRET},
     {"op": "create", "urn": WORKLOAD_TOKEN_SECRET},
+    *({"op": "create", "urn": urn} for urn in WEBHOOK_WAITS),
 ]
 
 
@@ -40,7 +51,7 @@ def check(tmp_path: Path, steps: list[dict[str, str]]) -> int:
 
 def test_imports_and_the_programs_own_objects_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert check(tmp_path, GOOD) == 0
-    assert "7 steps" in capsys.readouterr().out
+    assert "9 steps" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -53,8 +64,14 @@ def test_imports_and_the_programs_own_objects_pass(tmp_path: Path, capsys: pytes
         {"op": "create", "urn": NAMESPACE},  # exists in the lab: must be imported, not created
         # CAPMOX keeps the playbook's Secret while adopting (capmoxExistingSecret).
         {"op": "create", "urn": CAPMOX_SECRET},
+        {"op": "create", "urn": FOREIGN_WEBHOOK_PATCH},
+        # A changed wait is a write the adoption run has no business making.
+        {"op": "update", "urn": WEBHOOK_WAITS[0]},
     ],
-    ids=["update", "replace", "delete", "create-replacement", "create-existing", "create-capmox-secret"],
+    ids=[
+        *("update", "replace", "delete", "create-replacement", "create-existing", "create-capmox-secret"),
+        *("create-foreign-webhook-patch", "update-webhook-wait"),
+    ],
 )
 def test_anything_that_would_change_the_lab_fails_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], step: dict[str, str]

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from e2e import playbook_lab, scenarios
+from e2e.admission_webhook_standin import CONFIGURATION_NAMES
 from e2e.engine import KUBERNETES_PLUGIN_WARNING
 from e2e.netns import in_new_netns
 from tools import adoption_check
@@ -23,8 +24,8 @@ from tools import adoption_check
 pytestmark = pytest.mark.engine
 
 PREVIEW, UP, SECOND_PREVIEW, SECOND_UP = range(4)
-# What the box puts where the real program has the K3sNode and its SSH steps.
-BOX_TYPES = {"homelab:e2e:BoxNode", "homelab:e2e:HostStepNotRun"}
+# What the box puts where the real program has the K3sNode.
+BOX_TYPES = {"homelab:e2e:BoxNode"}
 # Release name -> its namespace.
 RELEASES = {name: playbook_lab.PLAYBOOK_CHARTS[name][0] for name in playbook_lab.HANDED_OVER}
 
@@ -70,12 +71,22 @@ def test_the_adoption_preview_shows_imports_only(adoption: Any) -> None:
     }
 
 
-def test_the_adoption_up_writes_nothing_but_its_own_readonly_account(adoption: Any) -> None:
+# The only write to an object of the playbook's: each of the operator's webhook configurations
+# gets the annotation of the program's wait for its CA bundle.
+WEBHOOK_WAITS = {
+    ("patch", f"{kind}webhookconfigurations", f"capi-operator-{kind}-webhook-configuration")
+    for kind in ("validating", "mutating")
+}
+
+
+def test_the_adoption_up_writes_nothing_but_its_own_readonly_account_and_the_wait(adoption: Any) -> None:
     up = adoption["runs"][UP]
     assert up["error"] == "", up["error"]
     assert imported(up) == imported(adoption["runs"][PREVIEW])
-    # Only the program's own read-only account is new (server-side apply creates by patch).
     written = {(verb, resource, name) for verb, resource, name, _ in up["writes"]}
+    assert written >= WEBHOOK_WAITS, written
+    written -= WEBHOOK_WAITS
+    # Else only the program's own read-only account is new (server-side apply creates by patch).
     assert {resource for _, resource, _ in written} == {
         "clusterroles",
         "serviceaccounts",
@@ -167,10 +178,24 @@ def updated(run: dict[str, Any]) -> set[str]:
 def test_converging_the_releases_is_one_helm_upgrade_each_and_nothing_else(adoption: Any) -> None:
     assert updated(convergence_run(adoption, "releases", "preview")) == set(scenarios.RELEASE_RESOURCES)
     writes = convergence_run(adoption, "releases", "up")["writes"]
-    assert {(verb, resource) for verb, resource, _, _ in writes} == {("create", "secrets"), ("update", "secrets")}
-    assert {name for _, _, name, _ in writes} == {
+    # Beside its release records, the operator's upgrade patches the chart's own webhook
+    # configurations, as any `helm upgrade` of it does.
+    webhook_configurations = {f"{kind.lower()}s": name for kind, name in CONFIGURATION_NAMES.items()}
+    helm_patched = {(resource, name) for verb, resource, name, _ in writes if verb == "patch"}
+    assert helm_patched <= set(webhook_configurations.items()), writes
+    records = [write for write in writes if write[0] != "patch"]
+    assert {(verb, resource) for verb, resource, _, _ in records} == {("create", "secrets"), ("update", "secrets")}
+    assert {name for _, _, name, _ in records} == {
         f"sh.helm.release.v1.{release}.v{revision}" for release in RELEASES for revision in (1, 2)
     }
+
+
+def test_the_webhook_configurations_keep_their_ca_bundle_and_the_wait_through_the_upgrade(adoption: Any) -> None:
+    for kind, configuration in adoption["convergence"]["webhook_configurations"].items():
+        assert configuration["metadata"]["annotations"]["pulumi.com/waitFor"] == (
+            "jsonpath={.webhooks[0].clientConfig.caBundle}"
+        ), kind
+        assert all(webhook["clientConfig"].get("caBundle") for webhook in configuration["webhooks"]), kind
 
 
 def test_converging_the_provider_crs_adds_the_wait_annotation_and_keeps_their_spec(adoption: Any) -> None:
@@ -215,7 +240,8 @@ def test_a_provider_version_bump_updates_that_one_cr_and_waits_for_the_operator(
     up = managed["up"]
     assert up["error"] == "", up["error"]
     assert updated(up) == {"mgmt-infrastructure-proxmox"}
-    assert [write[:3] for write in up["writes"]] == [["patch", "infrastructureproviders", "proxmox"]]
+    # The kubernetes plugin updates a CR by two patches: its field managers put right, then the apply.
+    assert [write[:3] for write in up["writes"]] == [["patch", "infrastructureproviders", "proxmox"]] * 2
     # `pulumi up` returned only after the operator had installed the new version.
     installed = [entry for entry in managed["reconciled_during_up"] if entry["kind"] == "InfrastructureProvider"]
     assert [entry["version"] for entry in installed] == [scenarios.BUMPED_CAPMOX]
@@ -232,6 +258,7 @@ def test_two_provider_bumps_at_once_are_refused_before_anything_is_sent(adoption
 
 def test_the_operator_standin_met_nothing_it_did_not_know(adoption: Any) -> None:
     assert adoption["operator_errors"] == []
+    assert (adoption["webhook_unknown"], adoption["injector_errors"]) == ([], [])
 
 
 def test_adopting_a_lab_that_lacks_an_object_stops_at_preview_creating_nothing(tmp_path: Path) -> None:

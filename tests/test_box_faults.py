@@ -2,8 +2,9 @@
 `pulumi up` of the whole program ends the run with an error naming what failed and where, with no
 secret in it, the state still readable, and the next run without the fault converges with one VM
 made by one create and k3s installed once. The faults: Proxmox VE's errors, sshd's, another host
-key, the API server going down after the k3s steps, a provider CR never Ready, and Ctrl-C. In
-network namespaces of the tests' own; selected with `pytest -m engine`.
+key, the API server going down after the k3s steps, a provider CR never Ready, the operator's
+webhooks never given their CA bundle, and Ctrl-C. In network namespaces of the tests' own; selected
+with `pytest -m engine`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from e2e import box_faults, scenarios
+from e2e import admission_webhook_standin, box_faults, playbook_lab, scenarios
+from e2e.box import PROGRAM_USER
+from e2e.control_plane import INJECTOR_USER
 from e2e.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
@@ -22,6 +25,9 @@ pytestmark = pytest.mark.engine
 ONE_VM = {"vms": [str(scenarios.VMID)], "creates": 1}
 # What the program makes on the cluster first, once it answers: the releases and the namespaces.
 ON_THE_CLUSTER = {"mgmt-cert-manager", "mgmt-cluster-api-operator", "mgmt-ns-capi-system", "mgmt-ns-capmox-system"}
+# What the stand-ins could not answer or do (e2e/box.py's _standins): each must be empty.
+STANDINS = ("pve_unknown", "chart_unknown", "release_unknown", "operator_errors", "webhook_unknown", "injector_errors")
+WEBHOOK_WAITS = ("mgmt-operator-webhook-validating", "mgmt-operator-webhook-mutating")
 
 
 def _scenario(factory: pytest.TempPathFactory, name: str) -> Any:
@@ -47,6 +53,11 @@ def api_down(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture(scope="module")
 def never_ready(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return _scenario(tmp_path_factory, "provider_never_ready")
+
+
+@pytest.fixture(scope="module")
+def not_injected(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _scenario(tmp_path_factory, "webhooks_never_injected")
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +107,7 @@ def test_after_the_proxmox_faults_the_next_up_converges_with_one_vm(pve: Any) ->
 
 
 def test_the_proxmox_stand_ins_knew_every_request(pve: Any) -> None:
-    for key in ("pve_unknown", "chart_unknown", "release_unknown", "operator_errors"):
+    for key in STANDINS:
         assert pve[key] == [], key
 
 
@@ -161,14 +172,14 @@ def test_with_the_api_server_back_the_next_up_installs_the_releases_and_no_k3s(a
     created = {step["urn"].rsplit("::", 1)[1] for step in run["steps"] if step["op"] == "create"}
     assert created >= ON_THE_CLUSTER
     assert not created & {"mgmt-vm", "mgmt-k3s-install", "mgmt-read-kubeconfig"}
-    # The one host step after the releases: mgmt-operator-ready.
-    assert len(run["ssh_sessions"]) == 1, run["ssh_sessions"]
+    # No host step comes after the releases.
+    assert run["ssh_sessions"] == []
     assert set(api_down["again"]["summary"]) <= {"same", "read"}, api_down["again"]["summary"]
-    for key in ("pve_unknown", "chart_unknown", "release_unknown"):
+    for key in ("pve_unknown", "chart_unknown", "release_unknown", "webhook_unknown"):
         assert api_down[key] == [], key
-    # Whatever the operator's stand-in said while the API server was down (it may not have polled
-    # then) is that the API server refused it; nothing else.
-    for error in api_down["operator_errors"]:
+    # Whatever the operator's and the CA injector's stand-ins said while the API server was down
+    # (they may not have polled then) is that the API server refused them; nothing else.
+    for error in api_down["operator_errors"] + api_down["injector_errors"]:
         assert f"{scenarios.VM_ADDRESS}:6443" in error, error
         assert "refused" in error, error
 
@@ -198,7 +209,7 @@ def test_a_provider_cr_never_ready_fails_the_up_at_the_setting_s_bound_naming_th
 
 def test_after_the_provider_timeout_the_state_lists_everything_made(never_ready: Any) -> None:
     run = never_ready["not_ready"]
-    made = {"mgmt-vm", "mgmt-host-ready", "mgmt-k3s-install", "mgmt-read-kubeconfig", "mgmt-operator-ready"}
+    made = {"mgmt-vm", "mgmt-host-ready", "mgmt-k3s-install", "mgmt-read-kubeconfig", *WEBHOOK_WAITS}
     crs = {"mgmt-core-cluster-api", "mgmt-bootstrap-kubeadm", "mgmt-controlplane-kubeadm", "mgmt-ipam-in-cluster"}
     # The CR that timed out is in the state too: it was created, only never Ready, and the next
     # run updates it rather than creating it again.
@@ -218,7 +229,8 @@ def test_with_the_provider_ready_the_next_up_converges_updating_only_that_cr(nev
     assert changed == {NEVER_READY_CR: "update"}
     assert run["ssh_sessions"] == []
     assert run["pve_writes"] == []
-    assert run["k8s_writes"] == [["patch", "infrastructureproviders", "proxmox"]]
+    # The kubernetes plugin updates a CR by two patches: its field managers put right, then the apply.
+    assert run["k8s_writes"] == [["patch", "infrastructureproviders", "proxmox"]] * 2
     assert never_ready["provider_versions"] == {
         "capiCoreVersion": "v1.12.11",
         "capiBootstrapVersion": "v1.12.11",
@@ -227,8 +239,67 @@ def test_with_the_provider_ready_the_next_up_converges_updating_only_that_cr(nev
         "ipamInClusterVersion": "v1.1.1",
     }
     assert never_ready["no_changes"]["rc"] == 0, never_ready["no_changes"]["output"][-4000:]
-    for key in ("pve_unknown", "chart_unknown", "release_unknown", "operator_errors"):
+    for key in STANDINS:
         assert never_ready[key] == [], key
+
+
+def _sent(admission: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the program sent provider CRs, dry runs too, whatever the API server answered."""
+    return [write for write in admission if write["user"] == PROGRAM_USER and write["resource"].endswith("providers")]
+
+
+def test_webhooks_never_given_their_ca_bundle_fail_the_up_at_the_wait_s_bound_sending_no_cr(not_injected: Any) -> None:
+    run = not_injected["not_injected"]
+    # While it waits, the CLI shows what for; then each wait names its resource and the timeout.
+    assert "{.webhooks[0].clientConfig.caBundle} selected nothing" in run["output"]
+    for wait in WEBHOOK_WAITS:
+        _failed(
+            run,
+            wait,
+            f'::{wait}" was successfully created, but the Kubernetes API server reported that it failed to '
+            "fully initialize or become live: timed out waiting for the condition",
+        )
+        # The program's bound on each wait, 5 minutes, by the CLI's own clock.
+        [waited] = re.findall(rf"{wait} creating \((\d+)s\) error:", run["output"])
+        assert 300 <= int(waited) < 360, (wait, waited)
+    withheld = not_injected["withheld"]
+    assert withheld["injected"] == []
+    assert withheld["reviews"] == []
+    assert _sent(withheld["admission"]) == []
+    assert not set(scenarios.PROVIDER_CR_RESOURCES) & set(run["state"]["resources"])
+    assert set(run["state"]["resources"]) >= ON_THE_CLUSTER
+    assert run["pve"] == ONE_VM
+    assert len(run["installs"]) == 1
+
+
+def test_with_the_bundles_injected_the_next_up_sends_the_crs_and_converges(not_injected: Any) -> None:
+    run = not_injected["released"]
+    _converged(run)
+    # The waits that timed out are in the state: this run waits again (the bundles are there now),
+    # then creates the CRs.
+    changed = {
+        step["urn"].rsplit("::", 1)[1]: step["op"] for step in run["steps"] if step["op"] not in {"same", "read"}
+    }
+    assert changed == {
+        **dict.fromkeys(WEBHOOK_WAITS, "update"),
+        **dict.fromkeys(scenarios.PROVIDER_CR_RESOURCES, "create"),
+    }
+    assert run["ssh_sessions"] == []
+    injected = [write for write in not_injected["admission"] if write["user"] == INJECTOR_USER]
+    assert sorted(write["name"] for write in injected) == sorted(admission_webhook_standin.CONFIGURATION_NAMES.values())
+    sent = _sent(not_injected["admission"])
+    # Server-side apply creates each CR by a patch, answered 201.
+    assert sorted((write["resource"], write["name"]) for write in sent if write["code"] == 201) == sorted(
+        (f"{kind.lower()}s", name) for kind, (_, name, _) in playbook_lab.PROVIDERS.items()
+    )
+    filled_in = max(write["answered"] for write in injected)
+    assert all(write["received"] > filled_in for write in sent), (sent, injected)
+    assert {(review["kind"], review["operation"]) for review in not_injected["reviews"]} == {
+        (kind, "CREATE") for kind in playbook_lab.PROVIDERS
+    }
+    assert not_injected["no_changes"]["rc"] == 0, not_injected["no_changes"]["output"][-4000:]
+    for key in STANDINS:
+        assert not_injected[key] == [], key
 
 
 def test_ctrl_c_twice_stops_the_up_and_leaves_the_step_pending(interrupted: Any) -> None:

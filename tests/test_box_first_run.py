@@ -49,6 +49,7 @@ def test_the_first_run_creates_the_cluster_part_and_waits_for_every_provider(fir
         ["CoreProvider", "BootstrapProvider", "ControlPlaneProvider", "InfrastructureProvider", "IPAMProvider"]
     )
     assert first_run["operator_errors"] == []
+    assert (first_run["webhook_unknown"], first_run["injector_errors"]) == ([], [])
 
 
 def test_the_second_run_does_nothing(first_run: Any) -> None:

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from e2e import scenarios
+from e2e import admission_webhook_standin, playbook_lab, scenarios
+from e2e.box import PROGRAM_USER
+from e2e.control_plane import INJECTOR_USER
 from e2e.engine import KUBERNETES_PLUGIN_WARNING
 from e2e.netns import in_new_netns
 
@@ -25,6 +27,17 @@ PROVIDER_NAMESPACES = (
     "capmox-system",
     "capi-ipam-in-cluster-system",
 )
+WEBHOOK_WAITS = {"mgmt-operator-webhook-validating", "mgmt-operator-webhook-mutating"}
+# The host steps over SSH: the k3s node's, and nothing after them.
+HOST_STEPS = {
+    *("mgmt-host-ready", "mgmt-keep-host-keys", "mgmt-guest-agent", "mgmt-k3s-config", "mgmt-k3s-install"),
+    *("mgmt-node-ready", "mgmt-read-kubeconfig"),
+}
+WEBHOOK_CONFIGURATIONS = {
+    "validatingwebhookconfigurations": admission_webhook_standin.CONFIGURATION_NAMES["ValidatingWebhookConfiguration"],
+    "mutatingwebhookconfigurations": admission_webhook_standin.CONFIGURATION_NAMES["MutatingWebhookConfiguration"],
+}
+PROVIDER_CRS = sorted((f"{kind.lower()}s", name) for kind, (_, name, _) in playbook_lab.PROVIDERS.items())
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +58,7 @@ def test_the_first_up_creates_everything_on_the_empty_box(box: Any) -> None:
     # The provider CRs say so while the operator has not yet reported on them.
     assert set(first["warnings"]) == {KUBERNETES_PLUGIN_WARNING, "Has no .status.conditions"}
     created = {step["urn"].rsplit("::", 1)[1] for step in first["steps"] if step["op"] == "create"}
-    assert {"mgmt-image", "mgmt-vm", "mgmt-host-ready", "mgmt-operator-ready", "mgmt-cert-manager"} <= created
+    assert {"mgmt-image", "mgmt-vm", "mgmt-host-ready", "mgmt-cert-manager", *WEBHOOK_WAITS} <= created
     assert [call[:2] for call in first["pve_writes"]] == [
         ["POST", "/api2/json/nodes/pv1-1/storage/local/download-url"],
         ["POST", "/api2/json/nodes/pv1-1/qemu"],
@@ -57,7 +70,14 @@ def test_the_first_up_creates_everything_on_the_empty_box(box: Any) -> None:
 
 
 def test_the_stand_ins_knew_every_request_and_the_operator_ran(box: Any) -> None:
-    for key in ("pve_unknown", "chart_unknown", "release_unknown", "operator_errors"):
+    for key in (
+        "pve_unknown",
+        "chart_unknown",
+        "release_unknown",
+        "operator_errors",
+        "webhook_unknown",
+        "injector_errors",
+    ):
         assert box[key] == [], key
     assert len(box["pods_run"]) == 1
     assert box["pods_run"][0].startswith("capi-operator-system/cluster-api-operator-")
@@ -69,6 +89,61 @@ def test_the_stand_ins_knew_every_request_and_the_operator_ran(box: Any) -> None
             "InfrastructureProvider/proxmox",
             "IPAMProvider/in-cluster",
         ]
+    )
+
+
+def test_the_host_steps_are_the_k3s_node_s_alone_one_ssh_session_each(box: Any) -> None:
+    first = box["first_up"]
+    remote = {step["urn"].rsplit("::", 1)[1] for step in first["steps"] if "$command:remote:Command::" in step["urn"]}
+    assert remote == HOST_STEPS
+    assert len(first["ssh_sessions"]) == len(HOST_STEPS), first["ssh_sessions"]
+
+
+def _admission(box: Any, user: str, resource: set[str] | str) -> list[dict[str, Any]]:
+    return [write for write in box["admission"] if write["user"] == user and write["resource"] in resource]
+
+
+def test_no_provider_cr_is_sent_before_the_injector_filled_in_both_webhook_configurations(box: Any) -> None:
+    injected = _admission(box, INJECTOR_USER, set(WEBHOOK_CONFIGURATIONS))
+    assert sorted((write["resource"], write["name"], write["code"]) for write in injected) == sorted(
+        (resource, name, 200) for resource, name in WEBHOOK_CONFIGURATIONS.items()
+    )
+    sent = _admission(box, PROGRAM_USER, {resource for resource, _ in PROVIDER_CRS})
+    # Server-side apply creates each CR by a patch, answered 201.
+    created = [(write["resource"], write["name"]) for write in sent if write["code"] == 201 and not write["dry_run"]]
+    assert sorted(created) == PROVIDER_CRS
+    # Whatever the program sent a provider CR, dry run or not, was received after both bundles
+    # were written, and none was refused.
+    filled_in = max(write["answered"] for write in injected)
+    for write in sent:
+        assert write["received"] > filled_in, (write, injected)
+        assert write["code"] in {200, 201}, write
+
+
+def test_the_program_waited_on_each_webhook_configuration_before_it_was_filled_in(box: Any) -> None:
+    """The injector's delay is longer than the operator's release takes to be ready: the program's
+    wait on each configuration began before its bundle was there, so it really waited."""
+    for resource, name in WEBHOOK_CONFIGURATIONS.items():
+        waited = [
+            write
+            for write in _admission(box, PROGRAM_USER, resource)
+            if write["name"] == name and write["verb"] == "patch" and not write["dry_run"]
+        ]
+        [injected] = [write for write in _admission(box, INJECTOR_USER, resource) if write["name"] == name]
+        assert waited, box["admission"]
+        assert waited[0]["answered"] < injected["received"], (waited, injected)
+
+
+def test_the_webhook_reviewed_each_provider_cr_create(box: Any) -> None:
+    reviewed = sorted(
+        (review["webhook"], review["kind"], review["namespace"], review["name"])
+        for review in box["webhook_reviews"]
+        if review["operation"] == "CREATE" and not review["dry_run"]
+    )
+    assert reviewed == sorted(
+        (webhook, kind, namespace, name)
+        for kind, (namespace, name, _) in playbook_lab.PROVIDERS.items()
+        for webhook in ("mutate", "validate")
     )
 
 

@@ -21,11 +21,9 @@ from components.cluster_api import (
     credentials_secret_name,
     own_stack_reference_name,
 )
-from components.host_script import script_command
 from components.settings import SettingsError
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
-COMMAND = "command:remote:Command"
 NAMESPACE = "kubernetes:core/v1:Namespace"
 SECRET = "kubernetes:core/v1:Secret"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
@@ -33,7 +31,15 @@ OPERATOR_API = "operator.cluster.x-k8s.io/v1alpha2"
 
 CERT_MANAGER = (RELEASE, "mgmt-cert-manager")
 OPERATOR = (RELEASE, "mgmt-cluster-api-operator")
-GATE = (COMMAND, "mgmt-operator-ready")
+# The operator's webhook configurations, patched to be waited on until cert-manager injected
+# their CA bundle, as chart 0.28.0 names them.
+WEBHOOK_WAITS = {
+    (
+        f"kubernetes:admissionregistration.k8s.io/v1:{kind}WebhookConfigurationPatch",
+        f"mgmt-operator-webhook-{kind.lower()}",
+    ): (f"capi-operator-{kind.lower()}-webhook-configuration")
+    for kind in ("Validating", "Mutating")
+}
 CREDENTIALS = (SECRET, "mgmt-capmox-credentials")
 
 
@@ -185,15 +191,34 @@ def test_operator_release_has_no_providers_in_its_values(run: harness.Run) -> No
     assert_on_mgmt_cluster(run, release)
 
 
-# --- operator readiness gate -------------------------------------------------------------------
+# --- the operator's webhooks, waited on from the Kubernetes side -------------------------------
 
 
-def test_operator_ready_gate(run: harness.Run) -> None:
-    gate = run.get(*GATE)
-    assert run.depends_on(gate, run.get(*OPERATOR))
-    assert gate.plain["create"] == script_command("operator_ready.sh", "300")
-    assert gate.plain["connection"]["hostKey"] == harness.HOST_KEY.strip()
-    assert {"v1.21.2", "0.28.0"} <= set(gate.plain["triggers"])
+@pytest.mark.parametrize("key", WEBHOOK_WAITS, ids=lambda key: key[1])
+def test_the_operator_webhook_is_waited_on_until_its_ca_bundle_is_injected(
+    run: harness.Run, key: tuple[str, str]
+) -> None:
+    wait = run.get(*key)
+    # Nothing but the wait's annotation: the chart keeps owning the object and its webhooks.
+    assert wait.plain["metadata"] == {
+        "name": WEBHOOK_WAITS[key],
+        "annotations": {"pulumi.com/waitFor": "jsonpath={.webhooks[0].clientConfig.caBundle}"},
+    }
+    assert set(wait.plain) == {"apiVersion", "kind", "metadata"}
+    assert wait.custom_timeouts == {"create": "5m", "update": "5m"}
+    assert run.depends_on(wait, run.get(*OPERATOR))
+    # Dropping the patch takes only its annotation away: it is neither protected nor retained.
+    assert not wait.protect
+    assert not wait.retain_on_delete
+    assert wait.import_id == ""
+    assert_on_mgmt_cluster(run, wait)
+
+
+def test_nothing_of_the_cluster_is_reached_over_ssh(run: harness.Run) -> None:
+    cluster_api = next(r for r in run.of_type("homelab:index:ClusterApi"))
+    children = [r for r in run.resources.values() if r.parent == cluster_api.urn]
+    assert children, "guard: ClusterApi has children"
+    assert [r.name for r in children if r.type == "command:remote:Command"] == []
 
 
 # --- provider CRs ------------------------------------------------------------------------------
@@ -217,7 +242,7 @@ def test_provider_cr(run: harness.Run, expected: ExpectedProvider) -> None:
     else:
         assert set(inputs["spec"]) == {"version"}
     assert run.depends_on(cr, run.get(NAMESPACE, f"mgmt-ns-{expected.namespace}"))
-    assert run.depends_on(cr, run.get(*GATE))
+    assert all(run.depends_on(cr, run.get(*wait)) for wait in WEBHOOK_WAITS)
     assert run.depends_on(cr, run.get(*OPERATOR))
     assert run.depends_on(cr, run.get(*CREDENTIALS)) == (expected is INFRASTRUCTURE)
     assert_on_mgmt_cluster(run, cr)
@@ -266,7 +291,7 @@ def test_exactly_the_five_provider_namespaces(run: harness.Run) -> None:
 )
 def test_does_not_wait_for_the_helm_releases(run: harness.Run, key: tuple[str, str]) -> None:
     resource = run.get(*key)
-    for release in (CERT_MANAGER, OPERATOR, GATE):
+    for release in (CERT_MANAGER, OPERATOR, *WEBHOOK_WAITS):
         assert not run.depends_on(resource, run.get(*release)), release
 
 
@@ -338,15 +363,15 @@ def test_redeploy_with_recorded_versions_changes_nothing(run: harness.Run, redep
     ("key", "version", "release"),
     [("certManagerVersion", "v1.21.3", CERT_MANAGER), ("capiOperatorVersion", "0.28.1", OPERATOR)],
 )
-def test_chart_bump_changes_the_release_and_re_checks_the_operator(
+def test_chart_bump_changes_only_the_release(
     redeploy: harness.Run, key: str, version: str, release: tuple[str, str]
 ) -> None:
+    """The upgraded chart keeps the CA bundle already injected: no wait runs again, nothing over SSH."""
     bumped = harness.run_program(
         overrides={key: version}, previous_outputs={"providerVersions": provider_version_outputs(redeploy)}
     )
-    assert harness.changed(redeploy, bumped) == {release, GATE}
+    assert harness.changed(redeploy, bumped) == {release}
     assert bumped.get(*release).plain["version"] == version
-    assert version in bumped.get(*GATE).plain["triggers"]
 
 
 @pytest.mark.parametrize("expected", PROVIDERS, ids=lambda p: p.config_key)

@@ -20,6 +20,16 @@ import harness  # noqa: E402
 import pytest  # noqa: E402
 
 SNAPSHOT = REPO / "tests" / "data" / "graph_shape.json"
+# The graph as it was before the design pass (issue 20), which was to change nothing but where the
+# program waits for the operator's webhooks.
+BEFORE_DESIGN_PASS = REPO / "tests" / "data" / "graph_shape_before_design_pass.json"
+# That wait: a command over SSH on the VM before, two patches of the operator's webhook
+# configurations on the Kubernetes side after.
+OPERATOR_WAIT_BEFORE = {"command:remote:Command::mgmt-operator-ready"}
+OPERATOR_WAIT_AFTER = {
+    "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfigurationPatch::mgmt-operator-webhook-validating",
+    "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfigurationPatch::mgmt-operator-webhook-mutating",
+}
 STACKS: dict[str, dict[str, Any]] = {
     "lab": {},
     "lab adopted": {"adopt": True, "capmoxExistingSecret": "capmox-variables"},
@@ -64,6 +74,36 @@ def shapes() -> dict[str, list[dict[str, Any]]]:
 def test_the_graph_keeps_its_shape(stack: str) -> None:
     expected = json.loads(SNAPSHOT.read_text())[stack]
     assert shape(harness.run_program(STACKS[stack])) == expected
+
+
+def _without_operator_wait(graph: list[dict[str, Any]], wait: set[str]) -> list[dict[str, Any]]:
+    """The graph with the operator wait `wait` left out, and with it every dependency on it."""
+    return [
+        {**resource, "dependencies": [dependency for dependency in resource["dependencies"] if dependency not in wait]}
+        for resource in graph
+        if resource["resource"] not in wait
+    ]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_design_pass_moved_only_the_operator_wait(stack: str) -> None:
+    before = json.loads(BEFORE_DESIGN_PASS.read_text())[stack]
+    after = shape(harness.run_program(STACKS[stack]))
+    assert _without_operator_wait(after, OPERATOR_WAIT_AFTER) == _without_operator_wait(before, OPERATOR_WAIT_BEFORE)
+    waited_on = {
+        resource["resource"]: set(resource["dependencies"]) & (OPERATOR_WAIT_BEFORE | OPERATOR_WAIT_AFTER)
+        for resource in after
+        if resource["resource"] not in OPERATOR_WAIT_AFTER
+    }
+    # The same resources wait as before (the five provider CRs), now on both webhooks, the releases
+    # before them; and the wait itself no longer needs the VM's connection, only its cluster.
+    assert {name for name, wait in waited_on.items() if wait} == {
+        resource["resource"] for resource in before if OPERATOR_WAIT_BEFORE & set(resource["dependencies"])
+    }
+    assert all(wait in (set(), OPERATOR_WAIT_AFTER) for wait in waited_on.values())
+    for wait in (resource for resource in after if resource["resource"] in OPERATOR_WAIT_AFTER):
+        assert wait["dependencies"] == ["kubernetes:helm.sh/v3:Release::mgmt-cluster-api-operator"]
+        assert wait["provider"] == "pulumi:providers:kubernetes::mgmt-kubernetes"
 
 
 if __name__ == "__main__":

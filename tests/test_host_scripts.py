@@ -176,30 +176,6 @@ case "$*" in
     printf '%s' "$polls" >"$STUB_STATE/k3s-node-polls"
     if [ "$polls" -ge "$(state k3s-node-from-poll 1)" ]; then state k3s-nodes ""; else state k3s-nodes-before ""; fi
     ;;
-  "kubectl create --dry-run=server -o name -f -")
-    cat >"$STUB_STATE/k3s-dry-run-input"
-    polls=$(($(state k3s-dry-run-polls 0) + 1))
-    printf '%s' "$polls" >"$STUB_STATE/k3s-dry-run-polls"
-    if [ "$polls" -lt "$(state k3s-webhook-from-poll 1)" ]; then
-      echo 'Error from server (InternalError): failed calling webhook "vcoreprovider.kb.io": connection refused' >&2
-      exit 1
-    fi
-    if [ "$(state k3s-webhook-answer created)" = denied ]; then
-      printf '%s\n' 'Error from server (Forbidden): admission webhook "vcoreprovider.kb.io"' \
-        'denied the request: MoreThanOneExists' >&2
-      exit 1
-    fi
-    echo "coreprovider.operator.cluster.x-k8s.io/webhook-probe created (server dry run)"
-    ;;
-  "kubectl wait "* | "kubectl -n capi-operator-system wait "*)
-    rc="$(state k3s-wait-rc 0)"
-    if [ "$rc" -eq 0 ]; then
-      echo "node/vm1 condition met"
-    else
-      echo "error: timed out waiting for the condition on nodes/vm1" >&2
-    fi
-    exit "$rc"
-    ;;
   *) unexpected ;;
 esac
 """
@@ -381,7 +357,6 @@ def test_scripts_are_found() -> None:
         "k3s_install.sh",
         "node_ready.sh",
         "read_kubeconfig.sh",
-        "operator_ready.sh",
         "helmchart_handover.sh",
     }
 
@@ -923,75 +898,6 @@ def test_read_kubeconfig_fails_when_there_is_no_file(host: Host, kind: str) -> N
 
     assert (result.returncode, result.stdout, result.calls) == (1, "", [])
     assert result.stderr == f"{host.kubeconfig_file}: no such file; not printing it\n"
-
-
-# --- operator_ready.sh --------------------------------------------------------------------------
-
-OPERATOR_CRDS = [
-    f"crd/{kind}providers.operator.cluster.x-k8s.io"
-    for kind in ("core", "bootstrap", "controlplane", "infrastructure", "ipam")
-]
-WAIT_ESTABLISHED = ("k3s", "kubectl", "wait", "--for=condition=Established")
-WAIT_OPERATOR = ("k3s", "kubectl", "-n", "capi-operator-system", "wait", "--for=condition=Available")
-DRY_RUN = ("k3s", "kubectl", "create", "--dry-run=server", "-o", "name", "-f", "-")
-
-
-def assert_operator_waits(calls: list[Call], bound: int) -> None:
-    """Each CRD Established, then the operator's deployment Available, all within the bound."""
-    for call, crd in zip(calls[:5], OPERATOR_CRDS, strict=True):
-        assert call[:4] == WAIT_ESTABLISHED
-        assert call[5] == crd
-        assert 1 <= int(call[4].removeprefix("--timeout=").removesuffix("s")) <= bound
-    assert calls[5][:6] == WAIT_OPERATOR
-    assert calls[5][7:] == ("deployment", "--all")
-
-
-@pytest.mark.parametrize("answer", ["created", "denied"], ids=["accepted", "denied-is-an-answer-too"])
-def test_operator_ready_when_crds_operator_and_webhook_answer(host: Host, answer: str) -> None:
-    host.install_k3s(VERSION)
-    host.set("k3s-webhook-answer", answer)
-
-    result = host.run("operator_ready.sh", "60")
-
-    assert (result.returncode, result.stdout.splitlines()[-1]) == (0, "cluster-api-operator ready"), result.stderr
-    assert_operator_waits(result.calls, 60)
-    assert result.calls[6:] == [DRY_RUN]
-    sent = (host.state / "k3s-dry-run-input").read_text()
-    assert '"kind": "CoreProvider"' in sent
-    assert '"namespace": "capi-operator-system"' in sent
-
-
-def test_operator_ready_polls_until_the_webhook_can_be_called(host: Host) -> None:
-    host.install_k3s(VERSION)
-    host.set("k3s-webhook-from-poll", 2)
-
-    result = host.run("operator_ready.sh", "60")
-
-    assert result.returncode == 0, result.stderr
-    assert result.calls[6:] == [DRY_RUN, DRY_RUN]
-
-
-def test_operator_ready_fails_within_the_bound_when_the_webhook_never_answers(host: Host) -> None:
-    host.install_k3s(VERSION)
-    host.set("k3s-webhook-from-poll", 1000)
-
-    result = host.run("operator_ready.sh", "2")
-
-    assert result.returncode == 1
-    assert result.stderr.startswith("the operator's webhook did not answer within 2s: ")
-    assert "failed calling webhook" in result.stderr
-    assert set(result.calls[6:]) == {DRY_RUN}
-
-
-def test_operator_ready_stops_when_a_crd_is_not_established(host: Host) -> None:
-    host.install_k3s(VERSION)
-    host.set("k3s-wait-rc", 1)
-
-    result = host.run("operator_ready.sh", "60")
-
-    assert result.returncode == 1
-    assert len(result.calls) == 1
-    assert result.calls[0][:4] == WAIT_ESTABLISHED
 
 
 # --- helmchart_handover.sh ----------------------------------------------------------------------

@@ -99,7 +99,7 @@ def test_triggers_are_explicit_and_deterministic(lab: Run) -> None:
 
 def test_first_contact_records_the_host_key_and_every_later_step_pins_it(lab: Run) -> None:
     assert "hostKey" not in step(lab, "host-ready")["connection"]
-    for name in [*STEPS[1:], "operator-ready"]:
+    for name in STEPS[1:]:
         assert step(lab, name)["connection"]["hostKey"] == HOST_KEY, name
 
 
@@ -209,7 +209,7 @@ def test_renaming_the_vm_keeps_the_clusters_identity(lab: Run) -> None:
 def test_a_new_vm_reruns_every_host_step_and_is_a_new_cluster(lab: Run) -> None:
     rebuilt = run_program(vm_mac="BC:24:11:4A:00:02")
     touched = changed(lab, rebuilt)
-    assert {*HOST_STEPS, (COMMAND, "mgmt-operator-ready"), K8S_PROVIDER} <= touched
+    assert {*HOST_STEPS, K8S_PROVIDER} <= touched
     assert rebuilt.get(*K8S_PROVIDER).plain["clusterIdentifier"] == "lab-mgmt/201/BC:24:11:4A:00:02"
 
 
