@@ -113,7 +113,9 @@ class Engine:
                 "PATH": os.pathsep.join(map(str, path)),
                 "HOME": str(self.root),
                 "PULUMI_HOME": str(self.pulumi_home),
-                "PULUMI_BACKEND_URL": f"file://{self.root / 'state'}",
+                # As the README logs in: no sidecar file whose rewrite a read can catch half-written
+                # (docs/troubleshooting.md, `failed to load checkpoint: EOF`).
+                "PULUMI_BACKEND_URL": f"file://{self.root / 'state'}?metadata=skip",
                 "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
                 "PULUMI_SKIP_UPDATE_CHECK": "true",
                 "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",

@@ -206,7 +206,7 @@ def test_every_documented_config_set_is_accepted_by_the_cli(tmp_path: Path) -> N
 def test_the_readme_first_run_works_word_for_word_on_a_new_laptop(tmp_path: Path) -> None:
     """From `pulumi login` to the plan, as typed, with HOME empty and only the passphrase set."""
     result = in_new_netns("newcomer_first_run", str(tmp_path), LAB_TOKENS, addresses=[scenarios.PROXMOX_ADDRESS])
-    assert result["typed"][0] == "mkdir -p ~/.pulumi-state && pulumi login file://~/.pulumi-state"
+    assert result["typed"][0] == "mkdir -p ~/.pulumi-state && pulumi login 'file://~/.pulumi-state?metadata=skip'"
     assert result["typed"][-1] == "pulumi preview"
     assert result["rc"] == 0, result["output"]
     assert result["requests"] == [PERMISSIONS_CALL, PERMISSIONS_CALL]
