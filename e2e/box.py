@@ -396,16 +396,20 @@ def _kubeconfig_use(box: Box, outputs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# What each stand-in could not answer or do, by the key a scenario reports it under; each must be
+# empty.
+STANDIN_RECORDS: dict[str, Callable[[Box], list[str]]] = {
+    "pve_unknown": lambda box: box.pve.unknown,
+    "chart_unknown": lambda box: box.charts.unknown,
+    "release_unknown": lambda box: box.releases.unknown,
+    "operator_errors": lambda box: box.operator.errors,
+    "webhook_unknown": lambda box: box.webhook.unknown,
+    "injector_errors": lambda box: box.injector.errors,
+}
+
+
 def _standins(box: Box) -> dict[str, Any]:
-    """What the stand-ins could not answer or do; each must be empty."""
-    return {
-        "pve_unknown": box.pve.unknown,
-        "chart_unknown": box.charts.unknown,
-        "release_unknown": box.releases.unknown,
-        "operator_errors": box.operator.errors,
-        "webhook_unknown": box.webhook.unknown,
-        "injector_errors": box.injector.errors,
-    }
+    return {key: record(box) for key, record in STANDIN_RECORDS.items()}
 
 
 def _admission(box: Box) -> list[dict[str, Any]]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -27,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from e2e.control_plane import INJECTOR_USER, ControlPlane
+from e2e.controller_loop import looping
 
-POLL_SECONDS = 0.5
 INJECT_CA_FROM = "cert-manager.io/inject-ca-from"
 KINDS = {
     "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
@@ -110,23 +109,6 @@ def running(
         delay_seconds,
         {source: base64.b64encode(path.read_bytes()).decode() for source, path in certificates.items()},
     )
-    stop = threading.Event()
     seen: dict[str, float] = {}
-
-    def loop() -> None:
-        while not stop.wait(POLL_SECONDS):
-            if not cluster.kubeconfig_of(INJECTOR_USER).exists():
-                continue
-            try:
-                _inject(cluster, standin, seen)
-            except (KeyError, ValueError) as unknown:
-                # A configuration of a shape it does not know: said, not skipped in silence.
-                standin.errors.append(f"cannot inject: {unknown!r}")
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
+    with looping(cluster, INJECTOR_USER, lambda: _inject(cluster, standin, seen), standin.errors, "inject"):
         yield standin
-    finally:
-        stop.set()
-        thread.join(timeout=30)

@@ -20,7 +20,6 @@ installed during a run) it waits.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -28,8 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from e2e.control_plane import OPERATOR_USER, ControlPlane
-
-POLL_SECONDS = 0.5
+from e2e.controller_loop import looping
 
 
 @dataclass
@@ -171,25 +169,12 @@ def running(
     """Reconciles the provider CRs of `kinds` (plural.group) on `cluster` for the block, and runs
     the Pods of namespace `runs_pods_in`."""
     standin = OperatorStandIn(install_seconds, tuple(kinds))
-    stop = threading.Event()
     seen: dict[str, float] = {}
 
-    def loop() -> None:
-        while not stop.wait(POLL_SECONDS):
-            if not cluster.kubeconfig_of(OPERATOR_USER).exists():
-                continue
-            try:
-                _reconcile(cluster, standin, seen)
-                if runs_pods_in is not None:
-                    _run_pods(cluster, runs_pods_in, standin)
-            except (KeyError, ValueError) as unknown:
-                # A CR of a shape it does not know: said, not skipped in silence.
-                standin.errors.append(f"cannot reconcile: {unknown!r}")
+    def step() -> None:
+        _reconcile(cluster, standin, seen)
+        if runs_pods_in is not None:
+            _run_pods(cluster, runs_pods_in, standin)
 
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
+    with looping(cluster, OPERATOR_USER, step, standin.errors, "reconcile"):
         yield standin
-    finally:
-        stop.set()
-        thread.join(timeout=30)

@@ -15,6 +15,7 @@ import pytest
 
 from e2e import box as box_module
 from e2e import scenarios
+from e2e.box import STANDIN_RECORDS
 from e2e.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
@@ -233,12 +234,5 @@ def test_destroy_is_refused_while_the_vm_is_protected_and_deletes_nothing(box: A
 
 
 def test_the_stand_ins_knew_every_request(box: Any) -> None:
-    for key in (
-        "pve_unknown",
-        "chart_unknown",
-        "release_unknown",
-        "operator_errors",
-        "webhook_unknown",
-        "injector_errors",
-    ):
+    for key in STANDIN_RECORDS:
         assert box[key] == [], key

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from e2e import admission_webhook_standin, playbook_lab, scenarios
-from e2e.box import PROGRAM_USER
+from e2e.box import PROGRAM_USER, STANDIN_RECORDS
 from e2e.control_plane import INJECTOR_USER
 from e2e.engine import KUBERNETES_PLUGIN_WARNING
 from e2e.netns import in_new_netns
@@ -70,14 +70,7 @@ def test_the_first_up_creates_everything_on_the_empty_box(box: Any) -> None:
 
 
 def test_the_stand_ins_knew_every_request_and_the_operator_ran(box: Any) -> None:
-    for key in (
-        "pve_unknown",
-        "chart_unknown",
-        "release_unknown",
-        "operator_errors",
-        "webhook_unknown",
-        "injector_errors",
-    ):
+    for key in STANDIN_RECORDS:
         assert box[key] == [], key
     assert len(box["pods_run"]) == 1
     assert box["pods_run"][0].startswith("capi-operator-system/cluster-api-operator-")

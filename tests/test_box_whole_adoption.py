@@ -20,6 +20,7 @@ import yaml
 
 from components.k3s_node import render_k3s_config
 from e2e import box, box_adoption, playbook_lab, scenarios
+from e2e.box import STANDIN_RECORDS
 from e2e.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
@@ -251,14 +252,7 @@ def test_a_k3s_version_other_than_the_installed_one_stops_with_step_2s_message(a
 
 
 def test_the_stand_ins_knew_every_request(adoption: Any) -> None:
-    for key in (
-        "pve_unknown",
-        "chart_unknown",
-        "release_unknown",
-        "operator_errors",
-        "webhook_unknown",
-        "injector_errors",
-    ):
+    for key in STANDIN_RECORDS:
         assert adoption[key] == [], key
 
 
