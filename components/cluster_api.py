@@ -28,7 +28,6 @@ OPERATOR_WEBHOOK_CONFIGURATIONS = {
 }
 # The injector fills in every webhook of a configuration in one write: the first one's will do.
 CA_BUNDLE_INJECTED = "jsonpath={.webhooks[0].clientConfig.caBundle}"
-OPERATOR_WEBHOOK_BOUND = "5m"
 
 
 @dataclass(frozen=True)
@@ -164,7 +163,7 @@ class ClusterApi(pulumi.ComponentResource):
             adopt=adopt,
         )
         operator = _releases(name, settings, lasting)
-        webhooks = _operator_webhooks(name, after=operator, opts=child)
+        webhooks = _operator_webhooks(name, f"{settings.operator_webhook_timeout_minutes}m", after=operator, opts=child)
         namespaces = {
             p.namespace: kubernetes.core.v1.Namespace(
                 f"{name}-ns-{p.namespace}",
@@ -261,8 +260,11 @@ def _release(
     )
 
 
-def _operator_webhooks(name: str, *, after: pulumi.Resource, opts: pulumi.ResourceOptions) -> list[pulumi.Resource]:
-    """The operator's webhook configurations, each waited on until its CA bundle is injected. The
+def _operator_webhooks(
+    name: str, injected_within: str, *, after: pulumi.Resource, opts: pulumi.ResourceOptions
+) -> list[pulumi.Resource]:
+    """The operator's webhook configurations, each waited on until its CA bundle is injected, for
+    `injected_within` at most (operatorWebhookTimeoutMinutes). The
     patch adds nothing but the wait's annotation to the chart's object; a Helm upgrade keeps it,
     and removing the patch takes only the annotation away. Its inputs never change with a chart
     version, so a bump does not wait again: the bundle is there already."""
@@ -282,7 +284,7 @@ def _operator_webhooks(name: str, *, after: pulumi.Resource, opts: pulumi.Resour
                 opts,
                 pulumi.ResourceOptions(
                     depends_on=[after],
-                    custom_timeouts=pulumi.CustomTimeouts(create=OPERATOR_WEBHOOK_BOUND, update=OPERATOR_WEBHOOK_BOUND),
+                    custom_timeouts=pulumi.CustomTimeouts(create=injected_within, update=injected_within),
                 ),
             ),
         )

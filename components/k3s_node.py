@@ -22,9 +22,8 @@ from components.kubeconfig import rename_k3s_kubeconfig
 from components.management_vm import ManagementVm
 from components.settings import PROJECT, K3sSettings
 
-# A booting VM refuses or drops SSH for a minute or two. 60 dials, each bounded at 10 seconds and
-# spaced by the provider's backoff (up to 5 seconds), wait about 5 to 15 minutes for it.
-SSH_DIAL_ATTEMPTS = 60
+# A booting VM refuses or drops SSH for a minute or two: each dial (sshDialAttempts of them) is
+# bounded at 10 seconds and spaced by the provider's backoff (up to 5 seconds).
 SSH_DIAL_TIMEOUT_SECONDS = 10
 NODE_READY_BOUND_SECONDS = 300
 # The stack output that records where the admin kubeconfig file is and its write generation, for
@@ -83,11 +82,13 @@ class K3sNode(pulumi.ComponentResource):
             f"{name}-host-ready",
             "host_ready.sh",
             [],
-            connection=_connection(host, ci_user, private_key, host_key=None),
+            connection=_connection(host, ci_user, private_key, k3s.ssh_dial_attempts, host_key=None),
             triggers=[vm.instance_key],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[vm]),
         )
-        self.connection = _connection(host, ci_user, private_key, host_key=host_ready.stdout.apply(str.strip))
+        self.connection = _connection(
+            host, ci_user, private_key, k3s.ssh_dial_attempts, host_key=host_ready.stdout.apply(str.strip)
+        )
         self._instance_key = vm.instance_key
         held = held_certificate(deployment)
         read_kubeconfig = self._k3s_steps(
@@ -203,6 +204,7 @@ def _connection(
     host: pulumi.Input[str],
     user: str,
     private_key: pulumi.Output[str] | None,
+    dial_attempts: int,
     *,
     host_key: pulumi.Input[str] | None,
 ) -> command.remote.ConnectionArgs:
@@ -211,7 +213,7 @@ def _connection(
         user=user,
         private_key=private_key,
         host_key=host_key,
-        dial_error_limit=SSH_DIAL_ATTEMPTS,
+        dial_error_limit=dial_attempts,
         per_dial_timeout=SSH_DIAL_TIMEOUT_SECONDS,
     )
 

@@ -60,6 +60,8 @@ VLAN_RANGE = (1, 4094)
 GENERATION_RANGE = (1, 1_000_000)
 # Up to four hours: a slow link pulling every provider's image; a bound of 0 would fail at once.
 PROVIDER_READY_MINUTES_RANGE = (1, 240)
+WEBHOOK_MINUTES_RANGE = (1, 60)
+SSH_DIAL_ATTEMPTS_RANGE = (5, 1000)
 
 # The forms each upstream uses for its releases; anything else (empty, "latest", a branch) is refused.
 K3S_VERSION = re.compile(r"^v\d+\.\d+\.\d+\+k3s\d+$")
@@ -383,6 +385,8 @@ class K3sSettings:
     version: str
     ssh_private_key: str | None = field(repr=False)
     kubeconfig_path: Path | None
+    ssh_dial_attempts: int
+    """How many times each host step dials the VM before it fails."""
 
 
 def _read_k3s(r: _Reader) -> K3sSettings:
@@ -393,6 +397,7 @@ def _read_k3s(r: _Reader) -> K3sSettings:
         version=r.version("k3sVersion", K3S_VERSION, "v1.35.8+k3s1"),
         ssh_private_key=private_key,
         kubeconfig_path=_read_kubeconfig_path(r),
+        ssh_dial_attempts=r.integer("sshDialAttempts", SSH_DIAL_ATTEMPTS_RANGE, "dial attempts"),
     )
 
 
@@ -440,6 +445,8 @@ class ClusterApiSettings:
     program points CAPMOX at it and makes none of its own."""
     provider_ready_timeout_minutes: int
     """How long `pulumi up` waits for each provider CR to become Ready."""
+    operator_webhook_timeout_minutes: int
+    """How long `pulumi up` waits for the CA bundle of each of the operator's webhooks."""
 
 
 def _read_cluster_api(r: _Reader) -> ClusterApiSettings:
@@ -461,6 +468,7 @@ def _read_cluster_api(r: _Reader) -> ClusterApiSettings:
         provider_ready_timeout_minutes=r.integer(
             "providerReadyTimeoutMinutes", PROVIDER_READY_MINUTES_RANGE, "minutes"
         ),
+        operator_webhook_timeout_minutes=r.integer("operatorWebhookTimeoutMinutes", WEBHOOK_MINUTES_RANGE, "minutes"),
     )
 
 

@@ -44,6 +44,12 @@ HOST_STEP = "mgmt-k3s-install"
 FAULT_BOUND_SECONDS = 120
 PROVIDER_READY_MINUTES = "1"
 """providerReadyTimeoutMinutes in the run whose provider never becomes Ready: the shortest bound."""
+WEBHOOK_MINUTES = "1"
+"""operatorWebhookTimeoutMinutes in the run whose webhooks are never injected: the shortest bound."""
+SSH_DIAL_ATTEMPTS = "15"
+"""sshDialAttempts in the SSH faults: about 35 seconds of dialling, which the box's VM, booting in
+seconds, needs none of; a run against a refusing or impostor sshd fails after them, not after the
+default 60 (about 5 minutes each)."""
 NEVER_READY = ("InfrastructureProvider", *playbook_lab.PROVIDERS["InfrastructureProvider"][:2])
 """The provider CR the operator never makes Ready: kind, namespace and name."""
 
@@ -252,12 +258,14 @@ def pve_faults(root: str) -> dict[str, Any]:
 
 
 def ssh_faults(root: str) -> dict[str, Any]:
-    """sshd closing the session that runs node_ready.sh in the first up, the run after it; then,
-    for a host step run again, sshd refusing connections and another host key answering, each
-    followed by the same run without the fault."""
+    """With sshDialAttempts short, sshd closing the session that runs node_ready.sh in the first
+    up, the run after it; then, for a host step run again, sshd refusing connections and another
+    host key answering, each followed by the same run without the fault."""
     base = Path(root)
     with running(base) as box:
-        result: dict[str, Any] = {}
+        result: dict[str, Any] = {
+            "setting": scenarios._step(box.engine, ("config", "set", "sshDialAttempts", SSH_DIAL_ATTEMPTS))
+        }
         with _when_running("node_ready.sh", _kill_session) as closed:
             result["mid_script"] = _run(box, base)
         result["closed_sessions"] = len(closed)
@@ -334,16 +342,18 @@ def provider_never_ready(root: str) -> dict[str, Any]:
 
 
 def webhooks_never_injected(root: str) -> dict[str, Any]:
-    """The first up while the CA injector withholds both of the operator's webhook configurations,
+    """With operatorWebhookTimeoutMinutes at its least, the first up while the CA injector withholds
+    both of the operator's webhook configurations,
     with what the injector wrote, what the webhook server reviewed and which provider CRs the
     program sent by then; then both released, the run after it, the same records of it and the
     zero-change preview. The whole scenario timed."""
     started = time.monotonic()
     base = Path(root)
     with running(base) as box:
+        setting = scenarios._step(box.engine, ("config", "set", "operatorWebhookTimeoutMinutes", WEBHOOK_MINUTES))
         for configuration in admission_webhook_standin.CONFIGURATION_NAMES.items():
             box.injector.withhold(*configuration)
-        result: dict[str, Any] = {"not_injected": _run(box, base)}
+        result: dict[str, Any] = {"setting": setting, "not_injected": _run(box, base)}
         result["withheld"] = {
             "injected": list(box.injector.injected),
             "reviews": list(box.webhook.reviews),

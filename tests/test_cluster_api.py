@@ -254,6 +254,12 @@ def test_each_provider_cr_waits_as_long_as_the_setting_says() -> None:
         assert bounded.get(*p.key).custom_timeouts == {"create": "1m", "update": "1m"}, p.kind
 
 
+def test_each_webhook_waits_for_its_ca_bundle_as_long_as_the_setting_says() -> None:
+    bounded = harness.run_program(overrides={"operatorWebhookTimeoutMinutes": 1})
+    for wait in WEBHOOK_WAITS:
+        assert bounded.get(*wait).custom_timeouts == {"create": "1m", "update": "1m"}, wait
+
+
 def test_exactly_the_five_provider_crs(run: harness.Run) -> None:
     crs = {key for key in run.names() if key[0].startswith(f"kubernetes:{OPERATOR_API}:")}
     assert crs == {p.key for p in PROVIDERS}

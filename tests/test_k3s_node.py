@@ -116,6 +116,12 @@ def test_connection(lab: Run) -> None:
     }
 
 
+def test_every_step_dials_as_often_as_the_setting_says() -> None:
+    patient = run_program(overrides={"sshDialAttempts": 12})
+    for name in STEPS:
+        assert step(patient, name)["connection"]["dialErrorLimit"] == 12, name
+
+
 def test_private_key_is_secret_and_never_plain(lab: Run) -> None:
     for name in STEPS:
         assert set(lab.get(COMMAND, f"mgmt-{name}").inputs["connection"]) == {SECRET}

@@ -303,6 +303,20 @@ BAD_INPUTS: list[Any] = [
         "'15m' is not a whole number",
         id="providerReadyTimeoutMinutes-unit",
     ),
+    pytest.param(
+        {"operatorWebhookTimeoutMinutes": 61},
+        (),
+        "operatorWebhookTimeoutMinutes",
+        "61 is outside the minutes range 1..60",
+        id="operatorWebhookTimeoutMinutes-too-big",
+    ),
+    pytest.param(
+        {"sshDialAttempts": 4},
+        (),
+        "sshDialAttempts",
+        "4 is outside the dial attempts range 5..1000",
+        id="sshDialAttempts-too-few",
+    ),
 ]
 
 
@@ -431,6 +445,15 @@ def test_each_provider_cr_is_waited_on_for_15_minutes_unless_set() -> None:
     del lab["providerReadyTimeoutMinutes"]
     assert parse_settings(lab).cluster_api.provider_ready_timeout_minutes == 15
     assert parse_settings(lab_raw(providerReadyTimeoutMinutes="1")).cluster_api.provider_ready_timeout_minutes == 1
+
+
+def test_the_bounds_a_slow_lab_may_need_keep_their_defaults_unless_set() -> None:
+    lab = parse_settings(lab_raw())
+    assert lab.cluster_api.operator_webhook_timeout_minutes == 5
+    assert lab.k3s.ssh_dial_attempts == 60
+    custom = parse_settings(lab_raw(operatorWebhookTimeoutMinutes="1", sshDialAttempts="12"))
+    assert custom.cluster_api.operator_webhook_timeout_minutes == 1
+    assert custom.k3s.ssh_dial_attempts == 12
 
 
 def test_kubeconfig_path_outside_the_repo_is_kept(tmp_path: Path) -> None:
