@@ -11,10 +11,14 @@ test:
 
 # The real pulumi CLI, a real Kubernetes control plane and the kubernetes provider plugin, built
 # (or found cached) by e2e/build-engine.sh; each test in a network namespace of its own, which
-# needs root (or user namespaces) and iproute2.
+# needs root (or user namespaces) and iproute2. The scenarios mostly wait (on a booting guest, a
+# controller, a bound), so ENGINE_WORKERS of them run side by side, each scenario's tests on the
+# scenario's worker (tests/conftest.py); the slowest 25 are listed at the end.
+ENGINE_WORKERS ?= 4
+
 test-engine:
 	built="$$(e2e/build-engine.sh control-plane plugins)" && \
-	env $$built $(PY) -m pytest -m engine
+	env $$built $(PY) -m pytest -m engine -n $(ENGINE_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
 
 lint:
 	$(PY) -m ruff check .

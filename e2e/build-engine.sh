@@ -31,6 +31,12 @@ mkdir -p "$GOMODCACHE" "$GOCACHE"
 
 say() { printf '[build-engine %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# Moves a finished binary into place and says how long it took since `started` ($SECONDS then).
+finish() {
+  mv "$1.partial" "$1"
+  say "$(basename "$1"): built in $((SECONDS - $2)) s"
+}
+
 pinned() { # the version requirements.txt pins for a Python package
   sed -n "s/^$1==\\([0-9.]*\\).*/\\1/p" "$repo/requirements.txt"
 }
@@ -61,6 +67,7 @@ print(".".join(map(str, newer[0])) if newer else "")' "$sdk"
 
 build_cli() {
   local sdk version out src pkg_dir sdk_dir
+  local started=$SECONDS
   sdk="$(pinned pulumi)"
   version="$(cli_version "$sdk")"
   if [ -z "$version" ]; then
@@ -82,7 +89,7 @@ build_cli() {
     (cd "$src/pkg" && go build -trimpath -tags osusergo,grpcnotrace \
       -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$version" \
       -o "$out/pulumi.partial" ./cmd/pulumi)
-    mv "$out/pulumi.partial" "$out/pulumi"
+    finish "$out/pulumi" "$started"
     rm -rf "$src"
   fi
   cli_bin="$out"
@@ -97,6 +104,7 @@ KUBERNETES_PLUGIN_MODULE_VERSION=v4.0.0-20260115033456-f47bc2d6f199
 
 build_kubernetes_plugin() {
   local out="$cache/pulumi-resource-kubernetes-v$KUBERNETES_PLUGIN_VERSION/bin" src cmd
+  local started=$SECONDS
   if [ -x "$out/pulumi-resource-kubernetes" ]; then
     say "pulumi-resource-kubernetes v$KUBERNETES_PLUGIN_VERSION: cached"
   else
@@ -117,7 +125,7 @@ json.dump(schema, open(sys.argv[3], "w"))' "$cmd/schema.json" "$KUBERNETES_PLUGI
     (cd "$src" && go build -trimpath \
       -ldflags "-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$KUBERNETES_PLUGIN_VERSION" \
       -o "$out/pulumi-resource-kubernetes.partial" ./cmd/pulumi-resource-kubernetes)
-    mv "$out/pulumi-resource-kubernetes.partial" "$out/pulumi-resource-kubernetes"
+    finish "$out/pulumi-resource-kubernetes" "$started"
     rm -rf "$src"
   fi
   printf 'LAB_MGMT_KUBERNETES_PLUGIN_BIN=%s\n' "$out"
@@ -129,6 +137,7 @@ HELM_VERSION=3.18.6
 
 build_helm() {
   local out="$cache/helm-v$HELM_VERSION/bin" src="$cache/src/helm-v$HELM_VERSION"
+  local started=$SECONDS
   if [ -x "$out/helm" ]; then
     say "helm v$HELM_VERSION: cached"
   else
@@ -137,7 +146,7 @@ build_helm() {
     (cd "$src" && go mod init lab-mgmt/helm >/dev/null 2>&1 && go get "helm.sh/helm/v3@v$HELM_VERSION" >&2 &&
       go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
         -o "$out/helm.partial" helm.sh/helm/v3/cmd/helm)
-    mv "$out/helm.partial" "$out/helm"
+    finish "$out/helm" "$started"
     rm -rf "$src"
   fi
   printf 'LAB_MGMT_HELM_BIN=%s\n' "$out"
@@ -249,6 +258,7 @@ GO
 
 build_proxmoxve_plugin() {
   local out="$cache/pulumi-resource-proxmoxve-v$PROXMOXVE_VERSION/bin" src="$cache/src/pulumi-proxmoxve-v$PROXMOXVE_VERSION"
+  local started=$SECONDS
   local archives=("pulumi-proxmoxve-v$PROXMOXVE_VERSION-provider.tar.gz" "terraform-provider-proxmox-v$TERRAFORM_PROXMOX_VERSION.tar.gz"
     pulumi-yaml-v1.36.0.tar.gz pulumi-language-dotnet-v3.107.1.tar.gz)
   if [ -x "$out/pulumi-resource-proxmoxve" ]; then
@@ -272,7 +282,7 @@ build_proxmoxve_plugin() {
     (cd "$src/pulumi-proxmoxve/provider" && go build -trimpath \
       -ldflags "-s -w -X github.com/muhlba91/pulumi-proxmoxve/provider/pkg/version.Version=$PROXMOXVE_VERSION" \
       -o "$out/pulumi-resource-proxmoxve.partial" ./cmd/pulumi-resource-proxmoxve)
-    mv "$out/pulumi-resource-proxmoxve.partial" "$out/pulumi-resource-proxmoxve"
+    finish "$out/pulumi-resource-proxmoxve" "$started"
     rm -rf "$src"
   fi
   printf 'LAB_MGMT_PROXMOXVE_PLUGIN_BIN=%s\n' "$out"
@@ -280,6 +290,7 @@ build_proxmoxve_plugin() {
 
 build_command_plugin() {
   local out="$cache/pulumi-resource-command-v$COMMAND_VERSION/bin" src="$cache/src/pulumi-command-v$COMMAND_VERSION"
+  local started=$SECONDS
   local archive=pulumi-command-v$COMMAND_VERSION-provider.tar.gz
   if [ -x "$out/pulumi-resource-command" ]; then
     say "pulumi-resource-command v$COMMAND_VERSION: cached"
@@ -292,7 +303,7 @@ build_command_plugin() {
     (cd "$src/provider" && go build -trimpath \
       -ldflags "-s -w -X github.com/pulumi/pulumi-command/provider/pkg/version.Version=$COMMAND_VERSION" \
       -o "$out/pulumi-resource-command.partial" ./cmd/pulumi-resource-command)
-    mv "$out/pulumi-resource-command.partial" "$out/pulumi-resource-command"
+    finish "$out/pulumi-resource-command" "$started"
     rm -rf "$src"
   fi
   printf 'LAB_MGMT_COMMAND_PLUGIN_BIN=%s\n' "$out"
@@ -304,6 +315,7 @@ build_command_plugin() {
 # pulumi-language-python-exec, which the sdk module carries and the host runs from beside itself.
 build_language_host() {
   local version out="$cli_bin" src archive=pulumi-language-python-v$LANGUAGE_HOST_VERSION.tar.gz
+  local started=$SECONDS
   version="$(cli_version "$(pinned pulumi)")"
   src="$cache/src/pulumi-language-python-v$LANGUAGE_HOST_VERSION"
   if [ -x "$out/pulumi-language-python" ]; then
@@ -322,7 +334,7 @@ build_language_host() {
       -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$LANGUAGE_HOST_VERSION" \
       -o "$out/pulumi-language-python.partial" .)
     install -m 0755 "$src/sdk/python/cmd/pulumi-language-python-exec" "$out/pulumi-language-python-exec"
-    mv "$out/pulumi-language-python.partial" "$out/pulumi-language-python"
+    finish "$out/pulumi-language-python" "$started"
     rm -rf "$src"
   fi
 }
@@ -336,6 +348,7 @@ KUBERNETES_COMMANDS="kube-apiserver kube-controller-manager kubectl"
 
 build_control_plane() {
   local out="$cache/kubernetes-v$KUBERNETES_VERSION-etcd-v$ETCD_VERSION/bin" src kube_mod staging version_flags="" missing=""
+  local started=$SECONDS
   mkdir -p "$out"
   if [ -x "$out/etcd" ]; then
     say "etcd v$ETCD_VERSION: cached"
@@ -346,7 +359,7 @@ build_control_plane() {
     # The server module's own go.mod replaces its siblings by path: build it as a dependency.
     (cd "$src" && go mod init lab-mgmt/etcd >/dev/null 2>&1 && go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >&2 &&
       go build -trimpath -ldflags "-s -w" -o "$out/etcd.partial" go.etcd.io/etcd/server/v3)
-    mv "$out/etcd.partial" "$out/etcd"
+    finish "$out/etcd" "$started"
     rm -rf "$src"
   fi
 
@@ -373,20 +386,41 @@ build_control_plane() {
     version_flags="$version_flags -X $package.gitMinor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2) -X $package.gitTreeState=clean"
   done
   for command in $missing; do
+    started=$SECONDS
     say "$command v$KUBERNETES_VERSION: building"
     (cd "$src" && go build -trimpath -ldflags "-s -w$version_flags" -o "$out/$command.partial" "k8s.io/kubernetes/cmd/$command")
-    mv "$out/$command.partial" "$out/$command"
+    finish "$out/$command" "$started"
   done
   rm -rf "$src"
   printf 'LAB_MGMT_CONTROL_PLANE_BIN=%s\n' "$out"
 }
 
-build_cli
+# The control plane needs nothing of the CLI's and builds beside it from the start; the plugins
+# need the CLI and build beside the control plane after it. Go's module and build caches are safe
+# for concurrent builds, and two builds keep both cores busy while the other links or downloads.
+# Each lane prints its lines as it finishes.
+wanted=" $* "
 for target in "$@"; do
   case "$target" in
-    control-plane) build_control_plane ;;
-    plugins) build_kubernetes_plugin && build_helm && build_proxmoxve_plugin && build_command_plugin && build_language_host ;;
+    control-plane | plugins) ;;
     *) say "unknown target $target; expected control-plane or plugins" && exit 2 ;;
   esac
 done
-say "done"
+started=$SECONDS
+lanes=()
+if [[ "$wanted" == *" control-plane "* ]]; then
+  build_control_plane &
+  lanes+=("$!")
+fi
+build_cli
+if [[ "$wanted" == *" plugins "* ]]; then
+  (build_kubernetes_plugin && build_helm && build_proxmoxve_plugin && build_command_plugin && build_language_host) &
+  lanes+=("$!")
+fi
+failed=0
+for lane in "${lanes[@]}"; do wait "$lane" || failed=1; done
+if [ "$failed" -ne 0 ]; then
+  say "a build failed (its error is above)"
+  exit 1
+fi
+say "done in $((SECONDS - started)) s"

@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -65,10 +66,10 @@ def in_new_netns(scenario: str, *args: Any, addresses: Sequence[str] = (), timeo
 def _keep(scenario: str, args: tuple[Any, ...], done: subprocess.CompletedProcess[str]) -> None:
     """Everything a scenario printed (CLI output, the result) stays in .artifacts/, passed or not."""
     ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{scenario}.json"
-    path.write_text(
-        json.dumps({"args": list(args), "rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr})
-    )
+    # Unique whatever runs beside it: scenarios run side by side, the same one in two workers too.
+    handle, _ = tempfile.mkstemp(prefix=f"{time.strftime('%Y%m%d-%H%M%S')}-", suffix=f"-{scenario}.json", dir=ARTIFACTS)
+    with os.fdopen(handle, "w") as kept:
+        json.dump({"args": list(args), "rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}, kept)
 
 
 def _main(argv: list[str]) -> None:
