@@ -14,10 +14,11 @@ its three provider plugins, against a box that stands in for the lab, in a netwo
   (e2e/cainjector_standin.py), which makes those calls possible a while after the operator's
   chart is installed.
 
-`whole_box(root)` is the scenario tests/test_box_whole.py runs (`in_new_netns("box.whole_box", ...)`):
-the README's first run, `pulumi up` on the empty box, then a second run that must do nothing.
-`python -m e2e.box DIRECTORY` (`make box`) runs the same first `up` and keeps the box up for a
-user until `make box-down`.
+`whole_box_lifecycle(root)` is the scenario that tests/test_box_whole.py and
+tests/test_box_lifecycle.py read (`in_new_netns("box.whole_box_lifecycle", ...)`, run once for both):
+the README's first run, `pulumi up` on the empty box, a second run that must do nothing, then a
+lab's life. `python -m e2e.box DIRECTORY` (`make box`) runs the same first `up` and keeps the box
+up for a user until `make box-down`.
 """
 
 from __future__ import annotations
@@ -458,18 +459,13 @@ def _installed(box: Box) -> dict[str, Any]:
         "kubeconfig_use": use,
         "no_changes_preview": no_changes,
         "second_up": second,
-        "pods_run": box.operator.pods_run,
+        # As they are now: a scenario that goes on (whole_box_lifecycle) adds to the live ones.
+        "pods_run": list(box.operator.pods_run),
         "providers_reconciled": [f"{entry['kind']}/{entry['name']}" for entry in box.operator.reconciled],
         "admission": admission,
-        "webhook_reviews": box.webhook.reviews,
-        "injected": box.injector.injected,
+        "webhook_reviews": list(box.webhook.reviews),
+        "injected": list(box.injector.injected),
     }
-
-
-def whole_box(root: str) -> dict[str, Any]:
-    """The first run and the no-op second one (`_installed`)."""
-    with running(Path(root)) as box:
-        return {**_installed(box), **_standins(box)}
 
 
 def _change(

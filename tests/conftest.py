@@ -1,5 +1,6 @@
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,31 +18,56 @@ LONGEST_FIRST = (
 )
 
 
+@pytest.fixture(scope="session")
+def whole_box_lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The lab in a box from the README's first run through a lab's life (box.whole_box_lifecycle),
+    paid for once: tests/test_box_whole.py reads its first part, tests/test_box_lifecycle.py the rest."""
+    from e2e import scenarios  # noqa: PLC0415 - the mocks tests never import the box
+    from e2e.netns import in_new_netns  # noqa: PLC0415
+
+    root: Path = tmp_path_factory.mktemp("box-lifecycle")
+    return in_new_netns("box.whole_box_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=2400)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that read the same scenario share its run: each real-engine test that takes a
-    module-scoped fixture (a scenario's result) joins the xdist group of that fixture (with its
-    parameter), so one worker runs the scenario once and every test of it there. Before xdist
-    reads the groups (`--dist loadgroup`), the longest modules move to the front."""
+    scenario's result (a module- or session-scoped fixture of the tests' own) joins the xdist
+    group of that fixture (with its parameter), so one worker runs the scenario once and every
+    test of it there. Before xdist reads the groups (`--dist loadgroup`), the longest modules move
+    to the front."""
+    # Two scenario fixtures that one test takes (a module's view of a session-wide scenario) are
+    # one scenario: each group is named after the first fixture of its connected set.
+    joined: dict[str, str] = {}
+
+    def group_of(name: str) -> str:
+        while joined.setdefault(name, name) != name:
+            name = joined[name]
+        return name
+
+    taken = {item.nodeid: sorted(_scenarios(item)) for item in items if item.get_closest_marker("engine")}
+    for names in taken.values():
+        for name in names[1:]:
+            first, other = sorted((group_of(names[0]), group_of(name)))
+            joined[other] = first
     for item in items:
-        if item.get_closest_marker("engine") is None:
-            continue
-        groups = sorted(_scenarios(item))
-        if groups:
-            item.add_marker(pytest.mark.xdist_group("+".join(groups)))
+        if taken.get(item.nodeid):
+            item.add_marker(pytest.mark.xdist_group(group_of(taken[item.nodeid][0])))
     items.sort(key=_start_order)
 
 
 def _scenarios(item: pytest.Item) -> set[str]:
-    """The module-scoped fixtures `item` takes, each named with its module and parameter."""
+    """The scenario fixtures `item` takes (module- or session-scoped, of the tests' own), each
+    named with its module and parameter; pytest's and plugins' (tmp_path_factory, ...) are none."""
     info = getattr(item, "_fixtureinfo", None)
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec is not None else {}
     names = set()
     for name, definitions in info.name2fixturedefs.items() if info is not None else ():
-        if definitions[-1].scope == "module":
+        module = definitions[-1].func.__module__
+        if definitions[-1].scope in {"module", "session"} and (module == "conftest" or module.startswith("test_")):
             suffix = f"[{params[name]}]" if name in params else ""
-            names.add(f"{item.module.__name__}.{name}{suffix}")  # type: ignore[attr-defined]
+            names.add(f"{module}.{name}{suffix}")
     return names
 
 

@@ -1,14 +1,14 @@
-"""The lab in a box through a lab's life (e2e/box.py, `box.whole_box_lifecycle`): after the first
-run and the no-op second one, each bump of docs/graph.md's table previewed and applied alone,
-touching only what the table lists; the CAPMOX token rotated as docs/operations.md says; a new
-vmCores, written and announced but never rebooted into; a deliberate rebuild from a new image (a
-new VM with a new host key, pinned anew, and k3s back); and a `pulumi destroy` the locks refuse.
-In a network namespace of the test's own; selected with `pytest -m engine`.
+"""The lab in a box through a lab's life (e2e/box.py, `box.whole_box_lifecycle`, whose first part
+tests/test_box_whole.py reads): after the first run and the no-op second one, each bump of
+docs/graph.md's table previewed and applied alone, touching only what the table lists; the CAPMOX
+token rotated as docs/operations.md says; a new vmCores, written and announced but never rebooted
+into; a deliberate rebuild from a new image (a new VM with a new host key, pinned anew, and k3s
+back); and a `pulumi destroy` the locks refuse. In a network namespace of its own; selected
+with `pytest -m engine`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +16,6 @@ import pytest
 from e2e import box as box_module
 from e2e import scenarios
 from e2e.box import STANDIN_RECORDS
-from e2e.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
 
@@ -52,11 +51,10 @@ ON_THE_CLUSTER = {
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    root: Path = tmp_path_factory.mktemp("box-lifecycle")
-    result = in_new_netns("box.whole_box_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=2400)
-    assert result["second_up"]["rc"] == 0, "the first part (tests/test_box_whole.py) failed"
-    return result
+def box(whole_box_lifecycle: Any) -> Any:
+    """The box's life (conftest.py), past the first run and the no-op second one."""
+    assert whole_box_lifecycle["second_up"]["rc"] == 0, "the first part (tests/test_box_whole.py) failed"
+    return whole_box_lifecycle
 
 
 def touched(run: dict[str, Any]) -> set[str]:

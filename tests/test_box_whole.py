@@ -7,7 +7,6 @@ own; selected with `pytest -m engine`.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +15,6 @@ from e2e import admission_webhook_standin, playbook_lab, scenarios
 from e2e.box import PROGRAM_USER, STANDIN_RECORDS
 from e2e.control_plane import INJECTOR_USER
 from e2e.engine import KUBERNETES_PLUGIN_WARNING
-from e2e.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
 
@@ -41,9 +39,10 @@ PROVIDER_CRS = sorted((f"{kind.lower()}s", name) for kind, (_, name, _) in playb
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    root: Path = tmp_path_factory.mktemp("whole-box")
-    return in_new_netns("box.whole_box", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=1800)
+def box(whole_box_lifecycle: Any) -> Any:
+    """The first part of the box's life (conftest.py), whose first run and no-op second one this
+    module reads."""
+    return whole_box_lifecycle
 
 
 def test_the_readme_first_run_and_the_box_settings_are_accepted(box: Any) -> None:

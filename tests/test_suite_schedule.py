@@ -1,0 +1,79 @@
+"""How `make test-engine` shares the machine (tests/conftest.py): every real-engine test that reads a
+scenario is in that scenario's one xdist group, so the scenario runs once, on one worker; tests of
+different scenarios, or of one scenario's two parameters, may run side by side; the longest
+modules come first. Checked on the real collection, in a pytest of its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# Writes, for each selected test, its module, the xdist group it was given and the fixtures it takes.
+RECORDER = """
+import json, os
+
+def pytest_collection_finish(session):
+    rows = []
+    for item in session.items:
+        marker = item.get_closest_marker("xdist_group")
+        rows.append({
+            "module": item.module.__name__,
+            "nodeid": item.nodeid,
+            "group": marker.args[0] if marker else None,
+            "fixtures": list(item.fixturenames),
+        })
+    with open(os.environ["SCHEDULE_RECORD"], "w") as out:
+        json.dump(rows, out)
+"""
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    where = tmp_path_factory.mktemp("schedule")
+    (where / "schedule_recorder.py").write_text(RECORDER)
+    record = where / "record.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "engine", "--collect-only", "-q", "-p", "schedule_recorder"],
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(where), "SCHEDULE_RECORD": str(record)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows: list[dict[str, Any]] = json.loads(record.read_text())
+    return rows
+
+
+def test_the_tests_of_one_box_scenario_share_one_group(collected: list[dict[str, Any]]) -> None:
+    groups: dict[str, set[str]] = {}
+    for row in collected:
+        for fixture in ("adoption", "ssh", "never_ready", "whole_box_lifecycle"):
+            if fixture in row["fixtures"] and row["group"] is not None:
+                groups.setdefault(f"{row['module']}.{fixture}", set()).add(row["group"])
+    # One group each, but for the site-parametrized adoption: one group a site.
+    assert groups["test_box_faults.ssh"] == {"test_box_faults.ssh"}
+    assert groups["test_box_faults.never_ready"] == {"test_box_faults.never_ready"}
+    assert groups["test_box_adoption.adoption"] == {"test_box_adoption.adoption"}
+    assert len(groups["test_box_whole_adoption.adoption"]) == 2
+    # The first part of the box's life and the rest are one scenario run, in one group.
+    assert groups["test_box_whole.whole_box_lifecycle"] == groups["test_box_lifecycle.whole_box_lifecycle"]
+    assert len(groups["test_box_whole.whole_box_lifecycle"]) == 1
+
+
+def test_a_test_with_a_box_of_its_own_is_in_no_group(collected: list[dict[str, Any]]) -> None:
+    alone = [row for row in collected if row["module"] == "test_real_engine"]
+    assert alone
+    assert all(row["group"] is None for row in alone)
+
+
+def test_the_longest_modules_start_first(collected: list[dict[str, Any]]) -> None:
+    order = list(dict.fromkeys(row["module"] for row in collected))
+    assert order[0] == "test_box_whole_adoption"
+    assert order.index("test_box_faults") < order.index("test_real_engine")
