@@ -18,6 +18,8 @@ RELATIVE_LINK = re.compile(r"\[[^\]]*\]\((?![a-z][a-z0-9+.-]*:|#)([^)\s]+)\)")
 # `make target` in inline code, or a command line of an indented code block.
 MAKE_COMMAND = re.compile(r"(?:`|^ {4,}(?:.*&& )?)make ([\w.-]+)", re.MULTILINE)
 MAKE_TARGET = re.compile(r"^([\w.-]+) *:(?!=)", re.MULTILINE)
+# A rule's line: its targets and its prerequisites (variables as written, e.g. `$(VENV)`).
+MAKE_RULE = re.compile(r"^([\w.$()-]+(?: +[\w.$()-]+)*) *:(?!=) *([^\n#]*)", re.MULTILINE)
 
 
 def test_graph_doc_is_up_to_date() -> None:
@@ -36,3 +38,28 @@ def test_make_targets_named_in_the_docs_exist() -> None:
     named = {target for doc in DOCS for target in MAKE_COMMAND.findall(doc.read_text())}
     assert {"check", "graph"} <= named
     assert named - targets == set()
+
+
+def _prerequisites() -> dict[str, list[str]]:
+    rules: dict[str, list[str]] = {}
+    for targets, prerequisites in MAKE_RULE.findall((REPO / "Makefile").read_text()):
+        for target in targets.split():
+            rules.setdefault(target, []).extend(prerequisites.split())
+    return rules
+
+
+def test_every_make_target_a_reader_types_sets_up_the_virtualenv_first() -> None:
+    """On a fresh clone the first `make` a reader types (`make box`, `make check`, ...) must make
+    `.venv` itself rather than stop at `.venv/bin/python: No such file or directory`."""
+    rules = _prerequisites()
+    assert "requirements-dev.txt" in (REPO / "Makefile").read_text().split("\nvenv:", 1)[1].split("\n\n", 1)[0]
+
+    def reaches_venv(target: str, seen: frozenset[str] = frozenset()) -> bool:
+        return target not in seen and any(
+            prerequisite == "$(VENV)" or reaches_venv(prerequisite, seen | {target})
+            for prerequisite in rules.get(target, [])
+        )
+
+    named = {target for doc in DOCS for target in MAKE_COMMAND.findall(doc.read_text())}
+    assert {"box", "check"} <= named
+    assert sorted(target for target in named - {"venv"} if not reaches_venv(target)) == []
