@@ -7,7 +7,7 @@ PY := .venv/bin/python
 VENV := .venv/bin/pytest
 SCRIPTS := $(wildcard components/scripts/*.sh) $(wildcard e2e/*.sh)
 
-.PHONY: venv check test test-engine lint preview graph box box-down bench
+.PHONY: venv check test test-engine lint preview graph box box-shell box-down bench
 
 check: lint test
 
@@ -44,12 +44,15 @@ graph: $(VENV)
 
 # The lab in a box, whole (e2e/box.py): the stand-ins in a network namespace of their own and the
 # whole program's `pulumi up` against them; the box stays up, with the outputs printed, until
-# `make box-down`. Needs what test-engine needs.
+# `make box-down`. `make box-shell` opens a shell inside it. Needs what test-engine needs.
 BOX_DIR ?= .box
 
 box: $(VENV)
 	built="$$(e2e/build-engine.sh control-plane plugins)" && \
 	env $$built $(PY) -m e2e.box up $(BOX_DIR)
+
+box-shell: $(VENV)
+	$(PY) -m e2e.box shell $(BOX_DIR)
 
 box-down: $(VENV)
 	$(PY) -m e2e.box down $(BOX_DIR)

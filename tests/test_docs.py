@@ -61,5 +61,5 @@ def test_every_make_target_a_reader_types_sets_up_the_virtualenv_first() -> None
         )
 
     named = {target for doc in DOCS for target in MAKE_COMMAND.findall(doc.read_text())}
-    assert {"box", "check"} <= named
+    assert {"box", "box-shell", "check"} <= named
     assert sorted(target for target in named - {"venv"} if not reaches_venv(target)) == []
