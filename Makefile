@@ -1,53 +1,68 @@
-# Every target uses the project's virtualenv; `.ci/run` creates it on a fresh clone.
+# Every target runs in the project's virtualenv, `.venv`, which the first one you type makes
+# (from requirements-dev.txt, which includes requirements.txt). `make venv` installs the pins
+# again, after a `git pull` that changed them; `.ci/run` does that first.
 PY := .venv/bin/python
+# A file that only requirements-dev.txt installs: a venv made by the README's first run (runtime
+# requirements only) gets the development ones too on the first `make check`.
+VENV := .venv/bin/pytest
 SCRIPTS := $(wildcard components/scripts/*.sh) $(wildcard e2e/*.sh)
 
-.PHONY: check test test-engine lint preview graph box box-down bench
+.PHONY: venv check test test-engine lint preview graph box box-shell box-down bench
 
 check: lint test
 
-test:
+venv:
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+
+$(VENV):
+	$(MAKE) venv
+
+test: $(VENV)
 	$(PY) -m pytest
 
 # The real pulumi CLI, a real Kubernetes control plane and the kubernetes provider plugin, built
 # (or found cached) by e2e/build-engine.sh; each test in a network namespace of its own, which
-# needs root (or user namespaces) and iproute2. The scenarios mostly wait (on a booting guest, a
-# controller, a bound), so ENGINE_WORKERS of them run side by side, each scenario's tests on the
-# scenario's worker (tests/conftest.py); the slowest 25 are listed at the end.
+# needs root or user namespaces, and iproute2 (docs/testing.md). The scenarios mostly wait (on a
+# booting guest, a controller, a bound), so ENGINE_WORKERS of them run side by side, each
+# scenario's tests on the scenario's worker (tests/conftest.py); the slowest 25 are listed last.
 ENGINE_WORKERS ?= 4
 
-test-engine:
+test-engine: $(VENV)
 	built="$$(e2e/build-engine.sh control-plane plugins)" && \
 	env $$built $(PY) -m pytest -m engine -n $(ENGINE_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
 
-lint:
+lint: $(VENV)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	shellcheck --severity=style $(SCRIPTS)
 
-preview:
+preview: $(VENV)
 	pulumi preview --stack lab --diff
 
 # docs/graph.md is generated from the program: rewrite it after a change to the graph
 # (tests/test_docs.py fails until then).
-graph:
+graph: $(VENV)
 	$(PY) tools/graph.py
 
 # The lab in a box, whole (e2e/box.py): the stand-ins in a network namespace of their own and the
-# whole program's `pulumi up` against them; the box stays up, with the outputs and how to reach
-# it printed, until `make box-down`. Needs what test-engine needs.
+# whole program's `pulumi up` against them; the box stays up, with the outputs printed, until
+# `make box-down`. `make box-shell` opens a shell inside it. Needs what test-engine needs.
 BOX_DIR ?= .box
 
-box:
+box: $(VENV)
 	built="$$(e2e/build-engine.sh control-plane plugins)" && \
 	env $$built $(PY) -m e2e.box up $(BOX_DIR)
 
-box-down:
+box-shell: $(VENV)
+	$(PY) -m e2e.box shell $(BOX_DIR)
+
+box-down: $(VENV)
 	$(PY) -m e2e.box down $(BOX_DIR)
 
 # The first `pulumi up` on an empty box, the no-op second one and a k3s bump: wall times, and what
 # the last two made the box do (SSH sessions, Proxmox VE writes, Kubernetes writes).
-bench:
+bench: $(VENV)
 	built="$$(e2e/build-engine.sh control-plane plugins)" && \
 	env $$built $(PY) -m e2e.box bench "$$(mktemp -d)"

@@ -17,8 +17,8 @@ its three provider plugins, against a box that stands in for the lab, in a netwo
 `whole_box_lifecycle(root)` is the scenario that tests/test_box_whole.py and
 tests/test_box_lifecycle.py read (`in_new_netns("box.whole_box_lifecycle", ...)`, run once for both):
 the README's first run, `pulumi up` on the empty box, a second run that must do nothing, then a
-lab's life. `python -m e2e.box DIRECTORY` (`make box`) runs the same first `up` and keeps the box
-up for a user until `make box-down`.
+lab's life. `python -m e2e.box up DIRECTORY` (`make box`) runs the same first `up` and keeps the
+box up for a user until `make box-down`; `make box-shell` opens a shell inside it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -610,8 +611,29 @@ def whole_box_lifecycle(root: str) -> dict[str, Any]:
 # `make box`: the box in a network namespace of its own, detached, until `make box-down`.
 PID_FILE = "box.pid"
 LOG_FILE = "box.log"
+SHELL_RC = "shell.rc"
 READY_MARK = "lab-mgmt-box: ready"
 FAILED_MARK = "lab-mgmt-box: failed"
+
+
+def shell_rc(env: dict[str, str], path: list[Path], kubeconfig: Path, project: Path) -> str:
+    """What `make box-shell` runs before its prompt: the box engine's CLI with its state, plugins
+    and passphrase (`env`), `path` before the user's PATH (the CLI, kubectl), the admin
+    kubeconfig, and the project the box deployed as the working directory."""
+    # The chart stand-in's certificate too, which the kubernetes plugin must trust to read the
+    # releases' charts.
+    names = ("PULUMI_HOME", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_SKIP_UPDATE_CHECK")
+    exports = {name: env[name] for name in (*names, "SSL_CERT_FILE") if name in env} | {"KUBECONFIG": str(kubeconfig)}
+    return "\n".join(
+        [
+            "[ -f ~/.bashrc ] && . ~/.bashrc",
+            *(f"export {name}={shlex.quote(value)}" for name, value in exports.items()),
+            f'export PATH={shlex.quote(os.pathsep.join(map(str, path)))}:"$PATH"',
+            f"cd {shlex.quote(str(project))}",
+            'PS1="(lab-mgmt box) ${PS1:-\\$ }"',
+            "",
+        ]
+    )
 
 
 def _usage(box: Box, first: dict[str, Any], outputs: dict[str, Any]) -> str:
@@ -619,24 +641,17 @@ def _usage(box: Box, first: dict[str, Any], outputs: dict[str, Any]) -> str:
     kubeconfig = engine.root / "lab-mgmt.yaml"
     kubeconfig.write_text(outputs["kubeconfig"])
     kubeconfig.chmod(0o600)
-    kubectl = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl") / "kubectl"
-    netns = f"nsenter --net=/proc/{os.getpid()}/ns/net"
-    # The box engine's own state and plugins, and the chart stand-in's certificate that the
-    # kubernetes plugin must trust to read the releases' charts.
-    env = " ".join(
-        f"{name}={engine.env()[name]}"
-        for name in ("PULUMI_HOME", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "SSL_CERT_FILE")
-    )
+    kubectl = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl")
+    rc = shell_rc(engine.env(), [engine.bin_dir, kubectl], kubeconfig, engine.project)
+    (engine.root.parent / SHELL_RC).write_text(rc)
     shown = {key: value for key, value in outputs.items() if "ubeconfig" not in key}
     return "\n".join(
         [
             f"pulumi up of the whole program: rc {first['rc']} in {first['seconds']}s, {first['summary']}",
             f"outputs (kubeconfigs left out): {json.dumps(shown)}",
             f"admin kubeconfig: {kubeconfig}",
-            "The box's addresses exist only in its network namespace; reach them from there:",
-            f"  {netns} {kubectl} --kubeconfig={kubeconfig} get namespaces",
-            f"  cd {engine.project} && {netns} env {env} {engine.bin_dir / 'pulumi'} preview --stack lab "
-            "--expect-no-changes",
+            "The box's addresses exist only inside it. make box-shell opens a shell there, with KUBECONFIG,",
+            "the CLI's state and PATH set; try: kubectl get nodes, pulumi preview --expect-no-changes.",
             "make box-down stops it.",
         ]
     )
@@ -685,6 +700,21 @@ def _up(root: Path) -> int:
     return 0 if READY_MARK in text else 1
 
 
+def _shell(root: Path) -> int:
+    """`make box-shell`: an interactive shell in the running box's network namespace, set up by the
+    `shell_rc` that the box wrote once ready. It replaces this process, so Ctrl-C reaches the shell."""
+    rc, pid_file = root / "box" / SHELL_RC, root / PID_FILE
+    pid = int(pid_file.read_text()) if pid_file.exists() else 0
+    if not (rc.exists() and pid and Path(f"/proc/{pid}/ns/net").exists()):
+        print(f"no box ready at {root}: run `make box` first", file=sys.stderr)
+        return 1
+    # A box started by a user other than root runs in a user namespace of its own (e2e/netns.py).
+    own_user = os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user")
+    enter = ["nsenter", f"--target={pid}", "--net", *(["--user"] if own_user else [])]
+    os.execvp(enter[0], [*enter, "--", "bash", "--rcfile", str(rc), "-i"])  # noqa: S606 - argv, no shell
+    return 1
+
+
 def _down(root: Path) -> int:
     pid_file = root / PID_FILE
     if not pid_file.exists():
@@ -730,5 +760,5 @@ if __name__ == "__main__":
     if command == "--serve":
         _serve(directory)
     else:
-        actions = {"up": _up, "down": _down, "bench": _bench}
+        actions = {"up": _up, "shell": _shell, "down": _down, "bench": _bench}
         sys.exit(actions[command](Path(directory).resolve()))
