@@ -395,11 +395,46 @@ build_control_plane() {
   printf 'LAB_MGMT_CONTROL_PLANE_BIN=%s\n' "$out"
 }
 
-# The control plane needs nothing of the CLI's and builds beside it from the start; the plugins
-# need the CLI and build beside the control plane after it. Go's module and build caches are safe
-# for concurrent builds, and two builds keep both cores busy while the other links or downloads.
-# Each lane prints its lines as it finishes.
-wanted=" $* "
+# Two lanes build side by side, so that both cores stay busy while one links or downloads (Go's
+# module and build caches are safe for concurrent builds), each printing its lines as it goes:
+# the CLI and what builds on its packages; beside it, the control plane, then the plugins that
+# come from archives. Each lane is a sequence of plain commands, so the first failure ends it.
+targets=" $* "
+wants() { [[ "$targets" == *" $1 "* ]]; }
+
+# The proxmoxve and command plugins wait for the other lane's CLI (a plugin whose archive is
+# missing is installed by it): its binary appears whole (finish), unless that lane ended without it.
+await_cli() {
+  cli_bin="$cache/pulumi-v$(cli_version "$(pinned pulumi)")/bin"
+  until [ -x "$cli_bin/pulumi" ]; do
+    if ! kill -0 "$1" 2>/dev/null; then
+      say "no pulumi CLI to install plugins with (its build failed above)"
+      return 1
+    fi
+    sleep 2
+  done
+}
+
+cli_lane() {
+  build_cli
+  if wants plugins; then
+    build_kubernetes_plugin
+    build_helm
+    build_language_host
+  fi
+}
+
+beside_lane() {
+  if wants control-plane; then
+    build_control_plane
+  fi
+  if wants plugins; then
+    await_cli "$1"
+    build_proxmoxve_plugin
+    build_command_plugin
+  fi
+}
+
 for target in "$@"; do
   case "$target" in
     control-plane | plugins) ;;
@@ -407,18 +442,13 @@ for target in "$@"; do
   esac
 done
 started=$SECONDS
-lanes=()
-if [[ "$wanted" == *" control-plane "* ]]; then
-  build_control_plane &
-  lanes+=("$!")
-fi
-build_cli
-if [[ "$wanted" == *" plugins "* ]]; then
-  (build_kubernetes_plugin && build_helm && build_proxmoxve_plugin && build_command_plugin && build_language_host) &
-  lanes+=("$!")
-fi
+cli_lane &
+cli_pid=$!
+beside_lane "$cli_pid" &
+beside_pid=$!
 failed=0
-for lane in "${lanes[@]}"; do wait "$lane" || failed=1; done
+wait "$cli_pid" || failed=1
+wait "$beside_pid" || failed=1
 if [ "$failed" -ne 0 ]; then
   say "a build failed (its error is above)"
   exit 1
