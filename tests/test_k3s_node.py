@@ -7,6 +7,8 @@ import base64
 import hashlib
 import itertools
 import shlex
+import stat
+import subprocess
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -218,11 +220,8 @@ def test_kubeconfig_file_is_written_only_when_asked(lab: Run, tmp_path_factory: 
     path = tmp_path_factory.mktemp("home") / "kube dir" / "lab-mgmt.yaml"
     run = run_program({"kubeconfigPath": str(path)})
     (writer,) = run.of_type("command:local:Command")
-    quoted = shlex.quote(str(path))
-    assert writer.plain["create"] == (
-        f"umask 077 && mkdir -p {shlex.quote(str(path.parent))} && cat > {quoted} && chmod 0600 {quoted}"
-    )
-    assert writer.plain["delete"] == f"rm -f {quoted}"
+    # Removed when the path changes (the old one), when kubeconfigPath is unset, and on destroy.
+    assert writer.plain["delete"] == f"rm -f {shlex.quote(str(path))}"
     # Another path or generation replaces the writer: the old one's delete removes the old file,
     # before the new one writes (on the same path, the other order would remove the file just
     # written). No file there yet: the first write is generation 1.
@@ -236,6 +235,42 @@ def test_kubeconfig_file_is_written_only_when_asked(lab: Run, tmp_path_factory: 
 
 LOCAL = "command:local:Command"
 KUBECONFIG_FILE = (LOCAL, "mgmt-kubeconfig-file")
+
+
+def local_shell(command: str, stdin: str) -> subprocess.CompletedProcess[str]:
+    """`command` as pulumi-command runs a local command on Linux: /bin/sh -c, `stdin` on its stdin."""
+    return subprocess.run(["/bin/sh", "-c", command], input=stdin, capture_output=True, text=True, check=False)
+
+
+def test_the_kubeconfig_file_is_written_over_no_file_the_program_did_not_write(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Created (first run, a new path or generation), the writer refuses a path where something
+    is and leaves it alone; updated (a new kubeconfig), it rewrites its own file in place."""
+    path = tmp_path_factory.mktemp("home") / "kube dir" / "config"
+    writer = run_program({"kubeconfigPath": str(path)}).get(*KUBECONFIG_FILE).plain
+    kubeconfig = writer["stdin"]
+
+    created = local_shell(writer["create"], kubeconfig)
+    assert (created.returncode, created.stderr) == (0, "")
+    assert path.read_text() == kubeconfig
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    inode = path.stat().st_ino
+    updated = local_shell(writer["update"], "renewed\n")
+    assert (updated.returncode, path.read_text(), path.stat().st_ino) == (0, "renewed\n", inode)
+
+    refusal = (
+        f"lab-mgmt:kubeconfigPath: {path} exists, and this program writes no file over one it did not write: "
+        "move it away or choose another path, then run again (docs/operations.md, 'Outputs')\n"
+    )
+    path.write_text("apiVersion: v1\nclusters: []  # someone else's\n")
+    refused = local_shell(writer["create"], kubeconfig)
+    assert (refused.returncode, refused.stderr) == (1, refusal)
+    assert path.read_text() == "apiVersion: v1\nclusters: []  # someone else's\n"
+    path.unlink()
+    path.symlink_to(path.parent / "elsewhere")
+    assert local_shell(writer["create"], kubeconfig).returncode == 1
+    assert not (path.parent / "elsewhere").exists()
 
 
 def test_the_kubeconfig_file_output_records_path_and_generation(
