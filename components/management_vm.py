@@ -57,7 +57,8 @@ class ManagementVm(pulumi.ComponentResource):
     vm_id: int
     name: str
     protection: pulumi.Output[bool]
-    """Proxmox's delete lock as deployed; exported as PROTECTED_OUTPUT for the next run's guard."""
+    """Proxmox's delete lock as deployed, or Pulumi's protect (vmProtected) in this run; exported as
+    PROTECTED_OUTPUT for the next run's guard."""
     address: str
     image: proxmoxve.download.File | None
     """The cloud image on the node; none while adopting a VM that exists."""
@@ -100,7 +101,10 @@ class ManagementVm(pulumi.ComponentResource):
         self.vm_id = vm.vm_id
         self.name = vm.name
         self.address = str(vm.address.ip)
-        self.protection = self.vm.protection.apply(bool)
+        # The guard must see the VM protected while either lock is on: Pulumi's protect alone is
+        # on for an adopted VM, which keeps the playbook's missing Proxmox lock until its owner
+        # sets one, and the record would otherwise let one run lift protect and rebuild.
+        self.protection = self.vm.protection.apply(lambda locked: bool(locked) or vm.protected)
         # Proxmox assigns a random MAC when it creates the VM; the VMID alone survives a rebuild.
         self.instance_key = pulumi.Output.all(self.vm.id, self.vm.network_devices).apply(
             lambda args: _instance_key(args[0], args[1])

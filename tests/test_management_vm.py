@@ -210,6 +210,19 @@ def test_the_deployed_protection_is_a_stack_output(lab: Run) -> None:
     assert lab.outputs["vmProtected"] == (True, False)
 
 
+def test_an_adopted_vm_without_proxmoxs_lock_is_recorded_protected_so_one_run_cannot_rebuild_it() -> None:
+    """The playbook's VM has no delete lock, and adoption keeps it so (until adoption.md step 8
+    sets it): the record is the lock or the setting, so the guard still needs two runs."""
+    adopted = run_program(
+        {"adopt": True, "capmoxExistingSecret": "capmox-variables"}, live_outputs={"mgmt-vm": {"protection": False}}
+    )
+    assert adopted.outputs["vmProtected"] == (True, False)
+    with pytest.raises(RebuildRefusedError, match="lab-mgmt:vmRebuildFromImage: true needs vmProtected=false applied"):
+        run_program(
+            {**REBUILD, **NEXT_IMAGE}, previous_outputs={**DEPLOYED, "vmProtected": adopted.outputs["vmProtected"][0]}
+        )
+
+
 def test_allowing_a_rebuild_without_a_new_image_replaces_nothing() -> None:
     assert replaced(run_program(UNPROTECTED), run_program(REBUILD)) == set()
 
