@@ -25,6 +25,10 @@ IMPORT_SOURCE = "disks[0].importFrom"
 # the zeros again and send the disk anew. The program sets no limits, so the block is not its to
 # compare.
 DISK_SPEED = "disks[0].speed"
+# Where the host steps reach the VM: its address and cloud-init user. With a rebuild allowed, a
+# change to either replaces the VM (next_boot lets it through only then); sent in place, the VM
+# would take it at a reboot the program never does, and every step would dial it before then.
+REACH = ["initialization.ipConfigs[0].ipv4.address", "initialization.userAccount.username"]
 # The stack output that records the VM's protection as deployed, which the rebuild guard reads.
 PROTECTED_OUTPUT = "vmProtected"
 
@@ -232,7 +236,7 @@ def _vm_options(
         protect=vm.protected,
         # The VMID is fixed, so a replacement must delete the old VM before creating the new.
         delete_before_replace=True,
-        replace_on_changes=[IMPORT_SOURCE] if vm.rebuild_from_image else [],
+        replace_on_changes=[IMPORT_SOURCE, *REACH] if vm.rebuild_from_image else [],
     )
     imported = adoption.imported(
         f"{proxmox.node}/{vm.vm_id}", adoption.VM_INPUTS, adopt=adopt, otherwise_ignored=ignored_disk_changes

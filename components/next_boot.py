@@ -66,7 +66,8 @@ def _checked(vm: VmSettings, deployment: Mapping[str, Any], *, adopt: bool) -> s
     deployed = recorded if isinstance(recorded, Mapping) else {}
     reach = (("vmAddress", deployment.get(ADDRESS_OUTPUT), address), ("ciUser", deployed.get("ciUser"), vm.ci_user))
     moved = [(key, before, now) for key, before, now in reach if before is not None and before != now]
-    # A rebuilt VM is a new instance: its first step meets it anew, wherever and as whoever.
+    # With a rebuild allowed, a new address or user replaces the VM (management_vm.REACH): a new
+    # instance, whose first step meets it anew, wherever and as whoever.
     if moved and not vm.rebuild_from_image:
         raise ReachChangedError(
             "\n".join(

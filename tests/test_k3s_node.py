@@ -25,6 +25,7 @@ from harness import (
     contains_plain,
     k3s_kubeconfig,
     not_after,
+    replaced,
     run_program,
 )
 
@@ -36,6 +37,7 @@ from components.next_boot import ReachChangedError
 
 COMMAND = "command:remote:Command"
 K8S_PROVIDER = ("pulumi:providers:kubernetes", "mgmt-kubernetes")
+VM = ("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
 STEPS = ["host-ready", "keep-host-keys", "guest-agent", "k3s-config", "k3s-install", "node-ready", "read-kubeconfig"]
 SCRIPTS = {
     "host-ready": "host_ready.sh",
@@ -87,7 +89,7 @@ def test_step_arguments(lab: Run) -> None:
 def test_steps_run_in_order(lab: Run) -> None:
     for earlier, later in itertools.pairwise(STEPS):
         assert lab.depends_on(lab.get(COMMAND, f"mgmt-{later}"), lab.get(COMMAND, f"mgmt-{earlier}")), later
-    vm = lab.get("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
+    vm = lab.get(*VM)
     assert lab.depends_on(lab.get(COMMAND, "mgmt-host-ready"), vm)
 
 
@@ -170,7 +172,7 @@ def test_kubernetes_objects_use_the_explicit_provider(lab: Run) -> None:
 def test_the_objects_on_the_cluster_go_with_the_vm(lab: Run) -> None:
     """A rebuild deletes the VM, and the cluster on its disk with it: the engine then skips the
     delete of each object on the cluster instead of calling the old cluster's API server."""
-    vm = lab.get("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
+    vm = lab.get(*VM)
     provider = lab.get(*K8S_PROVIDER)
     on_cluster = [r for r in lab.resources.values() if r.provider.startswith(provider.urn + "::")]
     assert len(on_cluster) > 10
@@ -402,8 +404,8 @@ def test_a_size_change_warns_of_the_reboot_that_the_program_never_does(
     (warning,) = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert warning.startswith(f"{keys} changed: Proxmox holds the new size as a pending change in this run")
     assert "never does by itself: reboot it (qm reboot 201)" in warning
-    assert changed(lab, run) == {("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")}
-    assert run.get("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm").plain["rebootAfterUpdate"] is False
+    assert changed(lab, run) == {VM}
+    assert run.get(*VM).plain["rebootAfterUpdate"] is False
     assert run.outputs["vmSize"][0] == {"vmCores": 4, "vmMemoryMib": overrides.get("vmMemoryMib", 4096)}
 
 
@@ -419,6 +421,20 @@ def test_a_new_address_or_user_is_refused_before_any_host_step_dials_it(
     with pytest.raises(ReachChangedError, match=f"^lab-mgmt:{key}: the last deployment has .*Change it with a rebuild"):
         run_program(overrides, previous_outputs=deployed(lab), preview=True, record=record)
     assert not [r for r in record.resources.values() if r.type == COMMAND]
+
+
+@pytest.mark.parametrize("overrides", [{"vmAddress": "192.168.4.30/24"}, {"ciUser": "admin"}], ids=["address", "user"])
+def test_with_a_rebuild_allowed_a_new_address_or_user_replaces_the_vm_even_from_the_same_image(
+    overrides: dict[str, Any],
+) -> None:
+    """The guard lets a new address or user through when a rebuild is allowed: the VM must then
+    be a new one, which the same image alone would not make it."""
+    lifted = run_program({"vmProtected": False})
+    allowed = {"vmProtected": False, "vmRebuildFromImage": True}
+    moved = run_program({**allowed, **overrides}, previous_outputs=deployed(lifted))
+    assert replaced(lifted, moved) == {VM}
+    new_keys = run_program({**allowed, "sshPublicKeys": [NEW_KEY]}, previous_outputs=deployed(lifted))
+    assert replaced(lifted, new_keys) == set()
 
 
 def test_a_rebuild_may_move_the_vm() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from harness import DUMMY_SECRETS, SECRET, Resource, Run, changed, contains_plain, replaced, run_program
 
-from components.management_vm import RebuildRefusedError
+from components.management_vm import REACH, RebuildRefusedError
 
 VM = ("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
 IMAGE = ("proxmoxve:download/file:File", "mgmt-image")
@@ -173,7 +173,7 @@ def test_a_deliberate_rebuild_replaces_the_vm_from_the_new_image() -> None:
     rebuilt = run_program({**REBUILD, **NEXT_IMAGE})
     vm = rebuilt.get(*VM)
     assert vm.ignore_changes == ["disks[0].speed"]
-    assert vm.replace_on_changes == ["disks[0].importFrom"]
+    assert vm.replace_on_changes == ["disks[0].importFrom", *REACH]
     assert vm.protect is False
     assert vm.plain["disks"][0]["importFrom"] == "local:import/noble-server-cloudimg-amd64-20261020.qcow2"
     assert replaced(unprotected, rebuilt) == {VM}
