@@ -559,9 +559,11 @@ def test_an_expired_certificate_is_announced_as_what_fails() -> None:
 @pytest.mark.parametrize(
     ("days_left", "recorded", "marker"),
     [
-        (91, None, None),
-        (91, "2025-01-01T00:00:00Z", "2025-01-01T00:00:00Z"),
-        (90, None, "2027-03-01T00:00:00Z"),
+        # k3s v1.35 renews within 120 days of expiry (CertificateRenewDays), so the window is as long.
+        (121, None, None),
+        (121, "2025-01-01T00:00:00Z", "2025-01-01T00:00:00Z"),
+        (120, None, "2027-03-01T00:00:00Z"),
+        (100, None, "2027-03-01T00:00:00Z"),
         (10, "2025-01-01T00:00:00Z", "2027-03-01T00:00:00Z"),
         (-5, None, "2027-03-01T00:00:00Z"),
     ],
