@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,6 +31,39 @@ NODE_READY_BOUND_SECONDS = 300
 # The stack output that records where the admin kubeconfig file is and its write generation, for
 # the next run.
 KUBECONFIG_FILE_OUTPUT = "kubeconfigFile"
+# The stack output that records the k3s version every node ran at the end of the last deployment.
+K3S_VERSION_OUTPUT = "k3sVersion"
+_K3S_RELEASE = re.compile(r"v(\d+)\.(\d+)\.(\d+)\+k3s(\d+)")
+
+
+class VersionOrderError(pulumi.RunError):
+    """k3sVersion is older than the deployed k3s, or more than one minor version ahead of it."""
+
+
+def check_k3s_version_order(deployed: Any, wanted: str) -> str:
+    """`wanted`, unless k3s cannot get there from `deployed` (the last deployment's
+    K3S_VERSION_OUTPUT; none for a stack that has not recorded one): k3s supports no downgrade
+    and upgrades one minor version at a time."""
+    before = _K3S_RELEASE.fullmatch(deployed) if isinstance(deployed, str) else None
+    after = _K3S_RELEASE.fullmatch(wanted)
+    if before is None or after is None:
+        return wanted
+    old, new = (tuple(int(part) for part in match.groups()) for match in (before, after))
+    series, next_series = f"v{old[0]}.{old[1]}", f"v{old[0]}.{old[1] + 1}"
+    if new < old:
+        problem = (
+            f"is older: k3s supports no downgrade. Keep {deployed}, or set a newer release of {series} or {next_series}"
+        )
+    elif new[0] != old[0] or new[1] > old[1] + 1:
+        problem = (
+            f"skips a minor version: k3s upgrades one minor at a time. Set a {next_series} release, run "
+            "`pulumi up`, and go on one minor a run"
+        )
+    else:
+        return wanted
+    raise VersionOrderError(
+        f"{PROJECT}:k3sVersion: the last deployment runs k3s {deployed}, and {wanted} {problem} (docs/versions.md)"
+    )
 
 
 def render_k3s_config(address: str) -> str:
@@ -60,6 +94,8 @@ class K3sNode(pulumi.ComponentResource):
     on_cluster: pulumi.ResourceOptions
     certificate_renewal: pulumi.Output[str | None]
     """CERTIFICATE_RENEWAL_OUTPUT: the renewal marker of this run (HeldCertificate.marker)."""
+    k3s_version: pulumi.Output[str]
+    """K3S_VERSION_OUTPUT: the k3s version every node runs once this run is done."""
     kubeconfig_file: pulumi.Output[dict[str, Any]] | None
     """The kubeconfig file's path and write generation once it is written (KUBECONFIG_FILE_OUTPUT);
     None when kubeconfigPath is unset."""
@@ -78,21 +114,14 @@ class K3sNode(pulumi.ComponentResource):
     ) -> None:
         """`host`: where the host steps dial the VM (next_boot.dialed_address); `deployment`: last_deployment()."""
         super().__init__("homelab:index:K3sNode", name, None, opts)
-        private_key = pulumi.Output.secret(k3s.ssh_private_key) if k3s.ssh_private_key else None
-        host_ready = host_command(
-            f"{name}-host-ready",
-            "host_ready.sh",
-            [],
-            connection=_connection(host, ci_user, private_key, host_key=None),
-            triggers=[vm.instance_key],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[vm]),
-        )
-        self.connection = _connection(host, ci_user, private_key, host_key=host_ready.stdout.apply(str.strip))
-        self._instance_key = vm.instance_key
+        # A run that k3s's version order refuses dials nothing.
+        host_ready = self._first_contact(name, vm, k3s, ci_user, _in_version_order(host, k3s.version, deployment))
         held = held_certificate(deployment)
         read_kubeconfig = self._k3s_steps(
             name, vm.address, k3s.version, after=host_ready, adopt=adopt, renewal=held.apply(lambda h: h.marker)
         )
+        # Read once every node is Ready on it (mgmt-node-ready comes before).
+        self.k3s_version = read_kubeconfig.id.apply(lambda _: k3s.version)
         self.certificate_renewal = announced(held, read_kubeconfig, ssh=f"ssh {ci_user}@{vm.address}")
 
         self.kubeconfig = pulumi.Output.secret(
@@ -117,6 +146,23 @@ class K3sNode(pulumi.ComponentResource):
             f"{name}-kubeconfig-file", k3s.kubeconfig_path, self.kubeconfig, deployment, parent=self
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, CERTIFICATE_RENEWAL_OUTPUT: self.certificate_renewal})
+
+    def _first_contact(
+        self, name: str, vm: ManagementVm, k3s: K3sSettings, ci_user: str, host: pulumi.Output[str]
+    ) -> command.remote.Command:
+        """mgmt-host-ready, whose output is the host key that self.connection pins from then on."""
+        private_key = pulumi.Output.secret(k3s.ssh_private_key) if k3s.ssh_private_key else None
+        host_ready = host_command(
+            f"{name}-host-ready",
+            "host_ready.sh",
+            [],
+            connection=_connection(host, ci_user, private_key, host_key=None),
+            triggers=[vm.instance_key],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[vm]),
+        )
+        self.connection = _connection(host, ci_user, private_key, host_key=host_ready.stdout.apply(str.strip))
+        self._instance_key = vm.instance_key
+        return host_ready
 
     def _k3s_steps(
         self,
@@ -197,6 +243,16 @@ class K3sNode(pulumi.ComponentResource):
             secret_stdout=secret_stdout,
             opts=pulumi.ResourceOptions(parent=parent, depends_on=[after]),
         )
+
+
+def _in_version_order(
+    host: pulumi.Input[str], version: str, deployment: pulumi.Output[Mapping[str, Any]]
+) -> pulumi.Output[str]:
+    """`host`, once check_k3s_version_order lets `version` follow the deployed one."""
+    checked = deployed_output(deployment, K3S_VERSION_OUTPUT).apply(
+        lambda deployed: check_k3s_version_order(deployed, version)
+    )
+    return pulumi.Output.all(host, checked).apply(lambda values: str(values[0]))
 
 
 def _connection(

@@ -32,6 +32,7 @@ from harness import (
 import components.k3s_node
 from components.certificate_renewal import HeldCertificate, renewal_warning
 from components.host_script import SCRIPTS_DIR
+from components.k3s_node import VersionOrderError, check_k3s_version_order
 from components.kubeconfig import rename_k3s_kubeconfig
 from components.next_boot import ReachChangedError
 
@@ -183,6 +184,51 @@ def test_the_objects_on_the_cluster_go_with_the_vm(lab: Run) -> None:
 
 def test_a_second_run_re_runs_nothing(lab: Run) -> None:
     assert changed(lab, run_program()) == set()
+
+
+def test_the_deployed_k3s_version_is_a_stack_output(lab: Run) -> None:
+    assert lab.outputs["k3sVersion"] == ("v1.35.8+k3s1", False)
+
+
+@pytest.mark.parametrize("wanted", ["v1.35.8+k3s1", "v1.35.9+k3s1", "v1.35.8+k3s2", "v1.36.0+k3s1", "v1.36.4+k3s1"])
+def test_k3s_may_stay_or_go_up_by_a_release_or_one_minor(wanted: str) -> None:
+    assert check_k3s_version_order("v1.35.8+k3s1", wanted) == wanted
+
+
+@pytest.mark.parametrize(
+    ("wanted", "problem"),
+    [
+        (
+            "v1.34.5+k3s1",
+            "is older: k3s supports no downgrade. Keep v1.35.8+k3s1, or set a newer release of v1.35 or v1.36",
+        ),
+        ("v1.35.7+k3s3", "is older: k3s supports no downgrade"),
+        ("v1.35.8+k3s0", "is older: k3s supports no downgrade"),
+        (
+            "v1.37.1+k3s1",
+            "skips a minor version: k3s upgrades one minor at a time. Set a v1.36 release, run `pulumi up`",
+        ),
+        ("v2.0.0+k3s1", "skips a minor version"),
+    ],
+    ids=["older minor", "older patch", "older k3s revision", "two minors ahead", "next major"],
+)
+def test_k3s_going_down_or_skipping_a_minor_is_refused_before_any_host_step_dials(
+    lab: Run, wanted: str, problem: str
+) -> None:
+    record = Run()
+    with pytest.raises(VersionOrderError) as refused:
+        run_program({"k3sVersion": wanted}, previous_outputs=deployed(lab), preview=True, record=record)
+    message = str(refused.value)
+    assert message.startswith(f"lab-mgmt:k3sVersion: the last deployment runs k3s v1.35.8+k3s1, and {wanted} {problem}")
+    assert message.endswith("(docs/versions.md)")
+    assert not [r for r in record.resources.values() if r.type == COMMAND]
+
+
+def test_a_stack_that_recorded_no_k3s_version_is_not_checked(lab: Run) -> None:
+    """Deployed before the output existed: that run records it."""
+    previous = {key: value for key, value in deployed(lab).items() if key != "k3sVersion"}
+    run = run_program({"k3sVersion": "v1.33.1+k3s1"}, previous_outputs=previous)
+    assert run.outputs["k3sVersion"] == ("v1.33.1+k3s1", False)
 
 
 # What a k3s restart (a new version or config) re-runs: the wait, and the read of the kubeconfig
