@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_command as command
@@ -18,7 +19,7 @@ import yaml
 from components import adoption
 from components.certificate_renewal import CERTIFICATE_RENEWAL_OUTPUT, announced, held_certificate
 from components.cluster_api import deployed_output
-from components.host_script import host_command
+from components.host_script import host_command, script_command
 from components.kubeconfig import rename_k3s_kubeconfig
 from components.management_vm import ManagementVm
 from components.settings import PROJECT, K3sSettings
@@ -31,6 +32,9 @@ NODE_READY_BOUND_SECONDS = 300
 # The stack output that records where the admin kubeconfig file is and its write generation, for
 # the next run.
 KUBECONFIG_FILE_OUTPUT = "kubeconfigFile"
+# The stack output that records the SSH host key mgmt-host-ready pinned, with the VM instance it
+# belongs to, for the next run's first contact.
+SSH_HOST_KEY_OUTPUT = "sshHostKey"
 # The stack output that records the k3s version every node ran at the end of the last deployment.
 K3S_VERSION_OUTPUT = "k3sVersion"
 _K3S_RELEASE = re.compile(r"v(\d+)\.(\d+)\.(\d+)\+k3s(\d+)")
@@ -66,6 +70,28 @@ def check_k3s_version_order(deployed: Any, wanted: str) -> str:
     )
 
 
+def first_contact_key(recorded: Any, instance_key: str, reach: str) -> str | None:
+    """The host key mgmt-host-ready dials with, from the last deployment's SSH_HOST_KEY_OUTPUT:
+    none on a VM instance it did not record (trust on first use); on the same instance, the key
+    pinned there once anything else that mgmt-host-ready dials with (`reach`, reach_digest)
+    changes, since it then runs again, and from then on; else none, as it had, so a run with
+    nothing changed changes nothing."""
+    same_vm = isinstance(recorded, Mapping) and recorded.get("instanceKey") == instance_key
+    last: Mapping[str, Any] = recorded if same_vm else {}
+    host_key = last.get("hostKey")
+    if not isinstance(host_key, str) or not host_key:
+        return None
+    return host_key if last.get("pinned") is True or last.get("reach") != reach else None
+
+
+def reach_digest(host: str, user: str, private_key: str | None) -> str:
+    """Every input of mgmt-host-ready but its host key and triggers, digested: its script, where
+    and as whom it dials, with which key (none: the ssh-agent's) and how often. 64 bits of
+    SHA-256, which tell nothing about the key."""
+    dialed = [script_command("host_ready.sh"), host, user, private_key, SSH_DIAL_ATTEMPTS, SSH_DIAL_TIMEOUT_SECONDS]
+    return hashlib.sha256(json.dumps(dialed).encode()).hexdigest()[:16]
+
+
 def render_k3s_config(address: str) -> str:
     """/etc/rancher/k3s/config.yaml: no traefik (the lab brings its own ingress, if any), the VM's
     address in the API server certificate, and the admin kubeconfig readable by root only."""
@@ -94,6 +120,9 @@ class K3sNode(pulumi.ComponentResource):
     on_cluster: pulumi.ResourceOptions
     certificate_renewal: pulumi.Output[str | None]
     """CERTIFICATE_RENEWAL_OUTPUT: the renewal marker of this run (HeldCertificate.marker)."""
+    ssh_host_key: pulumi.Output[dict[str, Any]]
+    """SSH_HOST_KEY_OUTPUT: the VM's instance key, the host key pinned for it, the reach_digest of
+    this run and whether mgmt-host-ready dialed with the pinned key (first_contact_key)."""
     k3s_version: pulumi.Output[str]
     """K3S_VERSION_OUTPUT: the k3s version every node runs once this run is done."""
     kubeconfig_file: pulumi.Output[dict[str, Any]] | None
@@ -115,7 +144,8 @@ class K3sNode(pulumi.ComponentResource):
         """`host`: where the host steps dial the VM (next_boot.dialed_address); `deployment`: last_deployment()."""
         super().__init__("homelab:index:K3sNode", name, None, opts)
         # A run that k3s's version order refuses dials nothing.
-        host_ready = self._first_contact(name, vm, k3s, ci_user, _in_version_order(host, k3s.version, deployment))
+        host = _in_version_order(host, k3s.version, deployment)
+        host_ready = self._first_contact(name, vm, k3s, ci_user, host=host, deployment=deployment)
         held = held_certificate(deployment)
         read_kubeconfig = self._k3s_steps(
             name, vm.address, k3s.version, after=host_ready, adopt=adopt, renewal=held.apply(lambda h: h.marker)
@@ -148,20 +178,44 @@ class K3sNode(pulumi.ComponentResource):
         self.register_outputs({"kubeconfig": self.kubeconfig, CERTIFICATE_RENEWAL_OUTPUT: self.certificate_renewal})
 
     def _first_contact(
-        self, name: str, vm: ManagementVm, k3s: K3sSettings, ci_user: str, host: pulumi.Output[str]
+        self,
+        name: str,
+        vm: ManagementVm,
+        k3s: K3sSettings,
+        ci_user: str,
+        *,
+        host: pulumi.Output[str],
+        deployment: pulumi.Output[Mapping[str, Any]],
     ) -> command.remote.Command:
-        """mgmt-host-ready, whose output is the host key that self.connection pins from then on."""
+        """mgmt-host-ready, whose output is the host key that self.connection pins from then on.
+        It trusts on first use only on a VM instance it has not met: a run that re-runs it on the
+        same VM (a new private key, the ssh-agent, an edited host_ready.sh) dials with the key the
+        last deployment pinned (SSH_HOST_KEY_OUTPUT, first_contact_key), so no key is ever learnt
+        again for it."""
         private_key = pulumi.Output.secret(k3s.ssh_private_key) if k3s.ssh_private_key else None
+        reach = pulumi.Output.all(host, private_key).apply(lambda values: reach_digest(values[0], ci_user, values[1]))
+        dial_with = pulumi.Output.all(deployed_output(deployment, SSH_HOST_KEY_OUTPUT), vm.instance_key, reach).apply(
+            lambda values: first_contact_key(*values)
+        )
         host_ready = host_command(
             f"{name}-host-ready",
             "host_ready.sh",
             [],
-            connection=_connection(host, ci_user, private_key, host_key=None),
+            connection=_connection(host, ci_user, private_key, host_key=dial_with),
             triggers=[vm.instance_key],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[vm]),
         )
-        self.connection = _connection(host, ci_user, private_key, host_key=host_ready.stdout.apply(str.strip))
+        host_key = host_ready.stdout.apply(str.strip)
+        self.connection = _connection(host, ci_user, private_key, host_key=host_key)
         self._instance_key = vm.instance_key
+        # A host's public key is no secret, nor is the digest, though both derive from the
+        # private key's Output (the provider marks every output of a command whose connection
+        # holds a secret).
+        self.ssh_host_key = pulumi.Output.unsecret(
+            pulumi.Output.all(vm.instance_key, host_key, reach, dial_with).apply(
+                lambda v: {"instanceKey": v[0], "hostKey": v[1], "reach": v[2], "pinned": v[3] is not None}
+            )
+        )
         return host_ready
 
     def _k3s_steps(
@@ -260,13 +314,14 @@ def _connection(
     user: str,
     private_key: pulumi.Output[str] | None,
     *,
-    host_key: pulumi.Input[str] | None,
+    host_key: pulumi.Output[str] | pulumi.Output[str | None],
 ) -> command.remote.ConnectionArgs:
+    """`host_key` resolving to None is sent as no host key: the provider then checks none."""
     return command.remote.ConnectionArgs(
         host=host,
         user=user,
         private_key=private_key,
-        host_key=host_key,
+        host_key=cast("pulumi.Output[str]", host_key),
         dial_error_limit=SSH_DIAL_ATTEMPTS,
         per_dial_timeout=SSH_DIAL_TIMEOUT_SECONDS,
     )

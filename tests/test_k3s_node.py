@@ -10,6 +10,7 @@ import shlex
 import stat
 import subprocess
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from harness import (
     run_program,
 )
 
+import components.host_script
 import components.k3s_node
 from components.certificate_renewal import HeldCertificate, renewal_warning
 from components.host_script import SCRIPTS_DIR
@@ -106,6 +108,65 @@ def test_first_contact_records_the_host_key_and_every_later_step_pins_it(lab: Ru
     assert "hostKey" not in step(lab, "host-ready")["connection"]
     for name in STEPS[1:]:
         assert step(lab, name)["connection"]["hostKey"] == HOST_KEY, name
+
+
+# --- first contact with a VM met before ----------------------------------------------------------
+ROTATED_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nbmV3LWtleQ==\n-----END OPENSSH PRIVATE KEY-----\n"
+HOST_READY = (COMMAND, "mgmt-host-ready")
+
+
+def test_the_pinned_host_key_is_recorded_with_its_vm_instance(lab: Run) -> None:
+    record, secret = lab.outputs["sshHostKey"]
+    assert secret is False
+    assert (record["instanceKey"], record["hostKey"], record["pinned"]) == (INSTANCE, HOST_KEY, False)
+    assert DUMMY_SECRETS["sshPrivateKey"] not in str(record)
+
+
+@pytest.fixture
+def edited_host_ready(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An upgrade of the program that edits host_ready.sh."""
+    for script in SCRIPTS_DIR.iterdir():
+        (tmp_path / script.name).write_text(script.read_text())
+    (tmp_path / "host_ready.sh").write_text(SCRIPTS_DIR.joinpath("host_ready.sh").read_text() + "# edited\n")
+    monkeypatch.setattr(components.host_script, "SCRIPTS_DIR", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "unset", "edited"),
+    [({"sshPrivateKey": ROTATED_KEY}, (), False), ({}, ("sshPrivateKey",), False), ({}, (), True)],
+    ids=["new private key", "ssh-agent", "edited host_ready.sh"],
+)
+def test_first_contact_with_the_same_vm_again_dials_with_the_key_it_pinned(
+    lab: Run, overrides: dict[str, Any], unset: tuple[str, ...], edited: bool, request: pytest.FixtureRequest
+) -> None:
+    """Each of these re-runs mgmt-host-ready on the VM it met before: it dials with the key the
+    last deployment pinned for that VM, never trusting whatever answers; later runs keep it so."""
+    if edited:
+        request.getfixturevalue("edited_host_ready")
+    again = run_program(overrides, unset, previous_outputs=deployed(lab))
+    assert HOST_READY in changed(lab, again)
+    assert step(again, "host-ready")["connection"]["hostKey"] == HOST_KEY
+    assert again.outputs["sshHostKey"][0]["pinned"] is True
+    for name in STEPS[1:]:
+        assert step(again, name)["connection"]["hostKey"] == HOST_KEY, name
+    assert changed(again, run_program(overrides, unset, previous_outputs=deployed(again))) == set()
+
+
+def test_a_run_with_nothing_changed_leaves_first_contact_as_it_was(lab: Run) -> None:
+    again = run_program(previous_outputs=deployed(lab))
+    assert changed(lab, again) == set()
+    assert "hostKey" not in step(again, "host-ready")["connection"]
+
+
+def test_a_new_vm_is_met_on_first_use_again(lab: Run) -> None:
+    rebuilt = run_program(previous_outputs=deployed(lab), vm_mac="BC:24:11:4A:00:02")
+    assert "hostKey" not in step(rebuilt, "host-ready")["connection"]
+    assert rebuilt.outputs["sshHostKey"][0]["instanceKey"] == "201/BC:24:11:4A:00:02"
+
+
+def test_a_stack_deployed_before_the_record_changes_nothing_on_upgrade(lab: Run) -> None:
+    before = {key: value for key, value in deployed(lab).items() if key != "sshHostKey"}
+    assert changed(lab, run_program(previous_outputs=before)) == set()
 
 
 def test_connection(lab: Run) -> None:
