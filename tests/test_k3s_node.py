@@ -477,6 +477,24 @@ def test_a_cloud_init_change_warns_of_the_reboot_and_keeps_the_host_steps(
     assert {key for key in changed(lab, run) if key[0] == COMMAND} <= {(COMMAND, "mgmt-k3s-config"), *AFTER_A_RESTART}
 
 
+def test_the_vm_records_are_what_the_vm_resource_holds(lab: Run, caplog: pytest.LogCaptureFixture) -> None:
+    """A `pulumi up --target` that leaves mgmt-vm out keeps the VM's old state: vmCloudInit and
+    vmSize record what it holds, not the new settings, so the next run still announces them."""
+    vm = lab.get(*VM).plain
+    held = {"mgmt-vm": {"cpu": vm["cpu"], "memory": vm["memory"], "initialization": vm["initialization"]}}
+    changes = {"vmCores": 4, "sshPublicKeys": [NEW_KEY]}
+    targeted = run_program(changes, previous_outputs=deployed(lab), live_outputs=held)
+    assert targeted.outputs["vmSize"] == ({"vmCores": 2, "vmMemoryMib": 4096}, False)
+    assert targeted.outputs["vmCloudInit"] == lab.outputs["vmCloudInit"]
+    assert lab.outputs["vmCloudInit"][0]["sshPublicKeys"] == vm["initialization"]["userAccount"]["keys"]
+    caplog.clear()
+    run_program(changes, previous_outputs=deployed(targeted), preview=True)
+    assert [message.split(" changed: ")[0] for message in warnings(caplog)] == [
+        "lab-mgmt:sshPublicKeys",
+        "lab-mgmt:vmCores",
+    ]
+
+
 def test_the_same_cloud_init_settings_warn_of_nothing(lab: Run, caplog: pytest.LogCaptureFixture) -> None:
     run_program(previous_outputs=deployed(lab), preview=True)
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
