@@ -55,7 +55,11 @@ def held_cloud_init(resource: proxmoxve.VmLegacy, *, adopt: bool) -> pulumi.Outp
     method that Output.from_input calls ('list' object is not callable)."""
     if adopt:
         return pulumi.Output.from_input(adoption.ADOPTED_RECORD)
-    return resource.name.apply(lambda name: resource.initialization.apply(lambda held: _cloud_init_of(name, held)))
+    # The provider's user account holds a password, sensitive, which makes the whole output
+    # secret; the record leaves it out.
+    return pulumi.Output.unsecret(
+        resource.name.apply(lambda name: resource.initialization.apply(lambda held: _cloud_init_of(name, held)))
+    )
 
 
 def _cloud_init_of(name: str, held: VmLegacyInitialization | None) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from harness import (
     replaced,
     run_program,
 )
+from pulumi.runtime import rpc
 
 import components.host_script
 import components.k3s_node
@@ -493,6 +494,17 @@ def test_the_vm_records_are_what_the_vm_resource_holds(lab: Run, caplog: pytest.
         "lab-mgmt:sshPublicKeys",
         "lab-mgmt:vmCores",
     ]
+
+
+def test_the_cloud_init_record_leaves_the_accounts_secret_password_out(lab: Run) -> None:
+    initialization = lab.get(*VM).plain["initialization"]
+    account = {
+        **initialization["userAccount"],
+        "password": {rpc._special_sig_key: rpc._special_secret_sig, "value": "pw"},
+    }
+    run = run_program(live_outputs={"mgmt-vm": {"initialization": {**initialization, "userAccount": account}}})
+    # The same record, and not secret.
+    assert run.outputs["vmCloudInit"] == lab.outputs["vmCloudInit"]
 
 
 def test_the_same_cloud_init_settings_warn_of_nothing(lab: Run, caplog: pytest.LogCaptureFixture) -> None:
