@@ -6,17 +6,10 @@ from components.certificate_renewal import CERTIFICATE_RENEWAL_OUTPUT
 from components.cluster_api import last_deployment
 from components.credentials import verify_tokens
 from components.helm_repositories import verify_chart_repositories
-from components.k3s_node import KUBECONFIG_FILE_OUTPUT, K3sNode
+from components.k3s_node import K3S_VERSION_OUTPUT, KUBECONFIG_FILE_OUTPUT, SSH_HOST_KEY_OUTPUT, K3sNode
 from components.management_cluster import manage_cluster
 from components.management_vm import PROTECTED_OUTPUT, ManagementVm
-from components.next_boot import (
-    CLOUD_INIT_OUTPUT,
-    SIZE_OUTPUT,
-    cloud_init_settings,
-    deployed,
-    dialed_address,
-    size_settings,
-)
+from components.next_boot import CLOUD_INIT_OUTPUT, SIZE_OUTPUT, dialed_address, held_cloud_init, held_size
 from components.settings import load_settings
 
 settings = load_settings()
@@ -40,9 +33,13 @@ k3s = K3sNode(
 
 pulumi.export("vmAddress", vm.address)
 pulumi.export(PROTECTED_OUTPUT, vm.protection)
-pulumi.export(CLOUD_INIT_OUTPUT, deployed(cloud_init_settings(settings.vm), vm.vm, adopt=settings.adopt))
-pulumi.export(SIZE_OUTPUT, deployed(size_settings(settings.vm), vm.vm, adopt=settings.adopt))
+pulumi.export(CLOUD_INIT_OUTPUT, held_cloud_init(vm.vm, adopt=settings.adopt))
+pulumi.export(SIZE_OUTPUT, held_size(vm.vm, adopt=settings.adopt))
 pulumi.export("kubeconfig", k3s.kubeconfig)
+# The next run's k3s version order check reads it.
+pulumi.export(K3S_VERSION_OUTPUT, k3s.k3s_version)
+# The next run's first contact with the same VM dials with this key.
+pulumi.export(SSH_HOST_KEY_OUTPUT, k3s.ssh_host_key)
 # None (no output) until the held admin certificate first nears expiry; the next run reads it.
 pulumi.export(CERTIFICATE_RENEWAL_OUTPUT, k3s.certificate_renewal)
 # The first adoption run leaves the cluster out: its Kubernetes provider takes the kubeconfig

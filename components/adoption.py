@@ -7,9 +7,6 @@ change to this file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import pulumi
 
 # What the provider fills in when a program leaves it out (its schema's DefaultFunc): a VM the
@@ -59,10 +56,5 @@ def script_mode(*, adopt: bool) -> list[str]:
 
 
 # What a run records of the VM's settings (components.next_boot) when adopting: the playbook's,
-# which the program never sees and the next run cannot compare with.
+# which the program does not compare with (every one of its settings is announced the next run).
 ADOPTED_RECORD = "adopted: as the playbook left it"
-
-
-def recorded(settings: Mapping[str, Any], *, adopt: bool) -> Any:
-    """What a run records of the VM's `settings` for the next run to compare with."""
-    return ADOPTED_RECORD if adopt else dict(settings)

@@ -120,6 +120,15 @@ def test_the_adoption_preview_passes_the_adoption_check(adopted: harness.Run) ->
     }
 
 
+def test_the_adoption_preview_with_a_kubeconfig_file_passes_the_adoption_check(tmp_path: Path) -> None:
+    """The admin kubeconfig file that `kubeconfigPath` names is on this machine, not in the lab:
+    its writer is new, as the host steps are."""
+    run = harness.run_program({**ADOPT, "kubeconfigPath": str(tmp_path / "lab-mgmt.yaml")})
+    steps = [{"op": "import" if r.import_id else "create", "urn": r.urn} for r in run.resources.values()]
+    assert ("command:local:Command", "mgmt-kubeconfig-file") in run.names()
+    assert adoption_check.problems(steps) == []
+
+
 def test_the_adoption_check_catches_a_lab_object_left_without_its_import(adopted: harness.Run) -> None:
     steps = [{"op": "create", "urn": r.urn} for r in adopted.resources.values()]
     assert len(adoption_check.problems(steps)) == len(IMPORTED)
