@@ -66,7 +66,8 @@ def _scenarios(item: pytest.Item) -> set[str]:
     for name, definitions in info.name2fixturedefs.items() if info is not None else ():
         module = definitions[-1].func.__module__
         if definitions[-1].scope in {"module", "session"} and (module == "conftest" or module.startswith("test_")):
-            suffix = f"[{params[name]}]" if name in params else ""
+            # No brackets: xdist takes a node id ending in `]` for a parameter, not a group.
+            suffix = f"-{params[name]}" if name in params else ""
             names.add(f"{module}.{name}{suffix}")
     return names
 
