@@ -2,10 +2,10 @@
 
 import pulumi
 
+from components import charts
 from components.certificate_renewal import CERTIFICATE_RENEWAL_OUTPUT
 from components.cluster_api import last_deployment
 from components.credentials import verify_tokens
-from components.helm_repositories import verify_chart_repositories
 from components.k3s_node import K3S_VERSION_OUTPUT, KUBECONFIG_FILE_OUTPUT, SSH_HOST_KEY_OUTPUT, K3sNode
 from components.management_cluster import manage_cluster
 from components.management_vm import PROTECTED_OUTPUT, ManagementVm
@@ -15,9 +15,11 @@ from components.settings import load_settings
 settings = load_settings()
 if not settings.proxmox.skip_credentials_check:
     verify_tokens(settings)
-# Only a run that imports the releases resolves their charts through this machine's Helm client.
-if settings.adopt and settings.adopt_cluster_objects:
-    verify_chart_repositories(settings)
+# Where a chart is not in the project's folder yet, its repository is asked now, before anything
+# is registered: one out of reach stops the run with nothing begun.
+cluster_charts = (
+    charts.cluster_charts(settings.cluster_api, charts.chart_directory()) if settings.adopt_cluster_objects else None
+)
 
 deployment = last_deployment()
 vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image, adopt=settings.adopt, deployment=deployment)
@@ -45,8 +47,8 @@ pulumi.export(CERTIFICATE_RENEWAL_OUTPUT, k3s.certificate_renewal)
 # The first adoption run leaves the cluster out: its Kubernetes provider takes the kubeconfig
 # that this run reads from the node, unknown at the preview, which would plan an update after
 # every Kubernetes import (docs/adoption.md step 4); the next run takes them.
-if settings.adopt_cluster_objects:
-    cluster = manage_cluster(settings, k3s, deployment)
+if cluster_charts is not None:
+    cluster = manage_cluster(settings, k3s, cluster_charts, deployment)
     pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
     pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)
     pulumi.export("providerVersions", cluster.provider_versions)

@@ -22,9 +22,9 @@ VM_INPUTS = [
     *("initialization", "rebootAfterUpdate", *PROVIDER_DEFAULTED),
 ]
 # Every input a Helm release gets (`compat` from the SDK itself): none of them is forced on the
-# live release (an import reads back no repositoryOpts, createNamespace or timeout).
+# live release (an import reads back no createNamespace or timeout).
 RELEASE_INPUTS = [
-    *("name", "chart", "repositoryOpts", "namespace", "createNamespace", "values", "timeout", "version"),
+    *("name", "chart", "namespace", "createNamespace", "values", "timeout", "version"),
     "compat",
 ]
 # A namespace or a provider CR: an imported object brings its live spec among its inputs (a

@@ -331,6 +331,7 @@ class Marks:
     ssh: int
     installs: int
     audit: int
+    charts: int
 
     @classmethod
     def of(cls, box: Box) -> Marks:
@@ -339,12 +340,14 @@ class Marks:
             len(box.guest_log("sshd.log")),
             len(box.guest_log("installer.log")),
             len(box.cluster.audit()),
+            len(box.charts.requests),
         )
 
 
 def _observed(box: Box, action: str, *args: str) -> dict[str, Any]:
     """One `pulumi preview` or `up` with its wall time, and what it made the box do: SSH sessions
-    on the guest, Proxmox VE writes, and the program's Kubernetes writes."""
+    on the guest, Proxmox VE writes, the program's Kubernetes writes, and requests to the chart
+    repositories."""
     marks = Marks.of(box)
     started = time.monotonic()
     run: EngineRun = box.engine.run(action, *args)
@@ -360,6 +363,7 @@ def _observed(box: Box, action: str, *args: str) -> dict[str, Any]:
         "ssh_connections": [line for line in ssh if "Connection from" in line],
         "ssh_sessions": [line for line in ssh if "Accepted publickey" in line],
         "installs": box.guest_log("installer.log")[marks.installs :],
+        "chart_requests": box.charts.requests[marks.charts :],
         "pve_writes": [
             [call.method, call.path, list(call.params)]
             for call in box.pve.calls[marks.pve :]
@@ -445,13 +449,15 @@ def _admission(box: Box) -> list[dict[str, Any]]:
 
 def _installed(box: Box) -> dict[str, Any]:
     """The README's first run, `pulumi up` of the whole program on the empty box, the stack's
-    kubeconfigs used, then `pulumi preview --expect-no-changes` and a second `pulumi up`."""
+    kubeconfigs used, then `pulumi preview --expect-no-changes` and a second `pulumi up` with the
+    chart repositories out of reach: they need nothing from them."""
     first = _observed(box, "up")
     admission = _admission(box)
     outputs = box.engine.outputs() if first["rc"] == 0 else {}
     use = _kubeconfig_use(box, outputs) if outputs else {}
-    no_changes = _observed(box, "preview", "--expect-no-changes")
-    second = _observed(box, "up")
+    with box.charts.down():
+        no_changes = _observed(box, "preview", "--expect-no-changes")
+        second = _observed(box, "up")
     return {
         "steps": box.steps,
         "first_up": first,
@@ -737,6 +743,7 @@ def _down(root: Path) -> int:
 def _what_it_did(name: str, run: dict[str, Any]) -> str:
     return (
         f"{name}: rc {run['rc']}, {run['seconds']}s, {len(run['ssh_sessions'])} SSH sessions, "
+        f"{len(run['chart_requests'])} chart repository requests, "
         f"{len(run['pve_writes'])} Proxmox VE writes, {len(run['k8s_writes'])} Kubernetes writes"
     )
 

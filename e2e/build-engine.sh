@@ -12,9 +12,7 @@
 #                                      (LAB_MGMT_KUBERNETES_PLUGIN_BIN); proxmoxve and command
 #                                      (LAB_MGMT_PROXMOXVE_PLUGIN_BIN, LAB_MGMT_COMMAND_PLUGIN_BIN)
 #                                      and pulumi-language-python (beside the CLI) from the
-#                                      upstream archives in $LAB_MGMT_VENDOR; and the
-#                                      Helm client whose repositories the kubernetes plugin reads
-#                                      (LAB_MGMT_HELM_BIN)
+#                                      upstream archives in $LAB_MGMT_VENDOR
 #
 # The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
 # pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
@@ -129,27 +127,6 @@ json.dump(schema, open(sys.argv[3], "w"))' "$cmd/schema.json" "$KUBERNETES_PLUGI
     rm -rf "$src"
   fi
   printf 'LAB_MGMT_KUBERNETES_PLUGIN_BIN=%s\n' "$out"
-}
-
-# The Helm client at the version the kubernetes plugin embeds: an adoption lists the chart
-# repositories with it (docs/adoption.md), and the plugin reads what it wrote.
-HELM_VERSION=3.18.6
-
-build_helm() {
-  local out="$cache/helm-v$HELM_VERSION/bin" src="$cache/src/helm-v$HELM_VERSION"
-  local started=$SECONDS
-  if [ -x "$out/helm" ]; then
-    say "helm v$HELM_VERSION: cached"
-  else
-    rm -rf "$src" && mkdir -p "$src" "$out"
-    say "helm v$HELM_VERSION: building"
-    (cd "$src" && go mod init lab-mgmt/helm >/dev/null 2>&1 && go get "helm.sh/helm/v3@v$HELM_VERSION" >&2 &&
-      go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
-        -o "$out/helm.partial" helm.sh/helm/v3/cmd/helm)
-    finish "$out/helm" "$started"
-    rm -rf "$src"
-  fi
-  printf 'LAB_MGMT_HELM_BIN=%s\n' "$out"
 }
 
 # What the Go module proxy refuses comes as exact upstream archives (`git archive` of the tagged
@@ -419,7 +396,6 @@ cli_lane() {
   build_cli
   if wants plugins; then
     build_kubernetes_plugin
-    build_helm
     build_language_host
   fi
 }

@@ -102,8 +102,10 @@ def newcomer_first_run(root: str, tokens: list[Any]) -> dict[str, Any]:
     """The README's first run word for word, in one shell, on a laptop with an empty HOME (but for
     an SSH key pair and the plugins, which the CLI would download), with only the variables the
     README sets, against the Proxmox VE API stand-in at the lab's address answering from `tokens`
-    ([token id, secret, permissions] triples)."""
+    ([token id, secret, permissions] triples). No chart repository can be reached here: the
+    charts are in the repository's folder, as after a first run."""
     engine = fresh_engine(Path(root))
+    _charts_in_place(engine)
     key = engine.root / ".ssh" / "id_ed25519"
     key.parent.mkdir()
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "owner@laptop", "-f", str(key)], check=True)
@@ -151,19 +153,15 @@ def newcomer_first_run(root: str, tokens: list[Any]) -> dict[str, Any]:
 
 def mistakes(root: str) -> dict[str, Any]:
     """The CLI's output for three mistakes a newcomer makes: a bad setting, a Proxmox API that
-    cannot be reached (nothing listens at its address), and an adoption whose charts this
-    machine's Helm client does not list."""
+    cannot be reached (nothing listens at its address), and chart repositories that cannot be
+    reached (no name resolves here) with the charts not in the project's folder yet."""
     engine = fresh_engine(Path(root))
     steps = _readme_first_run(engine, _lab_secrets())
     outputs = {}
     mistakes: dict[str, list[tuple[str, ...]]] = {
         "bad setting": [("vmId", "12")],
         "unreachable API": [("vmId", "201")],
-        "adoption without charts": [
-            ("skipCredentialsCheck", "true"),
-            ("adopt", "true"),
-            ("--plaintext", "capmoxExistingSecret", "capmox-variables"),
-        ],
+        "unreachable chart repository": [("skipCredentialsCheck", "true")],
     }
     for mistake, settings in mistakes.items():
         steps += [_step(engine, ("config", "set", *setting)) for setting in settings]
@@ -221,8 +219,10 @@ def program_preview(
 ) -> dict[str, Any]:
     """The README's steps with `secrets`, then `settings`, then `pulumi preview` of the program by
     the CLI, with the Proxmox VE API stand-in at the lab's address answering from `tokens`
-    ([token id, secret, permissions] triples)."""
+    ([token id, secret, permissions] triples). The charts are in the project's folder, as after a
+    first run: no chart repository can be reached here."""
     engine = fresh_engine(Path(root), legacy_layout=legacy_layout)
+    _charts_in_place(engine)
     steps = _readme_first_run(engine, {**_lab_secrets(), **secrets})
     for key, value in settings.items():
         steps.append(_step(engine, ("config", "set", key, value)))
@@ -240,6 +240,14 @@ def program_preview(
         "unknown": standin.unknown,
         "state_files": sorted(str(path.relative_to(stacks)) for path in stacks.rglob("*.json")),
     }
+
+
+def _charts_in_place(engine: Engine) -> None:
+    """The lab's two chart archives in the project's folder, as a user puts them there by hand
+    (docs/operations.md) or a first run leaves them."""
+    for chart, (_, _, version, _) in playbook_lab.PLAYBOOK_CHARTS.items():
+        archive = chart_repo_standin.Chart(chart, version)
+        (engine.project / archive.archive_name).write_bytes(archive.archive())
 
 
 def _k3s_on_path(directory: Path, kubectl: Path, kubeconfig: Path) -> dict[str, str]:
@@ -409,8 +417,8 @@ def _adopting(
     cluster: control_plane.ControlPlane,
     workload_clusters: list[str],
 ) -> tuple[Engine, list[dict[str, Any]]]:
-    """docs/adoption.md step 2 on a fresh laptop: the README's first run, the Helm client listing
-    both chart repositories, the adoption settings; the chart repositories are the stand-in's."""
+    """docs/adoption.md step 2 on a fresh laptop: the README's first run, the adoption settings;
+    the chart repositories are the stand-in's."""
     engine = _box_engine(base, charts, cluster)
     steps = _readme_first_run(engine, _lab_secrets())
     return engine, steps + adoption_settings(engine, charts, workload_clusters)
@@ -419,19 +427,8 @@ def _adopting(
 def adoption_settings(
     engine: Engine, charts: chart_repo_standin.ChartRepoStandIn, workload_clusters: list[str]
 ) -> list[dict[str, Any]]:
-    """docs/adoption.md step 2 after the README's first run: the Helm client listing both chart
-    repositories, and the adoption settings; the chart repositories are the stand-in's."""
-    steps = []
-    helm = built_bin("LAB_MGMT_HELM_BIN", "helm") / "helm"
-    for args in (
-        ("repo", "add", "lab-mgmt-cert-manager", f"{charts.url}/jetstack"),
-        ("repo", "add", "lab-mgmt-cluster-api-operator", f"{charts.url}/capi-operator"),
-        ("repo", "update"),
-    ):
-        done = subprocess.run(
-            [str(helm), *args], env=engine.env(), capture_output=True, text=True, timeout=120, check=False
-        )
-        steps.append({"args": ["helm", *args], "rc": done.returncode, "output": done.stdout + done.stderr})
+    """docs/adoption.md step 2 after the README's first run: the adoption settings; the chart
+    repositories are the stand-in's."""
     settings: list[tuple[str, ...]] = [
         ("adopt", "true"),
         ("--plaintext", "capmoxExistingSecret", playbook_lab.CAPMOX_SECRET),
@@ -440,7 +437,7 @@ def adoption_settings(
     ]
     # docs/operations.md: read-only access to a workload cluster.
     settings += [("--path", f"workloadClusters[{index}]", cluster) for index, cluster in enumerate(workload_clusters)]
-    return steps + [_step(engine, ("config", "set", *setting)) for setting in settings]
+    return [_step(engine, ("config", "set", *setting)) for setting in settings]
 
 
 def adoption_of_an_incomplete_lab(root: str) -> dict[str, Any]:
@@ -464,7 +461,7 @@ def adoption_of_an_incomplete_lab(root: str) -> dict[str, Any]:
 
 def adoption_run(root: str) -> dict[str, Any]:
     """docs/adoption.md's steps on the playbook's lab and lab1, as far as the box goes
-    (e2e/box_program.py): the hand-over, the Helm client and the stack config, the adoption
+    (e2e/box_program.py): the hand-over and the stack config, the adoption
     preview and `pulumi up`, then a second preview and up, which must find nothing to do; what
     the read-only kubeconfigs may do; then the convergence runs. Both clusters' objects are read
     before and after, and every write the engine sent is read from their audit logs."""
