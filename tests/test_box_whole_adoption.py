@@ -12,6 +12,7 @@ network namespace of the test's own; selected with `pytest -m engine`.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -237,11 +238,22 @@ def test_the_next_preview_expects_no_changes_and_passes(adoption: Any) -> None:
     assert preview["pve_writes"] == []
 
 
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
 def test_a_k3s_version_other_than_the_installed_one_stops_with_step_2s_message(adoption: Any) -> None:
     differs = adoption["k3s_differs"]
     up = differs["up"]
     assert up["rc"] != 0
-    assert "set k3sVersion to the installed version (docs/adoption.md, step 2)" in up["output"]
+    # Once adopted, the stack records the installed k3s: an older k3sVersion (the one the box
+    # serves besides the other site's) is refused as a downgrade before any host step dials.
+    wanted, installed = differs["setting"]["args"][-1], differs["put_back"]["args"][-1]
+    if _release(wanted) < _release(installed):
+        assert f"runs k3s {installed}, and {wanted} is older: k3s supports no downgrade" in up["output"]
+        assert up["ssh_sessions"] == []
+    else:
+        assert "set k3sVersion to the installed version (docs/adoption.md, step 2)" in up["output"]
     assert up["installs"] == []
     assert up["pve_writes"] == []
     assert up["k8s_writes"] == []
