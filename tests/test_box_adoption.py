@@ -1,5 +1,5 @@
-"""Adoption in the lab in a box: the playbook's lab (e2e/playbook_lab.py) and lab1 on real
-kube-apiservers, then the Kubernetes part of the program (e2e/box_program.py) under the real
+"""Adoption in the lab in a box: the playbook's lab (e2e/standins/cluster/playbook_lab.py) and lab1 on real
+kube-apiservers, then the Kubernetes part of the program (e2e/box/box_program.py) under the real
 engine, the real kubernetes plugin and the real Helm client, with the chart repositories' and the
 operator's stand-ins, in a network namespace of the test's own: the hand-over, the adoption run,
 the convergence runs, then a version bump. What the engine sent the API servers is read from their
@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from e2e import playbook_lab, scenarios
-from e2e.admission_webhook_standin import CONFIGURATION_NAMES
-from e2e.engine import KUBERNETES_PLUGIN_WARNING
-from e2e.netns import in_new_netns
+from e2e.box import scenarios
+from e2e.engine.cli import KUBERNETES_PLUGIN_WARNING
+from e2e.engine.netns import in_new_netns
+from e2e.standins.cluster import playbook_lab
+from e2e.standins.cluster.admission_webhook_standin import CONFIGURATION_NAMES
 from tools import adoption_check
 
 pytestmark = pytest.mark.engine

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from e2e import playbook_lab, scenarios
-from e2e.netns import in_new_netns
+from e2e.box import scenarios
+from e2e.engine.netns import in_new_netns
+from e2e.standins.cluster import playbook_lab
 
 pytestmark = pytest.mark.engine
 

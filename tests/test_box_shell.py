@@ -1,4 +1,4 @@
-"""`make box-shell` (e2e/box.py): the shell it opens inside the box has the box's CLI and kubectl
+"""`make box-shell` (e2e/box/box.py): the shell it opens inside the box has the box's CLI and kubectl
 first on PATH, the admin kubeconfig, the CLI's state, plugins and passphrase, and the deployed
 project as its directory, so that `kubectl get nodes` and `pulumi preview --expect-no-changes`
 work as typed. The box itself runs only in `make box` and the real-engine tests."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e import box
-from e2e.engine import Engine
+from e2e.box import box
+from e2e.engine.cli import Engine
 
 
 def _tool(directory: Path, name: str) -> None:
