@@ -47,23 +47,23 @@ preview: $(VENV)
 graph: $(VENV)
 	$(PY) tools/graph.py
 
-# The lab in a box, whole (e2e/box/box.py): the stand-ins in a network namespace of their own and the
-# whole program's `pulumi up` against them; the box stays up, with the outputs printed, until
-# `make box-down`. `make box-shell` opens a shell inside it. Needs what test-engine needs.
+# The lab in a box, whole (e2e/box/box.py, run by e2e/box/make_box.py): the stand-ins in a
+# network namespace of their own and the whole program's `pulumi up` against them; the box stays
+# up, with the outputs printed, until `make box-down`. `make box-shell` opens a shell inside it. Needs what test-engine needs.
 BOX_DIR ?= .box
 
 box: $(VENV)
 	built="$$(e2e/engine/build-engine.sh control-plane plugins)" && \
-	env $$built $(PY) -m e2e.box.box up $(BOX_DIR)
+	env $$built $(PY) -m e2e.box.make_box up $(BOX_DIR)
 
 box-shell: $(VENV)
-	$(PY) -m e2e.box.box shell $(BOX_DIR)
+	$(PY) -m e2e.box.make_box shell $(BOX_DIR)
 
 box-down: $(VENV)
-	$(PY) -m e2e.box.box down $(BOX_DIR)
+	$(PY) -m e2e.box.make_box down $(BOX_DIR)
 
 # The first `pulumi up` on an empty box, the no-op second one and a k3s bump: wall times, and what
 # the last two made the box do (SSH sessions, Proxmox VE writes, Kubernetes writes).
 bench: $(VENV)
 	built="$$(e2e/engine/build-engine.sh control-plane plugins)" && \
-	env $$built $(PY) -m e2e.box.box bench "$$(mktemp -d)"
+	env $$built $(PY) -m e2e.box.make_box bench "$$(mktemp -d)"

@@ -35,7 +35,10 @@ RELEASES = {name: playbook_lab.PLAYBOOK_CHARTS[name][0] for name in playbook_lab
 def adoption(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp("adoption")
     return in_new_netns(
-        "adoption_run", str(root), addresses=[scenarios.VM_ADDRESS, scenarios.LAB1_ADDRESS], timeout=900
+        "cluster_adoption.adoption_run",
+        str(root),
+        addresses=[scenarios.VM_ADDRESS, scenarios.LAB1_ADDRESS],
+        timeout=900,
     )
 
 
@@ -265,7 +268,9 @@ def test_the_operator_standin_met_nothing_it_did_not_know(adoption: Any) -> None
 def test_adopting_a_lab_that_lacks_an_object_stops_at_preview_creating_nothing(tmp_path: Path) -> None:
     """docs/adoption.md step 4: an import needs the object to exist; the program never creates
     one in its place while adopting."""
-    result = in_new_netns("adoption_of_an_incomplete_lab", str(tmp_path), addresses=[scenarios.VM_ADDRESS])
+    result = in_new_netns(
+        "cluster_adoption.adoption_of_an_incomplete_lab", str(tmp_path), addresses=[scenarios.VM_ADDRESS]
+    )
     for step in result["steps"]:
         assert step["rc"] == 0, step
     preview = result["preview"]

@@ -1,4 +1,4 @@
-"""The lab in a box through a lab's life (e2e/box/box.py, `box.whole_box_lifecycle`, whose first part
+"""The lab in a box through a lab's life (e2e/box/lifecycle.py, `lifecycle.whole_box_lifecycle`, whose first part
 tests/test_box_whole.py reads): after the first run and the no-op second one, each bump of
 docs/graph.md's table previewed and applied alone, touching only what the table lists; the CAPMOX
 token rotated as docs/operations.md says; a new vmCores, written and announced but never rebooted

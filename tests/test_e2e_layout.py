@@ -2,7 +2,8 @@
 test machinery's modules, the program never imports the test machinery, and each e2e package
 imports only from the packages below it (e2e/__init__.py): the engine, then the stand-ins (the
 HTTPS server they share, then one package for each thing they stand in for, none importing
-another), then the box and its scenarios."""
+another), then the box and its scenarios. And no e2e module grows past about 400 lines: one that
+does holds more than one topic."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ LAYERS = (
     ("e2e.standins.proxmox", "e2e.standins.guest", "e2e.standins.cluster"),
     ("e2e.box",),
 )
+LONGEST_MODULE_LINES = 420
 
 
 def _modules() -> dict[str, Path]:
@@ -125,3 +127,8 @@ def test_every_e2e_module_has_a_layer() -> None:
     # A package's own __init__ holds only what the package is for, and imports nothing.
     modules = [name for name, path in _modules().items() if name.startswith("e2e.") and path.name != "__init__.py"]
     assert [module for module in modules if _layer(module) is None] == []
+
+
+def test_no_e2e_module_is_longer_than_about_400_lines() -> None:
+    lengths = {str(path.relative_to(REPO)): len(path.read_text().splitlines()) for path in (REPO / "e2e").rglob("*.py")}
+    assert {path: lines for path, lines in lengths.items() if lines > LONGEST_MODULE_LINES} == {}

@@ -1,37 +1,29 @@
 """The lab in a box, whole: the program's own `__main__.py` through the real CLI, language host and
 its three provider plugins, against a box that stands in for the lab, in a network namespace:
 
-- the Proxmox VE API stand-in at the lab's address (e2e/standins/proxmox/pve_api_standin.py), both tokens holding
-  every privilege the program checks, downloading the cloud image from a box-local HTTPS server
-  and telling the guests of each power change;
-- VM 201 as a real host (e2e/standins/guest/guest.py) at 192.168.4.21 on bridge vmbr0, installing k3s from the
-  box's releases (e2e/standins/guest/k3s_release_standin.py), whose server is a real control plane;
-- the Helm chart repositories (e2e/standins/cluster/chart_repo_standin.py): the operator's chart runs a Deployment;
-- the operator stand-in (e2e/standins/cluster/operator_standin.py) against the guest's API server once k3s is up:
-  it marks provider CRs Ready and runs the operator's Pods;
-- the operator's admission webhook server (e2e/standins/cluster/admission_webhook_standin.py), which the guest's
-  API server calls for every provider CR, and cert-manager's CA injector
-  (e2e/standins/cluster/cainjector_standin.py), which makes those calls possible a while after the operator's
-  chart is installed.
+- the Proxmox VE API stand-in at the lab's address (e2e/standins/proxmox/pve_api_standin.py),
+  both tokens holding every privilege the program checks, downloading the cloud image from a
+  box-local HTTPS server and telling the guests of each power change;
+- VM 201 as a real host (e2e/standins/guest/guest.py) at 192.168.4.21 on bridge vmbr0, installing
+  k3s from the box's releases (e2e/standins/guest/k3s_release_standin.py), whose server is a real
+  control plane;
+- the Helm chart repositories (e2e/standins/cluster/chart_repo_standin.py): the operator's chart
+  runs a Deployment;
+- the operator stand-in (e2e/standins/cluster/operator_standin.py) against the guest's API server
+  once k3s is up: it marks provider CRs Ready and runs the operator's Pods;
+- the operator's admission webhook server (e2e/standins/cluster/admission_webhook_standin.py),
+  which the guest's API server calls for every provider CR, and cert-manager's CA injector
+  (e2e/standins/cluster/cainjector_standin.py), which makes those calls possible a while after
+  the operator's chart is installed.
 
-`whole_box_lifecycle(root)` is the scenario that tests/test_box_whole.py and
-tests/test_box_lifecycle.py read (`in_new_netns("box.whole_box_lifecycle", ...)`, run once for both):
-the README's first run, `pulumi up` on the empty box, a second run that must do nothing, then a
-lab's life. `python -m e2e.box.box up DIRECTORY` (`make box`) runs the same first `up` and keeps the
-box up for a user until `make box-down`; `make box-shell` opens a shell inside it.
+The box is up for a `with` block (`running`): the scenarios of lifecycle.py, box_faults.py and
+box_adoption.py run in it, and make_box.py keeps it up for a user (`make box`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
-import os
-import shlex
-import shutil
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -42,8 +34,7 @@ from typing import Any
 from components import credentials
 from e2e.box import scenarios
 from e2e.engine import control_plane
-from e2e.engine.cli import REPO, Engine, EngineRun, built_bin, fresh_engine
-from e2e.engine.netns import in_new_netns, netns_command
+from e2e.engine.cli import Engine, EngineRun, built_bin, fresh_engine
 from e2e.standins import https_server
 from e2e.standins.cluster import (
     admission_webhook_standin,
@@ -374,28 +365,6 @@ def _observed(box: Box, action: str, *args: str) -> dict[str, Any]:
     }
 
 
-def _saved_kubeconfigs(box: Box, outputs: dict[str, Any]) -> tuple[Path, Path]:
-    """The admin and read-only kubeconfigs as a user saves them from the stack's outputs."""
-    admin, readonly = box.engine.root / "lab-mgmt.yaml", box.engine.root / "lab-mgmt-readonly.yaml"
-    for path, output in ((admin, "kubeconfig"), (readonly, "readonlyKubeconfig")):
-        path.write_text(outputs[output])
-        path.chmod(0o600)
-    return admin, readonly
-
-
-def _kubeconfig_use(box: Box, outputs: dict[str, Any]) -> dict[str, Any]:
-    """The stack's kubeconfigs as a user saves and uses them: the admin's lists namespaces; the
-    read-only one lists pods but may neither read Secrets nor delete."""
-    admin, readonly = _saved_kubeconfigs(box, outputs)
-    return {
-        "namespaces": box.kubectl(admin, "get", "namespaces", "-o", "name"),
-        "readonly_pods": box.kubectl(readonly, "get", "pods", "-A", "-o", "name"),
-        "readonly_can_get_secrets": box.kubectl(readonly, "auth", "can-i", "get", "secrets", "-A"),
-        "readonly_can_delete_namespaces": box.kubectl(readonly, "auth", "can-i", "delete", "namespaces"),
-        "readonly_can_delete_pods": box.kubectl(readonly, "auth", "can-i", "delete", "pods", "-A"),
-    }
-
-
 # What each stand-in could not answer or do, by the key a scenario reports it under; each must be
 # empty.
 STANDIN_RECORDS: dict[str, Callable[[Box], list[str]]] = {
@@ -410,355 +379,3 @@ STANDIN_RECORDS: dict[str, Callable[[Box], list[str]]] = {
 
 def _standins(box: Box) -> dict[str, Any]:
     return {key: record(box) for key, record in STANDIN_RECORDS.items()}
-
-
-def _admission(box: Box) -> list[dict[str, Any]]:
-    """From the API server's audit log, in order: the CA injector's and the program's writes to
-    the webhook configurations and to provider CRs (server-side apply creates one by a patch
-    answered 201), each with when it was received and answered (RFC 3339 to the microsecond, so
-    they compare as text) and how."""
-    resources = {*cainjector_standin.KINDS.values(), *(f"{kind.lower()}s" for kind in playbook_lab.PROVIDERS)}
-    found = []
-    for event in box.cluster.audit():
-        ref, user = event.get("objectRef", {}), event.get("user", {}).get("username")
-        if (
-            user in {control_plane.INJECTOR_USER, PROGRAM_USER}
-            and ref.get("resource") in resources
-            and event["verb"] in K8S_WRITES
-        ):
-            found.append(
-                {
-                    "user": user,
-                    "verb": event["verb"],
-                    "resource": ref["resource"],
-                    "name": ref.get("name", ""),
-                    "dry_run": "dryRun=All" in event.get("requestURI", ""),
-                    "received": event["requestReceivedTimestamp"],
-                    "answered": event["stageTimestamp"],
-                    "code": event.get("responseStatus", {}).get("code"),
-                }
-            )
-    return found
-
-
-def _installed(box: Box) -> dict[str, Any]:
-    """The README's first run, `pulumi up` of the whole program on the empty box, the stack's
-    kubeconfigs used, then `pulumi preview --expect-no-changes` and a second `pulumi up`."""
-    first = _observed(box, "up")
-    admission = _admission(box)
-    outputs = box.engine.outputs() if first["rc"] == 0 else {}
-    use = _kubeconfig_use(box, outputs) if outputs else {}
-    no_changes = _observed(box, "preview", "--expect-no-changes")
-    second = _observed(box, "up")
-    return {
-        "steps": box.steps,
-        "first_up": first,
-        "outputs": {key: value for key, value in outputs.items() if "ubeconfig" not in key},
-        "secret_outputs": box.engine.secret_outputs() if outputs else [],
-        "kubeconfig_use": use,
-        "no_changes_preview": no_changes,
-        "second_up": second,
-        # As they are now: a scenario that goes on (whole_box_lifecycle) adds to the live ones.
-        "pods_run": list(box.operator.pods_run),
-        "providers_reconciled": [f"{entry['kind']}/{entry['name']}" for entry in box.operator.reconciled],
-        "admission": admission,
-        "webhook_reviews": list(box.webhook.reviews),
-        "injected": list(box.injector.injected),
-    }
-
-
-def _change(
-    box: Box,
-    settings: tuple[tuple[str, str], ...],
-    *,
-    secrets: tuple[tuple[str, str], ...] = (),
-    before_up: Callable[[], None] | None = None,
-) -> dict[str, Any]:
-    """A change as docs/operations.md makes one: the config set, `pulumi preview` to see what it
-    touches, `pulumi up`, and the zero-change preview again."""
-    steps = [scenarios._step(box.engine, ("config", "set", *setting)) for setting in settings]
-    steps += [scenarios._step(box.engine, ("config", "set", "--secret", key), stdin=value) for key, value in secrets]
-    preview = _observed(box, "preview")
-    if before_up is not None:
-        before_up()
-    up = _observed(box, "up")
-    return {
-        "steps": steps,
-        "preview": preview,
-        "up": up,
-        "no_changes_preview": _observed(box, "preview", "--expect-no-changes"),
-    }
-
-
-def _node_versions(box: Box) -> dict[str, Any]:
-    """kubectl with the admin kubeconfig the stack outputs now: each Node's reported version."""
-    admin, _ = _saved_kubeconfigs(box, box.engine.outputs())
-    return box.kubectl(admin, "get", "nodes", "-o", "jsonpath={.items[*].status.nodeInfo.kubeletVersion}")
-
-
-def _capmox_config(box: Box) -> dict[str, Any]:
-    """The CAPMOX config Secrets there are and the one the InfrastructureProvider points at."""
-    admin, _ = _saved_kubeconfigs(box, box.engine.outputs())
-    secrets = box.kubectl(admin, "get", "secrets", "-n", "capmox-system", "-o", "name")
-    provider = box.kubectl(
-        admin,
-        "get",
-        "infrastructureprovider",
-        "proxmox",
-        "-n",
-        "capmox-system",
-        "-o",
-        "jsonpath={.spec.configSecret.name}",
-    )
-    return {
-        "secrets": sorted(secrets["stdout"].split()),
-        "config_secret": provider["stdout"],
-        "errors": [done["stderr"] for done in (secrets, provider) if done["rc"] != 0],
-    }
-
-
-def _reconciled_since(box: Box, count: int) -> list[str]:
-    return [f"{entry['kind']}/{entry['name']}@{entry['version']}" for entry in box.operator.reconciled[count:]]
-
-
-def _k3s_bump(box: Box) -> dict[str, Any]:
-    return {**_change(box, (("k3sVersion", K3S_BUMP),)), "node_versions": _node_versions(box)}
-
-
-def _bumps(box: Box) -> dict[str, Any]:
-    """docs/graph.md's bumps, one at a time: k3s, the cert-manager chart, the CAPMOX provider,
-    the CAPMOX token rotated, and the VM's size."""
-    result: dict[str, Any] = {"k3s": _k3s_bump(box)}
-    result["cert_manager"] = _change(box, (("certManagerVersion", CERT_MANAGER_BUMP),))
-    reconciled = len(box.operator.reconciled)
-    result["capmox"] = _change(box, (("capmoxVersion", CAPMOX_BUMP),))
-    result["capmox"]["reconciled"] = _reconciled_since(box, reconciled)
-    result["capmox"]["provider_versions"] = box.engine.outputs()["providerVersions"]
-    before = _capmox_config(box)
-    result["capmox_token"] = _change(box, (), secrets=(("capmoxTokenSecret", ROTATED_CAPMOX_SECRET),))
-    result["capmox_token"]["config_before"] = before
-    result["capmox_token"]["config_after"] = _capmox_config(box)
-    result["size"] = _change(box, (("vmCores", SIZE_BUMP),))
-    return result
-
-
-def _pinned_host_key(box: Box) -> str:
-    """The host key the stack recorded at first contact (mgmt-host-ready's output), which every
-    later host step pins."""
-    done = box.engine.pulumi("stack", "export", "--stack", "lab", "--show-secrets")
-    done.check_returncode()
-    for resource in json.loads(done.stdout)["deployment"]["resources"]:
-        if resource["urn"].endswith("::mgmt-host-ready"):
-            stdout = resource["outputs"]["stdout"]
-            # A secret output is kept as its plaintext's JSON.
-            return str(json.loads(stdout["plaintext"]) if isinstance(stdout, dict) else stdout).strip()
-    raise LookupError("no mgmt-host-ready in the stack")
-
-
-def _guest_host_key(box: Box) -> str:
-    """The ed25519 host key VM 201's sshd serves now, as its disk holds it (type and key)."""
-    instance = len(box.guests.log_dirs(VMID)) - 1
-    key = box.guests.disk_path(VMID, "/etc/ssh/ssh_host_ed25519_key.pub", instance).read_text()
-    return " ".join(key.split()[:2])
-
-
-def _rebuild(box: Box) -> dict[str, Any]:
-    """docs/operations.md's "Rebuilding the VM from a new image": the locks lifted alone, the new
-    image with the rebuild allowed, then locked again."""
-    result: dict[str, Any] = {"host_key_before": _guest_host_key(box), "pinned_before": _pinned_host_key(box)}
-    result["unlock"] = _change(box, (("vmProtected", "false"),))
-    url, digest = box.images[NEXT_IMAGE_PATH]
-    result["rebuild"] = _change(
-        box,
-        (("imageUrl", url), ("imageSha256", digest), ("vmRebuildFromImage", "true")),
-        before_up=box.follow_new_vm,
-    )
-    result["host_key_after"] = _guest_host_key(box)
-    result["pinned_after"] = _pinned_host_key(box)
-    outputs = box.engine.outputs()
-    result["kubeconfig_use"] = _kubeconfig_use(box, outputs)
-    result["vm_protected_output"] = outputs["vmProtected"]
-    result["pods_run"] = box.operator.pods_run
-    result["providers_reconciled"] = _reconciled_since(box, 0)
-    result["lock"] = _change(box, (("vmRebuildFromImage", "false"), ("vmProtected", "true")))
-    return result
-
-
-def whole_box_k3s_bump(root: str) -> dict[str, Any]:
-    """`make bench`'s: the first run, the no-op second one and a k3s bump."""
-    with running(Path(root)) as box:
-        result = _installed(box)
-        if result["second_up"]["rc"] == 0:
-            result["k3s_bump"] = _k3s_bump(box)
-        return {**result, **_standins(box)}
-
-
-def whole_box_lifecycle(root: str) -> dict[str, Any]:
-    """The first run and the no-op second one (`_installed`), then the bumps, a rebuild from a
-    new image, and a `pulumi destroy` that the locks refuse."""
-    with running(Path(root)) as box:
-        result = _installed(box)
-        if result["second_up"]["rc"] == 0:
-            result["bumps"] = _bumps(box)
-            result["rebuild"] = _rebuild(box)
-            result["destroy"] = _observed(box, "destroy")
-            result["vm_running_after_destroy"] = box.guests.running(VMID)
-        return {**result, **_standins(box)}
-
-
-# `make box`: the box in a network namespace of its own, detached, until `make box-down`.
-PID_FILE = "box.pid"
-LOG_FILE = "box.log"
-SHELL_RC = "shell.rc"
-READY_MARK = "lab-mgmt-box: ready"
-FAILED_MARK = "lab-mgmt-box: failed"
-
-
-def shell_rc(env: dict[str, str], path: list[Path], kubeconfig: Path, project: Path) -> str:
-    """What `make box-shell` runs before its prompt: the box engine's CLI with its state, plugins
-    and passphrase (`env`), `path` before the user's PATH (the CLI, kubectl), the admin
-    kubeconfig, and the project the box deployed as the working directory."""
-    # The chart stand-in's certificate too, which the kubernetes plugin must trust to read the
-    # releases' charts.
-    names = ("PULUMI_HOME", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_SKIP_UPDATE_CHECK")
-    exports = {name: env[name] for name in (*names, "SSL_CERT_FILE") if name in env} | {"KUBECONFIG": str(kubeconfig)}
-    return "\n".join(
-        [
-            "[ -f ~/.bashrc ] && . ~/.bashrc",
-            *(f"export {name}={shlex.quote(value)}" for name, value in exports.items()),
-            f'export PATH={shlex.quote(os.pathsep.join(map(str, path)))}:"$PATH"',
-            f"cd {shlex.quote(str(project))}",
-            'PS1="(lab-mgmt box) ${PS1:-\\$ }"',
-            "",
-        ]
-    )
-
-
-def _usage(box: Box, first: dict[str, Any], outputs: dict[str, Any]) -> str:
-    engine = box.engine
-    kubeconfig = engine.root / "lab-mgmt.yaml"
-    kubeconfig.write_text(outputs["kubeconfig"])
-    kubeconfig.chmod(0o600)
-    kubectl = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl")
-    rc = shell_rc(engine.env(), [engine.bin_dir, kubectl], kubeconfig, engine.project)
-    (engine.root.parent / SHELL_RC).write_text(rc)
-    shown = {key: value for key, value in outputs.items() if "ubeconfig" not in key}
-    return "\n".join(
-        [
-            f"pulumi up of the whole program: rc {first['rc']} in {first['seconds']}s, {first['summary']}",
-            f"outputs (kubeconfigs left out): {json.dumps(shown)}",
-            f"admin kubeconfig: {kubeconfig}",
-            "The box's addresses exist only inside it. make box-shell opens a shell there, with KUBECONFIG,",
-            "the CLI's state and PATH set; try: kubectl get nodes, pulumi preview --expect-no-changes.",
-            "make box-down stops it.",
-        ]
-    )
-
-
-def _serve(root: str) -> None:
-    """Inside the box's network namespace: the box, the first `up`, then up until SIGTERM."""
-
-    def down(_signum: int, _frame: object) -> None:
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, down)
-    with running(Path(root)) as box:
-        first = _observed(box, "up")
-        if first["rc"] != 0:
-            print(first["output"][-8000:], f"\n{FAILED_MARK}", flush=True)
-            return
-        print(_usage(box, first, box.engine.outputs()), f"\n{READY_MARK}", flush=True)
-        signal.pause()
-
-
-def _up(root: Path) -> int:
-    """Starts the box detached and follows its log until the first `up` has finished."""
-    if root.exists():
-        print(f"{root} exists: a box is up there, or was left; `make box-down` removes it", file=sys.stderr)
-        return 1
-    root.mkdir(parents=True)
-    with (root / LOG_FILE).open("wb") as log:
-        process = subprocess.Popen(
-            netns_command(
-                [sys.executable, "-m", "e2e.box.box", "--serve", str(root / "box")], [scenarios.PROXMOX_ADDRESS]
-            ),
-            cwd=REPO,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    (root / PID_FILE).write_text(f"{process.pid}\n")
-    print(f"the box is starting (log: {root / LOG_FILE}); the first pulumi up takes a few minutes", flush=True)
-    while process.poll() is None:
-        text = (root / LOG_FILE).read_text()
-        if READY_MARK in text or FAILED_MARK in text:
-            break
-        time.sleep(2)
-    text = (root / LOG_FILE).read_text()
-    print(text.split("lab-mgmt-box:")[0][-8000:])
-    return 0 if READY_MARK in text else 1
-
-
-def _shell(root: Path) -> int:
-    """`make box-shell`: an interactive shell in the running box's network namespace, set up by the
-    `shell_rc` that the box wrote once ready. It replaces this process, so Ctrl-C reaches the shell."""
-    rc, pid_file = root / "box" / SHELL_RC, root / PID_FILE
-    pid = int(pid_file.read_text()) if pid_file.exists() else 0
-    if not (rc.exists() and pid and Path(f"/proc/{pid}/ns/net").exists()):
-        print(f"no box ready at {root}: run `make box` first", file=sys.stderr)
-        return 1
-    # A box started by a user other than root runs in a user namespace of its own (e2e/engine/netns.py).
-    own_user = os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user")
-    enter = ["nsenter", f"--target={pid}", "--net", *(["--user"] if own_user else [])]
-    os.execvp(enter[0], [*enter, "--", "bash", "--rcfile", str(rc), "-i"])  # noqa: S606 - argv, no shell
-    return 1
-
-
-def _down(root: Path) -> int:
-    pid_file = root / PID_FILE
-    if not pid_file.exists():
-        print(f"no box at {root}")
-        return 0
-    pid = int(pid_file.read_text())
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            os.kill(pid, 0)
-            time.sleep(1)
-        print(f"box process {pid} still running after 120s", file=sys.stderr)
-        return 1
-    shutil.rmtree(root)
-    print(f"box at {root} stopped and removed")
-    return 0
-
-
-def _what_it_did(name: str, run: dict[str, Any]) -> str:
-    return (
-        f"{name}: rc {run['rc']}, {run['seconds']}s, {len(run['ssh_sessions'])} SSH sessions, "
-        f"{len(run['pve_writes'])} Proxmox VE writes, {len(run['k8s_writes'])} Kubernetes writes"
-    )
-
-
-def _bench(root: Path) -> int:
-    """The tests' first run, no-op run and k3s bump, their numbers printed."""
-    result = in_new_netns("box.whole_box_k3s_bump", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=1800)
-    first, second = result["first_up"], result["second_up"]
-    print(f"first pulumi up: rc {first['rc']}, {first['seconds']}s, {first['summary']}")
-    print(_what_it_did("no-op pulumi up", second))
-    runs = [first, second]
-    if "k3s_bump" in result:
-        bump = result["k3s_bump"]["up"]
-        print(_what_it_did(f"k3s bump to {K3S_BUMP}, pulumi up", bump), f"({len(bump['installs'])} installer runs)")
-        runs.append(bump)
-    return 0 if len(runs) == 3 and all(run["rc"] == 0 for run in runs) else 1
-
-
-if __name__ == "__main__":
-    command, directory = sys.argv[1], sys.argv[2]
-    if command == "--serve":
-        _serve(directory)
-    else:
-        actions = {"up": _up, "shell": _shell, "down": _down, "bench": _bench}
-        sys.exit(actions[command](Path(directory).resolve()))

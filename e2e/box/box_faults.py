@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box import scenarios
-from e2e.box.box import VMID, Box, _admission, _observed, _reconciled_since, _standins, running
+from e2e.box.box import VMID, Box, _observed, _standins, running
+from e2e.box.lifecycle import _admission, _reconciled_since
 from e2e.engine.cli import CLI_TIMEOUT_SECONDS
 from e2e.standins.cluster import admission_webhook_standin, playbook_lab
 from e2e.standins.proxmox import pve_tasks
