@@ -63,7 +63,8 @@ box-down: $(VENV)
 	$(PY) -m e2e.box.make_box down $(BOX_DIR)
 
 # The first `pulumi up` on an empty box, the no-op second one and a k3s bump: wall times, and what
-# the last two made the box do (SSH sessions, Proxmox VE writes, Kubernetes writes).
+# the last two made the box do (SSH sessions, chart-repository requests, Proxmox VE writes,
+# Kubernetes writes).
 bench: $(VENV)
 	built="$$(e2e/engine/build-engine.sh control-plane plugins)" && \
 	env $$built $(PY) -m e2e.box.make_box bench "$$(mktemp -d)"

@@ -2,29 +2,24 @@
 
 import pulumi
 
+from components import charts
 from components.certificate_renewal import CERTIFICATE_RENEWAL_OUTPUT
 from components.cluster_api import last_deployment
 from components.credentials import verify_tokens
-from components.helm_repositories import verify_chart_repositories
-from components.k3s_node import KUBECONFIG_FILE_OUTPUT, K3sNode
+from components.k3s_node import K3S_VERSION_OUTPUT, KUBECONFIG_FILE_OUTPUT, SSH_HOST_KEY_OUTPUT, K3sNode
 from components.management_cluster import manage_cluster
 from components.management_vm import PROTECTED_OUTPUT, ManagementVm
-from components.next_boot import (
-    CLOUD_INIT_OUTPUT,
-    SIZE_OUTPUT,
-    cloud_init_settings,
-    deployed,
-    dialed_address,
-    size_settings,
-)
+from components.next_boot import CLOUD_INIT_OUTPUT, SIZE_OUTPUT, dialed_address, held_cloud_init, held_size
 from components.settings import load_settings
 
 settings = load_settings()
 if not settings.proxmox.skip_credentials_check:
     verify_tokens(settings)
-# Only a run that imports the releases resolves their charts through this machine's Helm client.
-if settings.adopt and settings.adopt_cluster_objects:
-    verify_chart_repositories(settings)
+# Where a chart is not in the project's folder yet, its repository is asked now, before anything
+# is registered: one out of reach stops the run with nothing begun.
+cluster_charts = (
+    charts.cluster_charts(settings.cluster_api, charts.chart_directory()) if settings.adopt_cluster_objects else None
+)
 
 deployment = last_deployment()
 vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image, adopt=settings.adopt, deployment=deployment)
@@ -40,16 +35,20 @@ k3s = K3sNode(
 
 pulumi.export("vmAddress", vm.address)
 pulumi.export(PROTECTED_OUTPUT, vm.protection)
-pulumi.export(CLOUD_INIT_OUTPUT, deployed(cloud_init_settings(settings.vm), vm.vm, adopt=settings.adopt))
-pulumi.export(SIZE_OUTPUT, deployed(size_settings(settings.vm), vm.vm, adopt=settings.adopt))
+pulumi.export(CLOUD_INIT_OUTPUT, held_cloud_init(vm.vm, adopt=settings.adopt))
+pulumi.export(SIZE_OUTPUT, held_size(vm.vm, adopt=settings.adopt))
 pulumi.export("kubeconfig", k3s.kubeconfig)
+# The next run's k3s version order check reads it.
+pulumi.export(K3S_VERSION_OUTPUT, k3s.k3s_version)
+# The next run's first contact with the same VM dials with this key.
+pulumi.export(SSH_HOST_KEY_OUTPUT, k3s.ssh_host_key)
 # None (no output) until the held admin certificate first nears expiry; the next run reads it.
 pulumi.export(CERTIFICATE_RENEWAL_OUTPUT, k3s.certificate_renewal)
 # The first adoption run leaves the cluster out: its Kubernetes provider takes the kubeconfig
 # that this run reads from the node, unknown at the preview, which would plan an update after
 # every Kubernetes import (docs/adoption.md step 4); the next run takes them.
-if settings.adopt_cluster_objects:
-    cluster = manage_cluster(settings, k3s, deployment)
+if cluster_charts is not None:
+    cluster = manage_cluster(settings, k3s, cluster_charts, deployment)
     pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
     pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)
     pulumi.export("providerVersions", cluster.provider_versions)

@@ -7,9 +7,6 @@ change to this file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import pulumi
 
 # What the provider fills in when a program leaves it out (its schema's DefaultFunc): a VM the
@@ -25,9 +22,9 @@ VM_INPUTS = [
     *("initialization", "rebootAfterUpdate", *PROVIDER_DEFAULTED),
 ]
 # Every input a Helm release gets (`compat` from the SDK itself): none of them is forced on the
-# live release (an import reads back no repositoryOpts, createNamespace or timeout).
+# live release (an import reads back no createNamespace or timeout).
 RELEASE_INPUTS = [
-    *("name", "chart", "repositoryOpts", "namespace", "createNamespace", "values", "timeout", "version"),
+    *("name", "chart", "namespace", "createNamespace", "values", "timeout", "version"),
     "compat",
 ]
 # A namespace or a provider CR: an imported object brings its live spec among its inputs (a
@@ -59,10 +56,5 @@ def script_mode(*, adopt: bool) -> list[str]:
 
 
 # What a run records of the VM's settings (components.next_boot) when adopting: the playbook's,
-# which the program never sees and the next run cannot compare with.
+# which the program does not compare with (every one of its settings is announced the next run).
 ADOPTED_RECORD = "adopted: as the playbook left it"
-
-
-def recorded(settings: Mapping[str, Any], *, adopt: bool) -> Any:
-    """What a run records of the VM's `settings` for the next run to compare with."""
-    return ADOPTED_RECORD if adopt else dict(settings)

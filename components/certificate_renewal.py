@@ -17,10 +17,11 @@ import pulumi_command as command
 
 from components.kubeconfig import KubeconfigError, client_certificate_expiry
 
-# k3s renews a client certificate (a year long) that is within 90 days of expiry, and only when it
-# starts: inside this window a restart of k3s gives the admin kubeconfig a new certificate, and
-# the one the stack holds is due to stop working.
-RENEWAL_WINDOW = timedelta(days=90)
+# k3s renews a client certificate (a year long) that is within 120 days of expiry, and only when
+# it starts (CertificateRenewDays, 120 since v1.33.1+k3s1, k3s-io/k3s#12232; 90 before): inside
+# this window a restart of k3s gives the admin kubeconfig a new certificate, and the one the stack
+# holds is due to stop working.
+RENEWAL_WINDOW = timedelta(days=120)
 # The stack output that records the notAfter of the held admin certificate last seen entering
 # RENEWAL_WINDOW (not secret: a date), which mgmt-read-kubeconfig's triggers carry.
 CERTIFICATE_RENEWAL_OUTPUT = "adminCertificateRenewal"

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import adoption
+from components import adoption, charts
 from components.settings import ClusterApiSettings, ProviderVersions
 
 CERT_MANAGER_NAMESPACE = "cert-manager"
@@ -149,6 +149,7 @@ class ClusterApi(pulumi.ComponentResource):
         name: str,
         node: ClusterNode,
         settings: ClusterApiSettings,
+        cluster_charts: charts.ClusterCharts,
         *,
         proxmox_url: str,
         deployed_versions: pulumi.Input[Mapping[str, str] | None],
@@ -162,7 +163,7 @@ class ClusterApi(pulumi.ComponentResource):
             pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=protected, retain_on_delete=True)),
             adopt=adopt,
         )
-        operator = _releases(name, settings, lasting)
+        operator = _releases(name, cluster_charts, lasting)
         webhooks = _operator_webhooks(name, f"{settings.operator_webhook_timeout_minutes}m", after=operator, opts=child)
         namespaces = {
             p.namespace: kubernetes.core.v1.Namespace(
@@ -203,57 +204,46 @@ class _Lasting:
         return pulumi.ResourceOptions.merge(pulumi.ResourceOptions.merge(self.never_uninstalled, imported), more)
 
 
-def _releases(name: str, settings: ClusterApiSettings, lasting: _Lasting) -> kubernetes.helm.v3.Release:
+def _releases(name: str, cluster_charts: charts.ClusterCharts, lasting: _Lasting) -> kubernetes.helm.v3.Release:
     """cert-manager, then the operator; the operator's release."""
     cert_manager = _release(
         name,
-        "cert-manager",
-        repo=settings.cert_manager_repo,
+        cluster_charts.cert_manager,
         namespace=CERT_MANAGER_NAMESPACE,
         values={"crds": {"enabled": True}},
-        version=settings.cert_manager_version,
         lasting=lasting,
     )
     # Provider CRs in the chart's values would become Helm hooks (cluster-api-operator #1052)
     # and would clash with ClusterApi's own: the values stay empty.
     return _release(
-        name,
-        "cluster-api-operator",
-        repo=settings.operator_repo,
-        namespace=OPERATOR_NAMESPACE,
-        values={},
-        version=settings.operator_version,
-        lasting=lasting,
-        after=cert_manager,
+        name, cluster_charts.operator, namespace=OPERATOR_NAMESPACE, values={}, lasting=lasting, after=cert_manager
     )
 
 
 def _release(
     name: str,
-    chart: str,
+    local: charts.LocalChart,
     *,
-    repo: str,
     namespace: str,
     values: dict[str, object],
-    version: str,
     lasting: _Lasting,
     after: pulumi.Resource | None = None,
 ) -> kubernetes.helm.v3.Release:
     """A real Helm release (hooks run, `helm list` shows it) that Pulumi waits on. It is named
     after its chart, as k3s's HelmChart named the playbook's release, so the lab it built can be
-    adopted."""
+    adopted. Its chart is the archive in the project's folder (components.charts): a run reads no
+    chart repository."""
     return kubernetes.helm.v3.Release(
-        f"{name}-{chart}",
-        name=chart,
-        chart=chart,
-        repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=repo),
+        f"{name}-{local.chart}",
+        name=local.chart,
+        chart=local.file_name,
         namespace=namespace,
         create_namespace=True,
         values=values,
         timeout=RELEASE_TIMEOUT_SECONDS,
-        version=version,
+        version=local.version,
         opts=lasting.options(
-            f"{namespace}/{chart}",
+            f"{namespace}/{local.chart}",
             adoption.RELEASE_INPUTS,
             pulumi.ResourceOptions(depends_on=[after]) if after else None,
         ),

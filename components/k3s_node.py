@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_command as command
@@ -17,7 +19,7 @@ import yaml
 from components import adoption
 from components.certificate_renewal import CERTIFICATE_RENEWAL_OUTPUT, announced, held_certificate
 from components.cluster_api import deployed_output
-from components.host_script import host_command
+from components.host_script import host_command, script_command
 from components.kubeconfig import rename_k3s_kubeconfig
 from components.management_vm import ManagementVm
 from components.settings import PROJECT, K3sSettings
@@ -29,6 +31,64 @@ NODE_READY_BOUND_SECONDS = 300
 # The stack output that records where the admin kubeconfig file is and its write generation, for
 # the next run.
 KUBECONFIG_FILE_OUTPUT = "kubeconfigFile"
+# The stack output that records the SSH host key mgmt-host-ready pinned, with the VM instance it
+# belongs to, for the next run's first contact.
+SSH_HOST_KEY_OUTPUT = "sshHostKey"
+# The stack output that records the k3s version every node ran at the end of the last deployment.
+K3S_VERSION_OUTPUT = "k3sVersion"
+_K3S_RELEASE = re.compile(r"v(\d+)\.(\d+)\.(\d+)\+k3s(\d+)")
+
+
+class VersionOrderError(pulumi.RunError):
+    """k3sVersion is older than the deployed k3s, or more than one minor version ahead of it."""
+
+
+def check_k3s_version_order(deployed: Any, wanted: str) -> str:
+    """`wanted`, unless k3s cannot get there from `deployed` (the last deployment's
+    K3S_VERSION_OUTPUT; none for a stack that has not recorded one): k3s supports no downgrade
+    and upgrades one minor version at a time."""
+    before = _K3S_RELEASE.fullmatch(deployed) if isinstance(deployed, str) else None
+    after = _K3S_RELEASE.fullmatch(wanted)
+    if before is None or after is None:
+        return wanted
+    old, new = (tuple(int(part) for part in match.groups()) for match in (before, after))
+    series, next_series = f"v{old[0]}.{old[1]}", f"v{old[0]}.{old[1] + 1}"
+    if new < old:
+        problem = (
+            f"is older: k3s supports no downgrade. Keep {deployed}, or set a newer release of {series} or {next_series}"
+        )
+    elif new[0] != old[0] or new[1] > old[1] + 1:
+        problem = (
+            f"skips a minor version: k3s upgrades one minor at a time. Set a {next_series} release, run "
+            "`pulumi up`, and go on one minor a run"
+        )
+    else:
+        return wanted
+    raise VersionOrderError(
+        f"{PROJECT}:k3sVersion: the last deployment runs k3s {deployed}, and {wanted} {problem} (docs/versions.md)"
+    )
+
+
+def first_contact_key(recorded: Any, instance_key: str, reach: str) -> str | None:
+    """The host key mgmt-host-ready dials with, from the last deployment's SSH_HOST_KEY_OUTPUT:
+    none on a VM instance it did not record (trust on first use); on the same instance, the key
+    pinned there once anything else that mgmt-host-ready dials with (`reach`, reach_digest)
+    changes, since it then runs again, and from then on; else none, as it had, so a run with
+    nothing changed changes nothing."""
+    same_vm = isinstance(recorded, Mapping) and recorded.get("instanceKey") == instance_key
+    last: Mapping[str, Any] = recorded if same_vm else {}
+    host_key = last.get("hostKey")
+    if not isinstance(host_key, str) or not host_key:
+        return None
+    return host_key if last.get("pinned") is True or last.get("reach") != reach else None
+
+
+def reach_digest(host: str, user: str, private_key: str | None, dial_attempts: int) -> str:
+    """Every input of mgmt-host-ready but its host key and triggers, digested: its script, where
+    and as whom it dials, with which key (none: the ssh-agent's) and how often. 64 bits of
+    SHA-256, which tell nothing about the key."""
+    dialed = [script_command("host_ready.sh"), host, user, private_key, dial_attempts, SSH_DIAL_TIMEOUT_SECONDS]
+    return hashlib.sha256(json.dumps(dialed).encode()).hexdigest()[:16]
 
 
 def render_k3s_config(address: str) -> str:
@@ -59,6 +119,11 @@ class K3sNode(pulumi.ComponentResource):
     on_cluster: pulumi.ResourceOptions
     certificate_renewal: pulumi.Output[str | None]
     """CERTIFICATE_RENEWAL_OUTPUT: the renewal marker of this run (HeldCertificate.marker)."""
+    ssh_host_key: pulumi.Output[dict[str, Any]]
+    """SSH_HOST_KEY_OUTPUT: the VM's instance key, the host key pinned for it, the reach_digest of
+    this run and whether mgmt-host-ready dialed with the pinned key (first_contact_key)."""
+    k3s_version: pulumi.Output[str]
+    """K3S_VERSION_OUTPUT: the k3s version every node runs once this run is done."""
     kubeconfig_file: pulumi.Output[dict[str, Any]] | None
     """The kubeconfig file's path and write generation once it is written (KUBECONFIG_FILE_OUTPUT);
     None when kubeconfigPath is unset."""
@@ -77,23 +142,15 @@ class K3sNode(pulumi.ComponentResource):
     ) -> None:
         """`host`: where the host steps dial the VM (next_boot.dialed_address); `deployment`: last_deployment()."""
         super().__init__("homelab:index:K3sNode", name, None, opts)
-        private_key = pulumi.Output.secret(k3s.ssh_private_key) if k3s.ssh_private_key else None
-        host_ready = host_command(
-            f"{name}-host-ready",
-            "host_ready.sh",
-            [],
-            connection=_connection(host, ci_user, private_key, k3s.ssh_dial_attempts, host_key=None),
-            triggers=[vm.instance_key],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[vm]),
-        )
-        self.connection = _connection(
-            host, ci_user, private_key, k3s.ssh_dial_attempts, host_key=host_ready.stdout.apply(str.strip)
-        )
-        self._instance_key = vm.instance_key
+        # A run that k3s's version order refuses dials nothing.
+        host = _in_version_order(host, k3s.version, deployment)
+        host_ready = self._first_contact(name, vm, k3s, ci_user, host=host, deployment=deployment)
         held = held_certificate(deployment)
         read_kubeconfig = self._k3s_steps(
             name, vm.address, k3s.version, after=host_ready, adopt=adopt, renewal=held.apply(lambda h: h.marker)
         )
+        # Read once every node is Ready on it (mgmt-node-ready comes before).
+        self.k3s_version = read_kubeconfig.id.apply(lambda _: k3s.version)
         self.certificate_renewal = announced(held, read_kubeconfig, ssh=f"ssh {ci_user}@{vm.address}")
 
         self.kubeconfig = pulumi.Output.secret(
@@ -118,6 +175,49 @@ class K3sNode(pulumi.ComponentResource):
             f"{name}-kubeconfig-file", k3s.kubeconfig_path, self.kubeconfig, deployment, parent=self
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, CERTIFICATE_RENEWAL_OUTPUT: self.certificate_renewal})
+
+    def _first_contact(
+        self,
+        name: str,
+        vm: ManagementVm,
+        k3s: K3sSettings,
+        ci_user: str,
+        *,
+        host: pulumi.Output[str],
+        deployment: pulumi.Output[Mapping[str, Any]],
+    ) -> command.remote.Command:
+        """mgmt-host-ready, whose output is the host key that self.connection pins from then on.
+        It trusts on first use only on a VM instance it has not met: a run that re-runs it on the
+        same VM (a new private key, the ssh-agent, an edited host_ready.sh) dials with the key the
+        last deployment pinned (SSH_HOST_KEY_OUTPUT, first_contact_key), so no key is ever learnt
+        again for it."""
+        private_key = pulumi.Output.secret(k3s.ssh_private_key) if k3s.ssh_private_key else None
+        reach = pulumi.Output.all(host, private_key).apply(
+            lambda values: reach_digest(values[0], ci_user, values[1], k3s.ssh_dial_attempts)
+        )
+        dial_with = pulumi.Output.all(deployed_output(deployment, SSH_HOST_KEY_OUTPUT), vm.instance_key, reach).apply(
+            lambda values: first_contact_key(*values)
+        )
+        host_ready = host_command(
+            f"{name}-host-ready",
+            "host_ready.sh",
+            [],
+            connection=_connection(host, ci_user, private_key, k3s.ssh_dial_attempts, host_key=dial_with),
+            triggers=[vm.instance_key],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[vm]),
+        )
+        host_key = host_ready.stdout.apply(str.strip)
+        self.connection = _connection(host, ci_user, private_key, k3s.ssh_dial_attempts, host_key=host_key)
+        self._instance_key = vm.instance_key
+        # A host's public key is no secret, nor is the digest, though both derive from the
+        # private key's Output (the provider marks every output of a command whose connection
+        # holds a secret).
+        self.ssh_host_key = pulumi.Output.unsecret(
+            pulumi.Output.all(vm.instance_key, host_key, reach, dial_with).apply(
+                lambda v: {"instanceKey": v[0], "hostKey": v[1], "reach": v[2], "pinned": v[3] is not None}
+            )
+        )
+        return host_ready
 
     def _k3s_steps(
         self,
@@ -200,19 +300,30 @@ class K3sNode(pulumi.ComponentResource):
         )
 
 
+def _in_version_order(
+    host: pulumi.Input[str], version: str, deployment: pulumi.Output[Mapping[str, Any]]
+) -> pulumi.Output[str]:
+    """`host`, once check_k3s_version_order lets `version` follow the deployed one."""
+    checked = deployed_output(deployment, K3S_VERSION_OUTPUT).apply(
+        lambda deployed: check_k3s_version_order(deployed, version)
+    )
+    return pulumi.Output.all(host, checked).apply(lambda values: str(values[0]))
+
+
 def _connection(
     host: pulumi.Input[str],
     user: str,
     private_key: pulumi.Output[str] | None,
     dial_attempts: int,
     *,
-    host_key: pulumi.Input[str] | None,
+    host_key: pulumi.Output[str] | pulumi.Output[str | None],
 ) -> command.remote.ConnectionArgs:
+    """`host_key` resolving to None is sent as no host key: the provider then checks none."""
     return command.remote.ConnectionArgs(
         host=host,
         user=user,
         private_key=private_key,
-        host_key=host_key,
+        host_key=cast("pulumi.Output[str]", host_key),
         dial_error_limit=dial_attempts,
         per_dial_timeout=SSH_DIAL_TIMEOUT_SECONDS,
     )
@@ -256,11 +367,20 @@ def _kubeconfig_file(
     parent: pulumi.Resource,
 ) -> command.local.Command:
     """The admin kubeconfig at `path` on this machine, mode 0600, written again at each new
-    `generation` (write_generation)."""
+    `generation` (write_generation). The program writes over no file of anyone else's: created,
+    it refuses a path where something already is; updated (a new kubeconfig), it rewrites the
+    file it wrote."""
     quoted, directory = shlex.quote(str(path)), shlex.quote(str(path.parent))
+    write = f"umask 077 && mkdir -p {directory} && cat > {quoted} && chmod 0600 {quoted}"
+    refusal = shlex.quote(
+        f"{PROJECT}:kubeconfigPath: {path} exists, and this program writes no file over one it did not write: "
+        "move it away or choose another path, then run again (docs/operations.md, 'Outputs')"
+    )
     return command.local.Command(
         name,
-        create=f"umask 077 && mkdir -p {directory} && cat > {quoted} && chmod 0600 {quoted}",
+        # noclobber (set -C) keeps a file that appears after the check from being overwritten too.
+        create=f"if [ -e {quoted} ] || [ -L {quoted} ]; then echo {refusal} >&2; exit 1; fi && set -C && {write}",
+        update=write,
         delete=f"rm -f {quoted}",
         # A new path replaces the command, so the old one's delete removes the old file; an
         # update would only write the new one. A new generation (the file went missing) replaces

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
+from cryptography import x509
 
 
 class KubeconfigError(ValueError):
@@ -21,12 +21,7 @@ class CertificateError(KubeconfigError):
     """The user's client-certificate-data is not a PEM X.509 certificate this reader understands."""
 
 
-_PEM = re.compile(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", re.DOTALL)
-# The DER tags on the way to notAfter (RFC 5280, 4.1): SEQUENCE, INTEGER, the explicit [0] that
-# holds the version (absent in a v1 certificate), UTCTime and GeneralizedTime.
-_SEQUENCE, _INTEGER, _VERSION, _UTC_TIME, _GENERALIZED_TIME = 0x30, 0x02, 0xA0, 0x17, 0x18
-# RFC 5280, 4.1.2.5: both in UTC (Z), with seconds; UTCTime has a two-digit year.
-_TIME_FORMS = {_UTC_TIME: re.compile(r"(\d{2})(\d{10})Z"), _GENERALIZED_TIME: re.compile(r"(\d{4})(\d{10})Z")}
+PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"
 
 
 def _single(doc: dict[str, Any], section: str) -> dict[str, Any]:
@@ -83,73 +78,19 @@ def token_kubeconfig(server: str, ca_data: str, token: str, name: str) -> str:
 
 def client_certificate_expiry(text: str) -> datetime | None:
     """notAfter of the one user's client certificate, the first in its client-certificate-data
-    (k3s puts its client CA after it); None for a user without one (a token). Read here with no
-    X.509 library: the program needs this date and nothing else of the certificate."""
+    (k3s puts its client CA after it); None for a user without one (a token)."""
     user = _single(_load(text), "users").get("user")
     data = user.get("client-certificate-data") if isinstance(user, dict) else None
     if data is None:
         return None
     try:
-        pem = base64.b64decode(str(data), validate=True).decode("ascii")
-    except (binascii.Error, UnicodeDecodeError) as error:
+        pem = base64.b64decode(str(data), validate=True)
+    except binascii.Error as error:
         raise CertificateError(f"client-certificate-data is not base64 of a PEM text: {error}") from error
-    match = _PEM.search(pem)
-    if match is None:
+    if PEM_CERTIFICATE not in pem:
         raise CertificateError("client-certificate-data holds no PEM CERTIFICATE block")
     try:
-        der = base64.b64decode("".join(match.group(1).split()), validate=True)
-    except binascii.Error as error:
-        raise CertificateError(f"the client certificate's PEM body is not base64: {error}") from error
-    return certificate_not_after(der)
-
-
-def certificate_not_after(der: bytes) -> datetime:
-    """notAfter of a DER X.509 certificate: Certificate > tbsCertificate > [version] serialNumber,
-    signature, issuer, validity > notBefore, notAfter."""
-    certificate, _ = _expect(der, 0, _SEQUENCE)
-    tbs, _ = _expect(certificate, 0, _SEQUENCE)
-    offset = _expect(tbs, 0, _VERSION)[1] if tbs[:1] == bytes([_VERSION]) else 0
-    for tag in (_INTEGER, _SEQUENCE, _SEQUENCE):  # serialNumber, signature, issuer
-        offset = _expect(tbs, offset, tag)[1]
-    validity, _ = _expect(tbs, offset, _SEQUENCE)
-    _, _, after_not_before = _tlv(validity, 0)
-    tag, value, _ = _tlv(validity, after_not_before)
-    return _time(tag, value)
-
-
-def _tlv(data: bytes, offset: int) -> tuple[int, bytes, int]:
-    """The DER element at `offset`: its tag, its contents and the offset after it."""
-    if offset + 2 > len(data):
-        raise CertificateError("the client certificate's DER ends early")
-    tag, length, offset = data[offset], data[offset + 1], offset + 2
-    if length & 0x80:
-        count = length & 0x7F
-        if not 0 < count <= 4 or offset + count > len(data):
-            raise CertificateError("the client certificate's DER has a bad length")
-        length, offset = int.from_bytes(data[offset : offset + count], "big"), offset + count
-    if offset + length > len(data):
-        raise CertificateError("the client certificate's DER ends early")
-    return tag, data[offset : offset + length], offset + length
-
-
-def _expect(data: bytes, offset: int, tag: int) -> tuple[bytes, int]:
-    found, contents, end = _tlv(data, offset)
-    if found != tag:
-        raise CertificateError(f"the client certificate's DER has tag 0x{found:02x} where X.509 has 0x{tag:02x}")
-    return contents, end
-
-
-def _time(tag: int, value: bytes) -> datetime:
-    """A validity time as RFC 5280 writes it: UTCTime YYMMDDHHMMSSZ (YY below 50 is 20YY) until
-    2049, GeneralizedTime YYYYMMDDHHMMSSZ from 2050."""
-    form = _TIME_FORMS.get(tag)
-    match = form.fullmatch(value.decode("ascii", "replace")) if form else None
-    if match is None:
-        raise CertificateError(f"the client certificate's notAfter is not an RFC 5280 time: {value!r}")
-    year = int(match.group(1))
-    if tag == _UTC_TIME:
-        year += 1900 if year >= 50 else 2000
-    try:
-        return datetime.strptime(f"{year:04d}{match.group(2)}", "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+        certificate = x509.load_pem_x509_certificate(pem)
     except ValueError as error:
-        raise CertificateError(f"the client certificate's notAfter is not a date: {value!r}") from error
+        raise CertificateError(f"the client certificate is not one X.509 can read: {error}") from error
+    return certificate.not_valid_after_utc

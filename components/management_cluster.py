@@ -11,6 +11,7 @@ from typing import Any
 
 import pulumi
 
+from components.charts import ClusterCharts
 from components.cluster_api import ClusterApi, ClusterNode, last_deployed_versions, last_deployment
 from components.readonly_access import ReadOnlyAccess
 from components.settings import Settings
@@ -26,14 +27,19 @@ class ManagementCluster:
 
 
 def manage_cluster(
-    settings: Settings, node: ClusterNode, deployment: pulumi.Output[Mapping[str, Any]] | None = None
+    settings: Settings,
+    node: ClusterNode,
+    cluster_charts: ClusterCharts,
+    deployment: pulumi.Output[Mapping[str, Any]] | None = None,
 ) -> ManagementCluster:
-    """`deployment`: the outputs of this stack's last deployment, when the caller reads them
-    already (a stack reads them once); else they are read here."""
+    """`cluster_charts`: components.charts.cluster_charts, which the caller makes sure of before
+    it registers anything. `deployment`: the outputs of this stack's last deployment, when the
+    caller reads them already (a stack reads them once); else they are read here."""
     cluster_api = ClusterApi(
         "mgmt",
         node,
         settings.cluster_api,
+        cluster_charts,
         proxmox_url=settings.proxmox.endpoint,
         protected=settings.vm.protected,
         adopt=settings.adopt,

@@ -25,6 +25,10 @@ IMPORT_SOURCE = "disks[0].importFrom"
 # the zeros again and send the disk anew. The program sets no limits, so the block is not its to
 # compare.
 DISK_SPEED = "disks[0].speed"
+# Where the host steps reach the VM: its address and cloud-init user. With a rebuild allowed, a
+# change to either replaces the VM (next_boot lets it through only then); sent in place, the VM
+# would take it at a reboot the program never does, and every step would dial it before then.
+REACH = ["initialization.ipConfigs[0].ipv4.address", "initialization.userAccount.username"]
 # The stack output that records the VM's protection as deployed, which the rebuild guard reads.
 PROTECTED_OUTPUT = "vmProtected"
 
@@ -57,7 +61,8 @@ class ManagementVm(pulumi.ComponentResource):
     vm_id: int
     name: str
     protection: pulumi.Output[bool]
-    """Proxmox's delete lock as deployed; exported as PROTECTED_OUTPUT for the next run's guard."""
+    """Proxmox's delete lock as deployed, or Pulumi's protect (vmProtected) in this run; exported as
+    PROTECTED_OUTPUT for the next run's guard."""
     address: str
     image: proxmoxve.download.File | None
     """The cloud image on the node; none while adopting a VM that exists."""
@@ -100,7 +105,10 @@ class ManagementVm(pulumi.ComponentResource):
         self.vm_id = vm.vm_id
         self.name = vm.name
         self.address = str(vm.address.ip)
-        self.protection = self.vm.protection.apply(bool)
+        # The guard must see the VM protected while either lock is on: Pulumi's protect alone is
+        # on for an adopted VM, which keeps the playbook's missing Proxmox lock until its owner
+        # sets one, and the record would otherwise let one run lift protect and rebuild.
+        self.protection = self.vm.protection.apply(lambda locked: bool(locked) or vm.protected)
         # Proxmox assigns a random MAC when it creates the VM; the VMID alone survives a rebuild.
         self.instance_key = pulumi.Output.all(self.vm.id, self.vm.network_devices).apply(
             lambda args: _instance_key(args[0], args[1])
@@ -228,7 +236,7 @@ def _vm_options(
         protect=vm.protected,
         # The VMID is fixed, so a replacement must delete the old VM before creating the new.
         delete_before_replace=True,
-        replace_on_changes=[IMPORT_SOURCE] if vm.rebuild_from_image else [],
+        replace_on_changes=[IMPORT_SOURCE, *REACH] if vm.rebuild_from_image else [],
     )
     imported = adoption.imported(
         f"{proxmox.node}/{vm.vm_id}", adoption.VM_INPUTS, adopt=adopt, otherwise_ignored=ignored_disk_changes

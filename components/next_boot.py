@@ -12,6 +12,7 @@ from typing import Any
 
 import pulumi
 import pulumi_proxmoxve as proxmoxve
+from pulumi_proxmoxve.outputs import VmLegacyInitialization
 
 from components import adoption
 from components.settings import PROJECT, VmSettings
@@ -46,12 +47,56 @@ def size_settings(vm: VmSettings) -> dict[str, Any]:
     return {"vmCores": vm.cores, "vmMemoryMib": vm.memory_mib}
 
 
-def deployed(settings: Mapping[str, Any], resource: proxmoxve.VmLegacy, *, adopt: bool) -> pulumi.Output[Any]:
-    """What the VM holds of `settings` once the VM resource is done, for the next run to compare
-    with. The provider's own record cannot be read back here: the SDK fails to build an output
-    object with a property called `keys` (the cloud-init user account's)."""
-    record = adoption.recorded(settings, adopt=adopt)
-    return resource.id.apply(lambda _: record)
+def held_cloud_init(resource: proxmoxve.VmLegacy, *, adopt: bool) -> pulumi.Output[Any]:
+    """cloud_init_settings as the VM resource holds them, for the next run to compare with: the
+    old ones after a run that left the VM out (`pulumi up --target`). Read field by field inside
+    an apply of `initialization` alone, as plain values: the SDK cannot lift the user account's
+    output object (Output.all, or an apply that returns it), whose property `keys` hides the dict
+    method that Output.from_input calls ('list' object is not callable)."""
+    if adopt:
+        return pulumi.Output.from_input(adoption.ADOPTED_RECORD)
+    # The provider's user account holds a password, sensitive, which makes the whole output
+    # secret; the record leaves it out.
+    return pulumi.Output.unsecret(
+        resource.name.apply(lambda name: resource.initialization.apply(lambda held: _cloud_init_of(name, held)))
+    )
+
+
+def _cloud_init_of(name: str, held: VmLegacyInitialization | None) -> dict[str, Any]:
+    """What the resource holds, by config key; a key it holds nothing for is left out, and the
+    next run compares nothing for it."""
+    account = held.user_account if held else None
+    ipv4 = held.ip_configs[0].ipv4 if held and held.ip_configs else None
+    servers = held.dns.servers if held and held.dns else None
+    record = {
+        "vmName": name,
+        "ciUser": account.username if account else None,
+        "sshPublicKeys": list(account.keys) if account and account.keys is not None else None,
+        "vmAddress": ipv4.address if ipv4 else None,
+        "vmGateway": ipv4.gateway if ipv4 else None,
+        "vmDnsServers": list(servers) if servers is not None else None,
+    }
+    return {key: value for key, value in record.items() if value is not None}
+
+
+def held_size(resource: proxmoxve.VmLegacy, *, adopt: bool) -> pulumi.Output[Any]:
+    """size_settings as the VM resource holds them (cpu.cores, memory.dedicated), for the next
+    run to compare with; left out where it holds nothing, as in _cloud_init_of."""
+    if adopt:
+        return pulumi.Output.from_input(adoption.ADOPTED_RECORD)
+    # Nested applies, not Output.all, which would turn the output objects into plain dicts.
+    return resource.cpu.apply(
+        lambda cpu: resource.memory.apply(
+            lambda memory: {
+                key: int(value)
+                for key, value in (
+                    ("vmCores", cpu.cores if cpu else None),
+                    ("vmMemoryMib", memory.dedicated if memory else None),
+                )
+                if value is not None
+            }
+        )
+    )
 
 
 def dialed_address(vm: VmSettings, deployment: pulumi.Output[Mapping[str, Any]], *, adopt: bool) -> pulumi.Output[str]:
@@ -66,7 +111,8 @@ def _checked(vm: VmSettings, deployment: Mapping[str, Any], *, adopt: bool) -> s
     deployed = recorded if isinstance(recorded, Mapping) else {}
     reach = (("vmAddress", deployment.get(ADDRESS_OUTPUT), address), ("ciUser", deployed.get("ciUser"), vm.ci_user))
     moved = [(key, before, now) for key, before, now in reach if before is not None and before != now]
-    # A rebuilt VM is a new instance: its first step meets it anew, wherever and as whoever.
+    # With a rebuild allowed, a new address or user replaces the VM (management_vm.REACH): a new
+    # instance, whose first step meets it anew, wherever and as whoever.
     if moved and not vm.rebuild_from_image:
         raise ReachChangedError(
             "\n".join(

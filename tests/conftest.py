@@ -1,8 +1,12 @@
+import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 # The program imports `components` from the repository root, as the Pulumi CLI runs it there.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -30,12 +34,11 @@ def whole_box_lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that read the same scenario share its run: each real-engine test that takes a
     scenario's result (a module- or session-scoped fixture of the tests' own) joins the xdist
     group of that fixture (with its parameter), so one worker runs the scenario once and every
-    test of it there. Before xdist reads the groups (`--dist loadgroup`), the longest modules move
-    to the front."""
+    test of it there (ScenarioScheduling). The longest modules move to the front."""
     # Two scenario fixtures that one test takes (a module's view of a session-wide scenario) are
     # one scenario: each group is named after the first fixture of its connected set.
     joined: dict[str, str] = {}
@@ -54,6 +57,55 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if taken.get(item.nodeid):
             item.add_marker(pytest.mark.xdist_group(group_of(taken[item.nodeid][0])))
     items.sort(key=_start_order)
+    _tell_the_scheduler(config, items)
+
+
+# pytest-xdist 3.8's own `--dist loadgroup` names a group by appending it to the test's node id
+# (`item._nodeid`), which pytest 9 no longer reads: every test of a group would run alone, each
+# worker running the scenario again. So each worker leaves the groups it collected in a folder
+# that the controller names, and the controller's scheduler reads them from there.
+GROUPS_FOLDER = pytest.StashKey[Path]()
+GROUPS_INPUT = "lab_mgmt_scenario_groups"
+
+
+def _tell_the_scheduler(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workerinput = getattr(config, "workerinput", {})
+    if GROUPS_INPUT in workerinput:
+        groups = {item.nodeid: marker.args[0] for item in items if (marker := item.get_closest_marker("xdist_group"))}
+        folder = Path(workerinput[GROUPS_INPUT])
+        (folder / f"{workerinput['workerid']}.json").write_text(json.dumps(groups))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    if GROUPS_FOLDER not in node.config.stash:
+        node.config.stash[GROUPS_FOLDER] = Path(tempfile.mkdtemp(prefix="lab-mgmt-scenario-groups-"))
+    node.workerinput[GROUPS_INPUT] = str(node.config.stash[GROUPS_FOLDER])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return ScenarioScheduling(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if GROUPS_FOLDER in config.stash:
+        shutil.rmtree(config.stash[GROUPS_FOLDER], ignore_errors=True)
+
+
+class ScenarioScheduling(LoadScopeScheduling):  # type: ignore[misc]
+    """xdist's scheduling by scope, a scope being a scenario's group (or a test of none), as the
+    workers wrote them down: each group goes whole to one worker, in the order collected."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        groups: dict[str, str] = getattr(self, "_groups", {})
+        if not groups:
+            for written in self.config.stash[GROUPS_FOLDER].glob("*.json"):
+                groups.update(json.loads(written.read_text()))
+            self._groups = groups
+        return groups.get(nodeid, nodeid)
 
 
 def _scenarios(item: pytest.Item) -> set[str]:
@@ -66,7 +118,8 @@ def _scenarios(item: pytest.Item) -> set[str]:
     for name, definitions in info.name2fixturedefs.items() if info is not None else ():
         module = definitions[-1].func.__module__
         if definitions[-1].scope in {"module", "session"} and (module == "conftest" or module.startswith("test_")):
-            suffix = f"[{params[name]}]" if name in params else ""
+            # No brackets: xdist takes a node id ending in `]` for a parameter, not a group.
+            suffix = f"-{params[name]}" if name in params else ""
             names.add(f"{module}.{name}{suffix}")
     return names
 

@@ -13,12 +13,13 @@ import asyncio
 import base64
 import contextlib
 import gc
+import hashlib
 import json
-import os
 import re
 import runpy
 import subprocess
 import tempfile
+import urllib.error
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,7 +33,7 @@ from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.settings import ROOT
 from pulumi.runtime.sync_await import _sync_await
 
-from components import credentials
+from components import charts, credentials
 from components.settings import DEFAULTS, SECRET_KEYS, config_value
 
 REPO = Path(__file__).resolve().parent.parent
@@ -193,6 +194,8 @@ class Run:
     outputs: dict[str, tuple[Any, bool]] = field(default_factory=dict)
     permission_calls: list[tuple[str, str, str, bool]] = field(default_factory=list)
     """(endpoint, token id, token secret, insecure) of every token check the program made."""
+    chart_requests: list[str] = field(default_factory=list)
+    """The URL of every request to a chart repository."""
 
     def get(self, type_: str, name: str) -> Resource:
         return self.resources[(type_, name)]
@@ -418,36 +421,43 @@ def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
         setattr(module, name, original)
 
 
-@contextlib.contextmanager
-def helm_client_listing(config: Mapping[str, str], listed: bool) -> Iterator[None]:
-    """This machine's Helm client configuration, as `helm repo add` and `helm repo update` of the
-    configured chart repositories leave it (or empty, unless `listed`), for the block."""
-    with tempfile.TemporaryDirectory() as directory:
-        repositories_file, cache = Path(directory, "repositories.yaml"), Path(directory, "cache")
-        cache.mkdir()
-        repositories = []
-        if listed:
-            for chart, repo_key, version_key in (
-                ("cert-manager", "certManagerChartRepo", "certManagerVersion"),
-                ("cluster-api-operator", "capiOperatorChartRepo", "capiOperatorVersion"),
-            ):
-                repositories.append({"name": chart, "url": config[f"{PROJECT}:{repo_key}"]})
-                index = {
-                    "apiVersion": "v1",
-                    "entries": {chart: [{"name": chart, "version": config[f"{PROJECT}:{version_key}"]}]},
-                }
-                (cache / f"{chart}-index.yaml").write_text(yaml.safe_dump(index))
-        repositories_file.write_text(yaml.safe_dump({"apiVersion": "", "repositories": repositories}))
-        saved = {key: os.environ.get(key) for key in ("HELM_REPOSITORY_CONFIG", "HELM_REPOSITORY_CACHE")}
-        os.environ.update(HELM_REPOSITORY_CONFIG=str(repositories_file), HELM_REPOSITORY_CACHE=str(cache))
-        try:
-            yield
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+# Each chart the program installs: its repository's and its version's settings.
+CHART_SETTINGS = (
+    ("cert-manager", "certManagerChartRepo", "certManagerVersion"),
+    ("cluster-api-operator", "capiOperatorChartRepo", "capiOperatorVersion"),
+)
+
+
+def chart_repositories(config: Mapping[str, str]) -> dict[str, bytes]:
+    """URL -> content: what the configured chart repositories serve, in memory: an index listing
+    the configured version of their chart, its archive under a path relative to the repository,
+    and its sha256 (the archive is a stand-in the mocks never unpack)."""
+    files = {}
+    for chart, repo_key, version_key in CHART_SETTINGS:
+        repo, version = config[f"{PROJECT}:{repo_key}"].rstrip("/"), config[f"{PROJECT}:{version_key}"]
+        archive = f"{chart} {version}\n".encode()
+        entry = {
+            "name": chart,
+            "version": version,
+            "urls": [f"charts/{chart}-{version}.tgz"],
+            "digest": hashlib.sha256(archive).hexdigest(),
+        }
+        files[f"{repo}/index.yaml"] = yaml.safe_dump({"apiVersion": "v1", "entries": {chart: [entry]}}).encode()
+        files[f"{repo}/charts/{chart}-{version}.tgz"] = archive
+    return files
+
+
+def _fetch_from(served: Mapping[str, bytes], run: Run) -> Any:
+    """components.charts.fetch for the block: `served` only, every request recorded; any other
+    URL is out of reach, as a host that does not resolve is."""
+
+    def fetch(url: str) -> bytes:
+        run.chart_requests.append(url)
+        if url not in served:
+            raise urllib.error.URLError(f"{url} is out of reach")
+        return served[url]
+
+    return fetch
 
 
 def run_program(
@@ -461,7 +471,8 @@ def run_program(
     tokens: TokenTable | None = None,
     preview: bool = False,
     record: Run | None = None,
-    helm_charts_listed: bool = True,
+    chart_directory: Path | None = None,
+    charts_served: Mapping[str, bytes] | None = None,
 ) -> Run:
     """Run __main__.py once with the lab stack's config changed by `overrides`/`unset`.
     `previous_outputs` are the stack outputs of the last deployment, as a StackReference to the
@@ -470,8 +481,9 @@ def run_program(
     CLI passes: `organization` for a self-managed (DIY) backend. `tokens` is what the Proxmox API
     stand-in accepts, (id, secret) -> permissions (default: both configured tokens, with every
     privilege). Pass `record` to keep what a run that raises
-    registered before it failed. `helm_charts_listed`: whether this machine's Helm client lists
-    the configured charts (what an adoption needs)."""
+    registered before it failed. `chart_directory` is the project's folder where the program
+    keeps the chart archives (a new empty one by default); `charts_served` what the chart
+    repositories serve, URL -> content (by default, `chart_repositories` of the config)."""
     run = record if record is not None else Run()
     mocks = _Mocks(previous_outputs, vm_mac, live_outputs or {})
     ROOT.set(None)
@@ -491,9 +503,12 @@ def run_program(
 
     try:
         table = configured_tokens(config) if tokens is None else tokens
+        served = chart_repositories(config) if charts_served is None else charts_served
         with (
             _patched(credentials, "read_permissions", _permissions_table(run, table)),
-            helm_client_listing(config, helm_charts_listed),
+            _patched(charts, "fetch", _fetch_from(served, run)),
+            tempfile.TemporaryDirectory() as empty,
+            _patched(charts, "chart_directory", lambda: chart_directory or Path(empty)),
         ):
             pulumi.runtime.test(program)()  # type: ignore[no-untyped-call]
     except BaseException:

@@ -120,6 +120,15 @@ def test_the_adoption_preview_passes_the_adoption_check(adopted: harness.Run) ->
     }
 
 
+def test_the_adoption_preview_with_a_kubeconfig_file_passes_the_adoption_check(tmp_path: Path) -> None:
+    """The admin kubeconfig file that `kubeconfigPath` names is on this machine, not in the lab:
+    its writer is new, as the host steps are."""
+    run = harness.run_program({**ADOPT, "kubeconfigPath": str(tmp_path / "lab-mgmt.yaml")})
+    steps = [{"op": "import" if r.import_id else "create", "urn": r.urn} for r in run.resources.values()]
+    assert ("command:local:Command", "mgmt-kubeconfig-file") in run.names()
+    assert adoption_check.problems(steps) == []
+
+
 def test_the_adoption_check_catches_a_lab_object_left_without_its_import(adopted: harness.Run) -> None:
     steps = [{"op": "create", "urn": r.urn} for r in adopted.resources.values()]
     assert len(adoption_check.problems(steps)) == len(IMPORTED)
@@ -236,9 +245,8 @@ def test_the_first_adoption_run_registers_nothing_on_the_cluster(adopted: harnes
     assert first.get(*VM).import_id == IMPORTED[VM]
     assert [r.name for r in first.resources.values() if r.import_id] == ["mgmt-vm"]
     assert first.get("pulumi:providers:kubernetes", "mgmt-kubernetes")
-    # It imports no release, so this machine's Helm client need not list their charts yet.
-    unlisted = harness.run_program({**ADOPT, "adoptClusterObjects": False}, helm_charts_listed=False)
-    assert unlisted.names() == first.names()
+    # It registers no release, so it needs no chart.
+    assert first.chart_requests == []
     assert not {"readonlyKubeconfig", "workloadReadonlyKubeconfigs", "providerVersions"} & set(first.outputs)
     # Everything it registers, the second run registers the same; that run adds the cluster part.
     assert first.names() < adopted.names()

@@ -1,9 +1,9 @@
 """Adoption in the lab in a box: the playbook's lab (e2e/standins/cluster/playbook_lab.py) and lab1 on real
 kube-apiservers, then the Kubernetes part of the program (e2e/box/box_program.py) under the real
-engine, the real kubernetes plugin and the real Helm client, with the chart repositories' and the
-operator's stand-ins, in a network namespace of the test's own: the hand-over, the adoption run,
-the convergence runs, then a version bump. What the engine sent the API servers is read from their
-audit logs. Selected with `pytest -m engine`.
+engine and the real kubernetes plugin, with the chart repositories' and the operator's stand-ins,
+in a network namespace of the test's own: the hand-over, the adoption run, the convergence runs,
+then a version bump. What the engine sent the API servers is read from their audit logs.
+Selected with `pytest -m engine`.
 
 The VM and the k3s host steps are not in the box: their plugins are not served here.
 """
@@ -162,6 +162,7 @@ def test_the_next_run_changes_nothing(adoption: Any) -> None:
 
 
 def test_the_charts_came_from_the_configured_repositories_only(adoption: Any) -> None:
+    """The program fetched them into the project's folder, where the imports found them."""
     assert adoption["chart_unknown"] == []
     assert any(path.endswith("cert-manager-v1.21.2.tgz") for path in adoption["chart_requests"])
 

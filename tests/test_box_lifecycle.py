@@ -115,6 +115,16 @@ def test_the_cert_manager_bump_upgrades_one_release_and_nothing_else(box: Any) -
     assert {name.rsplit(".", 1)[0] for _, _, name in releases} == {"sh.helm.release.v1.cert-manager"}
 
 
+def test_the_cert_manager_bump_downloads_the_new_chart_alone_once(box: Any) -> None:
+    """Its preview fetches the new chart into the project's folder (index and archive), and the
+    up and the preview after it read the archive there."""
+    change = box["bumps"]["cert_manager"]
+    new_chart = f"/jetstack/cert-manager-{box_module.CERT_MANAGER_BUMP}.tgz"
+    assert change["preview"]["chart_requests"] == ["/jetstack/index.yaml", new_chart]
+    assert change["up"]["chart_requests"] == []
+    assert change["no_changes_preview"]["chart_requests"] == []
+
+
 def test_the_capmox_bump_updates_one_cr_that_the_operator_reconciles(box: Any) -> None:
     change = box["bumps"]["capmox"]
     up = applied(change)

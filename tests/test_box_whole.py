@@ -1,8 +1,8 @@
 """The lab in a box, whole (e2e/box/box.py): the program's own __main__.py through the real CLI and its
 three provider plugins, from the README's first run to `pulumi up` on an empty box (the Proxmox VE
 API stand-in, VM 201 as a real host installing k3s over real ssh, the chart repositories, the
-operator), then a second run that must do nothing at all. In a network namespace of the test's
-own; selected with `pytest -m engine`.
+operator), then a second run that must do nothing at all, with the chart repositories down. In
+a network namespace of the test's own; selected with `pytest -m engine`.
 """
 
 from __future__ import annotations
@@ -67,6 +67,13 @@ def test_the_first_up_creates_everything_on_the_empty_box(box: Any) -> None:
     ]
     assert first["ssh_sessions"], "the host steps ran over ssh"
     assert first["k8s_writes"], "the engine and the host scripts wrote to the new cluster"
+    # Each chart fetched once, into the project's folder, where the provider reads it.
+    assert first["chart_requests"] == [
+        "/jetstack/index.yaml",
+        "/jetstack/cert-manager-v1.21.2.tgz",
+        "/capi-operator/index.yaml",
+        "/capi-operator/cluster-api-operator-0.28.0.tgz",
+    ]
 
 
 def test_the_stand_ins_knew_every_request_and_the_operator_ran(box: Any) -> None:
@@ -161,17 +168,20 @@ def test_the_readonly_kubeconfig_lists_pods_but_reads_no_secret_and_deletes_noth
         assert (use[question]["rc"], use[question]["stdout"].strip()) == (1, "no"), question
 
 
-def test_a_preview_expecting_no_changes_passes(box: Any) -> None:
+def test_a_preview_expecting_no_changes_passes_with_the_chart_repositories_down(box: Any) -> None:
     preview = box["no_changes_preview"]
     assert preview["rc"] == 0, preview["output"][-6000:]
     assert set(preview["summary"]) <= {"same", "read"}, preview["summary"]
+    assert preview["chart_requests"] == []
 
 
-def test_the_second_up_opens_no_ssh_session_and_writes_nothing(box: Any) -> None:
+def test_the_second_up_opens_no_ssh_session_writes_nothing_and_needs_no_chart_repository(box: Any) -> None:
+    """The chart repositories are down since the first up (lifecycle.whole_box_lifecycle)."""
     second = box["second_up"]
     assert second["rc"] == 0, second["output"][-6000:]
     assert set(second["summary"]) <= {"same", "read"}, second["summary"]
     assert second["ssh_connections"] == []
     assert second["ssh_sessions"] == []
+    assert second["chart_requests"] == []
     assert second["pve_writes"] == []
     assert second["k8s_writes"] == []

@@ -162,9 +162,10 @@ def assert_on_mgmt_cluster(run: harness.Run, resource: harness.Resource) -> None
 def test_cert_manager_release(run: harness.Run) -> None:
     release = run.get(*CERT_MANAGER)
     inputs = release.plain
-    assert inputs["chart"] == "cert-manager"
+    # The archive in the project's folder, as Helm names it: no run reads the repository.
+    assert inputs["chart"] == "cert-manager-v1.21.2.tgz"
     assert inputs["version"] == "v1.21.2"
-    assert inputs["repositoryOpts"] == {"repo": "https://charts.jetstack.io"}
+    assert "repositoryOpts" not in inputs
     assert inputs["namespace"] == "cert-manager"
     assert inputs["createNamespace"] is True
     assert inputs["values"] == {"crds": {"enabled": True}}
@@ -176,9 +177,9 @@ def test_cert_manager_release(run: harness.Run) -> None:
 def test_operator_release_has_no_providers_in_its_values(run: harness.Run) -> None:
     release = run.get(*OPERATOR)
     inputs = release.plain
-    assert inputs["chart"] == "cluster-api-operator"
+    assert inputs["chart"] == "cluster-api-operator-0.28.0.tgz"
     assert inputs["version"] == "0.28.0"
-    assert inputs["repositoryOpts"] == {"repo": "https://kubernetes-sigs.github.io/cluster-api-operator"}
+    assert "repositoryOpts" not in inputs
     assert inputs["namespace"] == "capi-operator-system"
     # The name k3s's HelmChart gave the playbook's release, so that the lab it built is adoptable.
     assert inputs["name"] == "cluster-api-operator"
@@ -378,6 +379,7 @@ def test_chart_bump_changes_only_the_release(
     )
     assert harness.changed(redeploy, bumped) == {release}
     assert bumped.get(*release).plain["version"] == version
+    assert bumped.get(*release).plain["chart"] == f"{release[1].removeprefix('mgmt-')}-{version}.tgz"
 
 
 @pytest.mark.parametrize("expected", PROVIDERS, ids=lambda p: p.config_key)
@@ -549,16 +551,14 @@ def test_self_reference_is_fully_qualified_on_pulumi_cloud() -> None:
 # --- chart repositories --------------------------------------------------------------------------
 
 
-def test_chart_repositories_can_be_a_mirror(run: harness.Run) -> None:
-    mirrored = harness.run_program(
-        overrides={
-            "certManagerChartRepo": "https://charts.mirror.lab/jetstack",
-            "capiOperatorChartRepo": "https://charts.mirror.lab/capi-operator",
-        }
-    )
-    assert mirrored.get(*CERT_MANAGER).plain["repositoryOpts"] == {"repo": "https://charts.mirror.lab/jetstack"}
-    assert mirrored.get(*OPERATOR).plain["repositoryOpts"] == {"repo": "https://charts.mirror.lab/capi-operator"}
-    assert harness.changed(run, mirrored) == {CERT_MANAGER, OPERATOR}
+def test_a_mirror_is_where_a_missing_chart_comes_from_and_changes_no_release(run: harness.Run) -> None:
+    mirrors = {
+        "certManagerChartRepo": "https://charts.mirror.lab/jetstack",
+        "capiOperatorChartRepo": "https://charts.mirror.lab/capi-operator",
+    }
+    mirrored = harness.run_program(overrides=mirrors)
+    assert {url.rsplit("/", 1)[0].removesuffix("/charts") for url in mirrored.chart_requests} == set(mirrors.values())
+    assert harness.changed(run, mirrored) == set()
 
 
 @pytest.mark.parametrize("key", ["certManagerChartRepo", "capiOperatorChartRepo"])

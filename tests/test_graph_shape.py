@@ -30,6 +30,12 @@ OPERATOR_WAIT_AFTER = {
     "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfigurationPatch::mgmt-operator-webhook-validating",
     "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfigurationPatch::mgmt-operator-webhook-mutating",
 }
+# Since issue 29 a release's chart is an archive in the project's folder, with no repository:
+# its `repositoryOpts` input is gone, and with it from what an adopted release keeps.
+RELEASES = {
+    "kubernetes:helm.sh/v3:Release::mgmt-cert-manager",
+    "kubernetes:helm.sh/v3:Release::mgmt-cluster-api-operator",
+}
 STACKS: dict[str, dict[str, Any]] = {
     "lab": {},
     "lab adopted": {"adopt": True, "capmoxExistingSecret": "capmox-variables"},
@@ -76,6 +82,24 @@ def test_the_graph_keeps_its_shape(stack: str) -> None:
     assert shape(harness.run_program(STACKS[stack])) == expected
 
 
+def _with_local_charts(graph: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The graph with issue 29's change to the releases made."""
+
+    def without_repository(names: list[str] | None) -> list[str] | None:
+        return None if names is None else [name for name in names if name != "repositoryOpts"]
+
+    return [
+        {
+            **resource,
+            "inputs": without_repository(resource["inputs"]),
+            "ignore_changes": without_repository(resource["ignore_changes"]),
+        }
+        if resource["resource"] in RELEASES
+        else resource
+        for resource in graph
+    ]
+
+
 def _without_operator_wait(graph: list[dict[str, Any]], wait: set[str]) -> list[dict[str, Any]]:
     """The graph with the operator wait `wait` left out, and with it every dependency on it."""
     return [
@@ -87,7 +111,7 @@ def _without_operator_wait(graph: list[dict[str, Any]], wait: set[str]) -> list[
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_design_pass_moved_only_the_operator_wait(stack: str) -> None:
-    before = json.loads(BEFORE_DESIGN_PASS.read_text())[stack]
+    before = _with_local_charts(json.loads(BEFORE_DESIGN_PASS.read_text())[stack])
     after = shape(harness.run_program(STACKS[stack]))
     assert _without_operator_wait(after, OPERATOR_WAIT_AFTER) == _without_operator_wait(before, OPERATOR_WAIT_BEFORE)
     waited_on = {

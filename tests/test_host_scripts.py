@@ -61,13 +61,17 @@ case "$*" in
 esac
 """
 
+# A start keeps its time as systemd shows ExecMainStartTimestamp (state UNIT-started).
 SYSTEMCTL = r"""
 unit="${!#}"
 case "$*" in
   "is-enabled --quiet $unit") [ -e "$STUB_STATE/$unit.enabled" ] || exit 1 ;;
   "is-active --quiet $unit") [ -e "$STUB_STATE/$unit.active" ] || exit 3 ;;
   "enable $unit") touch "$STUB_STATE/$unit.enabled" ;;
-  "start $unit" | "restart $unit") touch "$STUB_STATE/$unit.active" ;;
+  "start $unit" | "restart $unit")
+    touch "$STUB_STATE/$unit.active"
+    date -u '+%a %Y-%m-%d %H:%M:%S UTC' >"$STUB_STATE/$unit-started"
+    ;;
   "show k3s -p ExecMainStartTimestamp --value") state k3s-started "" ;;
   *) unexpected ;;
 esac
@@ -94,7 +98,8 @@ esac
 """
 
 # Writes, to the -o file, an installer that logs how it was run and "installs" the k3s stand-in
-# (from lib/, into bin/) reporting INSTALL_K3S_VERSION. It runs under the real sh.
+# (from lib/, into bin/) reporting INSTALL_K3S_VERSION, then (re)starts k3s, as the real one does
+# for a new binary. It runs under the real sh.
 CURL = r"""
 if [ -e "$STUB_STATE/curl-fails" ]; then
   echo "curl: (22) The requested URL returned error: 404" >&2
@@ -115,6 +120,7 @@ set -eu
 } >>"$STUB_LOG"
 printf '%s' "$INSTALL_K3S_VERSION" >"$STUB_STATE/k3s-version"
 cp "$STUB_LIB/k3s" "$STUB_BIN/k3s"
+date -u '+%a %Y-%m-%d %H:%M:%S UTC' >"$STUB_STATE/k3s-started"
 INSTALLER
 """
 
@@ -198,6 +204,8 @@ INSTALLER_URL = "https://raw.githubusercontent.com/k3s-io/k3s/v1.35.8%2Bk3s1/ins
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE8sY2Fr3y0Q0pq6o2m9r9hX9sJ1Wl0a3b4c5d6e7f8g"
 K3S_CONFIG = "disable:\n- traefik\ntls-san:\n- 192.168.4.21\nwrite-kubeconfig-mode: '0600'\n"
 POLL_INTERVAL_SECONDS = 2
+# How systemd shows a timestamp such as ExecMainStartTimestamp (in UTC here).
+SYSTEMD_TIME = "%a %Y-%m-%d %H:%M:%S UTC"
 
 CLOUD_INIT_WAIT = ("cloud-init", "status", "--wait")
 CLOUD_INIT_LONG = ("cloud-init", "status", "--long")
@@ -310,9 +318,11 @@ class Host:
         """The manifest files k3s would have seen at the HelmChart call `verb` on `name`."""
         return (self.state / f"seen.{verb}.{name}").read_text().splitlines()
 
-    def install_k3s(self, version: str) -> None:
+    def install_k3s(self, version: str, *, started: str | None = None) -> None:
+        """k3s at `version`, started afterwards (or at `started`, as systemd shows the time)."""
         self.set("k3s-version", version)
         shutil.copy(self.lib / "k3s", self.bin / "k3s")
+        self.set("k3s-started", time.strftime(SYSTEMD_TIME, time.gmtime()) if started is None else started)
 
     def installed_k3s(self) -> str | None:
         return (self.state / "k3s-version").read_text() if (self.bin / "k3s").exists() else None
@@ -520,7 +530,9 @@ def test_k3s_config_writes_changed_content_and_restarts_only_an_installed_k3s(
     written = host.k3s_config_file.stat()
     second = host.run("k3s_config.sh", config_b64)
 
-    assert (second.returncode, second.stdout, second.calls) == (0, "k3s config unchanged\n", [])
+    # k3s started after the file was written: nothing to finish.
+    asked = [K3S_STARTED] if k3s_installed else []
+    assert (second.returncode, second.stdout, second.calls) == (0, "k3s config unchanged\n", asked)
     unchanged = host.k3s_config_file.stat()
     assert (unchanged.st_ino, unchanged.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
     assert host.k3s_config_file.read_text() == K3S_CONFIG
@@ -561,10 +573,12 @@ def config_b64(text: str = K3S_CONFIG) -> str:
 
 
 def write_existing_k3s_config(host: Host, content: bytes) -> os.stat_result:
-    """The file as an earlier tool left it (mode 0644), and its stat."""
+    """The file as an earlier tool left it (mode 0644) an hour ago, and its stat."""
     host.k3s_config_file.parent.mkdir(parents=True)
     host.k3s_config_file.write_bytes(content)
     host.k3s_config_file.chmod(0o644)
+    an_hour_ago = time.time() - 3600
+    os.utime(host.k3s_config_file, (an_hour_ago, an_hour_ago))
     return host.k3s_config_file.stat()
 
 
@@ -576,7 +590,7 @@ def test_k3s_config_leaves_the_same_settings_written_another_way_alone(host: Hos
     result = host.run("k3s_config.sh", config_b64())
 
     assert (result.returncode, result.stdout, result.stderr) == (0, "k3s config unchanged\n", "")
-    assert result.calls == []  # no restart
+    assert result.calls == [K3S_STARTED]  # no restart
     assert host.k3s_config_file.read_bytes() == existing.encode()
     after = host.k3s_config_file.stat()
     assert (after.st_ino, after.st_mtime_ns, after.st_mode) == (before.st_ino, before.st_mtime_ns, before.st_mode)
@@ -624,6 +638,45 @@ def test_k3s_config_when_adopting_leaves_the_same_settings_alone(host: Host) -> 
 
     assert (result.returncode, result.stdout, result.calls) == (0, "k3s config unchanged\n", [])
     assert host.k3s_config_file.read_bytes() == existing
+
+
+def an_hour_ago() -> str:
+    """An hour ago, as systemd shows a timestamp."""
+    return time.strftime(SYSTEMD_TIME, time.gmtime(time.time() - 3600))
+
+
+@pytest.mark.parametrize("started", [an_hour_ago(), ""], ids=["before-the-write", "not-running"])
+def test_k3s_config_finishes_a_restart_that_a_dead_run_left_undone(host: Host, started: str) -> None:
+    """The run wrote the file, then died before `systemctl restart k3s`: the retry finds the
+    file as wanted, and restarts k3s because it has not started since."""
+    host.install_k3s(VERSION, started=started)
+    host.k3s_config_file.parent.mkdir(parents=True)
+    host.k3s_config_file.write_text(K3S_CONFIG)
+    written = host.k3s_config_file.stat()
+
+    retry = host.run("k3s_config.sh", config_b64())
+
+    assert (retry.returncode, retry.stdout) == (
+        0,
+        "k3s config unchanged, but written after k3s last started; k3s restarted\n",
+    )
+    assert retry.calls == [K3S_STARTED, K3S_RESTART]
+    after = host.k3s_config_file.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+
+    again = host.run("k3s_config.sh", config_b64())
+
+    assert (again.returncode, again.stdout, again.calls) == (0, "k3s config unchanged\n", [K3S_STARTED])
+
+
+def test_k3s_config_when_adopting_restarts_nothing_even_after_a_late_write(host: Host) -> None:
+    host.install_k3s(VERSION, started=an_hour_ago())
+    host.k3s_config_file.parent.mkdir(parents=True)
+    host.k3s_config_file.write_text(K3S_CONFIG)
+
+    result = host.run("k3s_config.sh", config_b64(), "adopt")
+
+    assert (result.returncode, result.stdout, result.calls) == (0, "k3s config unchanged\n", [])
 
 
 @pytest.mark.parametrize("script", ["k3s_config.sh", "k3s_install.sh"])
@@ -681,7 +734,7 @@ def test_k3s_install_installs_the_pinned_version_then_a_second_run_does_nothing(
     second = host.run("k3s_install.sh", VERSION)
 
     assert (second.returncode, second.stdout) == (0, f"k3s {VERSION} already installed\n"), second.stderr
-    assert second.calls == [K3S_VERSION]
+    assert second.calls == [K3S_VERSION, K3S_STARTED]
 
 
 def test_k3s_install_upgrades_another_installed_version(host: Host) -> None:
@@ -699,8 +752,36 @@ def test_k3s_install_skips_the_same_installed_version(host: Host) -> None:
     result = host.run("k3s_install.sh", VERSION)
 
     assert (result.returncode, result.stdout) == (0, f"k3s {VERSION} already installed\n"), result.stderr
-    assert result.calls == [K3S_VERSION]
+    assert result.calls == [K3S_VERSION, K3S_STARTED]
     assert host.installed_k3s() == VERSION
+
+
+@pytest.mark.parametrize("started", [an_hour_ago(), ""], ids=["before-the-move", "not-running"])
+def test_k3s_install_finishes_a_restart_that_a_dead_run_left_undone(host: Host, started: str) -> None:
+    """The installer moved the new binary into place, then the run died before k3s restarted:
+    the retry finds the version installed, and restarts k3s because it has not started since."""
+    host.install_k3s(VERSION, started=started)
+
+    retry = host.run("k3s_install.sh", VERSION)
+
+    assert (retry.returncode, retry.stdout) == (
+        0,
+        f"k3s {VERSION} already installed, but after k3s last started; k3s restarted\n",
+    )
+    assert retry.calls == [K3S_VERSION, K3S_STARTED, K3S_RESTART]
+
+    again = host.run("k3s_install.sh", VERSION)
+
+    assert (again.returncode, again.stdout) == (0, f"k3s {VERSION} already installed\n")
+    assert again.calls == [K3S_VERSION, K3S_STARTED]
+
+
+def test_k3s_install_when_adopting_restarts_nothing_even_after_a_late_install(host: Host) -> None:
+    host.install_k3s(VERSION, started=an_hour_ago())
+
+    result = host.run("k3s_install.sh", VERSION, "adopt")
+
+    assert (result.returncode, result.stdout, result.calls) == (0, f"k3s {VERSION} already installed\n", [K3S_VERSION])
 
 
 def test_k3s_install_when_adopting_reports_another_version_and_installs_nothing(host: Host) -> None:
@@ -807,7 +888,7 @@ def test_node_ready_fails_within_the_bound_naming_why(host: Host, nodes: str, wh
 
 
 def test_node_ready_fails_at_once_when_k3s_is_not_running(host: Host) -> None:
-    host.install_k3s(VERSION)
+    host.install_k3s(VERSION, started="")
 
     result = host.run("node_ready.sh", "60", VERSION)
 

@@ -7,7 +7,10 @@ import base64
 import hashlib
 import itertools
 import shlex
+import stat
+import subprocess
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,17 +26,22 @@ from harness import (
     contains_plain,
     k3s_kubeconfig,
     not_after,
+    replaced,
     run_program,
 )
+from pulumi.runtime import rpc
 
+import components.host_script
 import components.k3s_node
 from components.certificate_renewal import HeldCertificate, renewal_warning
 from components.host_script import SCRIPTS_DIR
+from components.k3s_node import VersionOrderError, check_k3s_version_order
 from components.kubeconfig import rename_k3s_kubeconfig
 from components.next_boot import ReachChangedError
 
 COMMAND = "command:remote:Command"
 K8S_PROVIDER = ("pulumi:providers:kubernetes", "mgmt-kubernetes")
+VM = ("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
 STEPS = ["host-ready", "keep-host-keys", "guest-agent", "k3s-config", "k3s-install", "node-ready", "read-kubeconfig"]
 SCRIPTS = {
     "host-ready": "host_ready.sh",
@@ -85,7 +93,7 @@ def test_step_arguments(lab: Run) -> None:
 def test_steps_run_in_order(lab: Run) -> None:
     for earlier, later in itertools.pairwise(STEPS):
         assert lab.depends_on(lab.get(COMMAND, f"mgmt-{later}"), lab.get(COMMAND, f"mgmt-{earlier}")), later
-    vm = lab.get("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
+    vm = lab.get(*VM)
     assert lab.depends_on(lab.get(COMMAND, "mgmt-host-ready"), vm)
 
 
@@ -101,6 +109,65 @@ def test_first_contact_records_the_host_key_and_every_later_step_pins_it(lab: Ru
     assert "hostKey" not in step(lab, "host-ready")["connection"]
     for name in STEPS[1:]:
         assert step(lab, name)["connection"]["hostKey"] == HOST_KEY, name
+
+
+# --- first contact with a VM met before ----------------------------------------------------------
+ROTATED_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nbmV3LWtleQ==\n-----END OPENSSH PRIVATE KEY-----\n"
+HOST_READY = (COMMAND, "mgmt-host-ready")
+
+
+def test_the_pinned_host_key_is_recorded_with_its_vm_instance(lab: Run) -> None:
+    record, secret = lab.outputs["sshHostKey"]
+    assert secret is False
+    assert (record["instanceKey"], record["hostKey"], record["pinned"]) == (INSTANCE, HOST_KEY, False)
+    assert DUMMY_SECRETS["sshPrivateKey"] not in str(record)
+
+
+@pytest.fixture
+def edited_host_ready(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An upgrade of the program that edits host_ready.sh."""
+    for script in SCRIPTS_DIR.iterdir():
+        (tmp_path / script.name).write_text(script.read_text())
+    (tmp_path / "host_ready.sh").write_text(SCRIPTS_DIR.joinpath("host_ready.sh").read_text() + "# edited\n")
+    monkeypatch.setattr(components.host_script, "SCRIPTS_DIR", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "unset", "edited"),
+    [({"sshPrivateKey": ROTATED_KEY}, (), False), ({}, ("sshPrivateKey",), False), ({}, (), True)],
+    ids=["new private key", "ssh-agent", "edited host_ready.sh"],
+)
+def test_first_contact_with_the_same_vm_again_dials_with_the_key_it_pinned(
+    lab: Run, overrides: dict[str, Any], unset: tuple[str, ...], edited: bool, request: pytest.FixtureRequest
+) -> None:
+    """Each of these re-runs mgmt-host-ready on the VM it met before: it dials with the key the
+    last deployment pinned for that VM, never trusting whatever answers; later runs keep it so."""
+    if edited:
+        request.getfixturevalue("edited_host_ready")
+    again = run_program(overrides, unset, previous_outputs=deployed(lab))
+    assert HOST_READY in changed(lab, again)
+    assert step(again, "host-ready")["connection"]["hostKey"] == HOST_KEY
+    assert again.outputs["sshHostKey"][0]["pinned"] is True
+    for name in STEPS[1:]:
+        assert step(again, name)["connection"]["hostKey"] == HOST_KEY, name
+    assert changed(again, run_program(overrides, unset, previous_outputs=deployed(again))) == set()
+
+
+def test_a_run_with_nothing_changed_leaves_first_contact_as_it_was(lab: Run) -> None:
+    again = run_program(previous_outputs=deployed(lab))
+    assert changed(lab, again) == set()
+    assert "hostKey" not in step(again, "host-ready")["connection"]
+
+
+def test_a_new_vm_is_met_on_first_use_again(lab: Run) -> None:
+    rebuilt = run_program(previous_outputs=deployed(lab), vm_mac="BC:24:11:4A:00:02")
+    assert "hostKey" not in step(rebuilt, "host-ready")["connection"]
+    assert rebuilt.outputs["sshHostKey"][0]["instanceKey"] == "201/BC:24:11:4A:00:02"
+
+
+def test_a_stack_deployed_before_the_record_changes_nothing_on_upgrade(lab: Run) -> None:
+    before = {key: value for key, value in deployed(lab).items() if key != "sshHostKey"}
+    assert changed(lab, run_program(previous_outputs=before)) == set()
 
 
 def test_connection(lab: Run) -> None:
@@ -174,7 +241,7 @@ def test_kubernetes_objects_use_the_explicit_provider(lab: Run) -> None:
 def test_the_objects_on_the_cluster_go_with_the_vm(lab: Run) -> None:
     """A rebuild deletes the VM, and the cluster on its disk with it: the engine then skips the
     delete of each object on the cluster instead of calling the old cluster's API server."""
-    vm = lab.get("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
+    vm = lab.get(*VM)
     provider = lab.get(*K8S_PROVIDER)
     on_cluster = [r for r in lab.resources.values() if r.provider.startswith(provider.urn + "::")]
     assert len(on_cluster) > 10
@@ -185,6 +252,51 @@ def test_the_objects_on_the_cluster_go_with_the_vm(lab: Run) -> None:
 
 def test_a_second_run_re_runs_nothing(lab: Run) -> None:
     assert changed(lab, run_program()) == set()
+
+
+def test_the_deployed_k3s_version_is_a_stack_output(lab: Run) -> None:
+    assert lab.outputs["k3sVersion"] == ("v1.35.8+k3s1", False)
+
+
+@pytest.mark.parametrize("wanted", ["v1.35.8+k3s1", "v1.35.9+k3s1", "v1.35.8+k3s2", "v1.36.0+k3s1", "v1.36.4+k3s1"])
+def test_k3s_may_stay_or_go_up_by_a_release_or_one_minor(wanted: str) -> None:
+    assert check_k3s_version_order("v1.35.8+k3s1", wanted) == wanted
+
+
+@pytest.mark.parametrize(
+    ("wanted", "problem"),
+    [
+        (
+            "v1.34.5+k3s1",
+            "is older: k3s supports no downgrade. Keep v1.35.8+k3s1, or set a newer release of v1.35 or v1.36",
+        ),
+        ("v1.35.7+k3s3", "is older: k3s supports no downgrade"),
+        ("v1.35.8+k3s0", "is older: k3s supports no downgrade"),
+        (
+            "v1.37.1+k3s1",
+            "skips a minor version: k3s upgrades one minor at a time. Set a v1.36 release, run `pulumi up`",
+        ),
+        ("v2.0.0+k3s1", "skips a minor version"),
+    ],
+    ids=["older minor", "older patch", "older k3s revision", "two minors ahead", "next major"],
+)
+def test_k3s_going_down_or_skipping_a_minor_is_refused_before_any_host_step_dials(
+    lab: Run, wanted: str, problem: str
+) -> None:
+    record = Run()
+    with pytest.raises(VersionOrderError) as refused:
+        run_program({"k3sVersion": wanted}, previous_outputs=deployed(lab), preview=True, record=record)
+    message = str(refused.value)
+    assert message.startswith(f"lab-mgmt:k3sVersion: the last deployment runs k3s v1.35.8+k3s1, and {wanted} {problem}")
+    assert message.endswith("(docs/versions.md)")
+    assert not [r for r in record.resources.values() if r.type == COMMAND]
+
+
+def test_a_stack_that_recorded_no_k3s_version_is_not_checked(lab: Run) -> None:
+    """Deployed before the output existed: that run records it."""
+    previous = {key: value for key, value in deployed(lab).items() if key != "k3sVersion"}
+    run = run_program({"k3sVersion": "v1.33.1+k3s1"}, previous_outputs=previous)
+    assert run.outputs["k3sVersion"] == ("v1.33.1+k3s1", False)
 
 
 # What a k3s restart (a new version or config) re-runs: the wait, and the read of the kubeconfig
@@ -224,11 +336,8 @@ def test_kubeconfig_file_is_written_only_when_asked(lab: Run, tmp_path_factory: 
     path = tmp_path_factory.mktemp("home") / "kube dir" / "lab-mgmt.yaml"
     run = run_program({"kubeconfigPath": str(path)})
     (writer,) = run.of_type("command:local:Command")
-    quoted = shlex.quote(str(path))
-    assert writer.plain["create"] == (
-        f"umask 077 && mkdir -p {shlex.quote(str(path.parent))} && cat > {quoted} && chmod 0600 {quoted}"
-    )
-    assert writer.plain["delete"] == f"rm -f {quoted}"
+    # Removed when the path changes (the old one), when kubeconfigPath is unset, and on destroy.
+    assert writer.plain["delete"] == f"rm -f {shlex.quote(str(path))}"
     # Another path or generation replaces the writer: the old one's delete removes the old file,
     # before the new one writes (on the same path, the other order would remove the file just
     # written). No file there yet: the first write is generation 1.
@@ -242,6 +351,42 @@ def test_kubeconfig_file_is_written_only_when_asked(lab: Run, tmp_path_factory: 
 
 LOCAL = "command:local:Command"
 KUBECONFIG_FILE = (LOCAL, "mgmt-kubeconfig-file")
+
+
+def local_shell(command: str, stdin: str) -> subprocess.CompletedProcess[str]:
+    """`command` as pulumi-command runs a local command on Linux: /bin/sh -c, `stdin` on its stdin."""
+    return subprocess.run(["/bin/sh", "-c", command], input=stdin, capture_output=True, text=True, check=False)
+
+
+def test_the_kubeconfig_file_is_written_over_no_file_the_program_did_not_write(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Created (first run, a new path or generation), the writer refuses a path where something
+    is and leaves it alone; updated (a new kubeconfig), it rewrites its own file in place."""
+    path = tmp_path_factory.mktemp("home") / "kube dir" / "config"
+    writer = run_program({"kubeconfigPath": str(path)}).get(*KUBECONFIG_FILE).plain
+    kubeconfig = writer["stdin"]
+
+    created = local_shell(writer["create"], kubeconfig)
+    assert (created.returncode, created.stderr) == (0, "")
+    assert path.read_text() == kubeconfig
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    inode = path.stat().st_ino
+    updated = local_shell(writer["update"], "renewed\n")
+    assert (updated.returncode, path.read_text(), path.stat().st_ino) == (0, "renewed\n", inode)
+
+    refusal = (
+        f"lab-mgmt:kubeconfigPath: {path} exists, and this program writes no file over one it did not write: "
+        "move it away or choose another path, then run again (docs/operations.md, 'Outputs')\n"
+    )
+    path.write_text("apiVersion: v1\nclusters: []  # someone else's\n")
+    refused = local_shell(writer["create"], kubeconfig)
+    assert (refused.returncode, refused.stderr) == (1, refusal)
+    assert path.read_text() == "apiVersion: v1\nclusters: []  # someone else's\n"
+    path.unlink()
+    path.symlink_to(path.parent / "elsewhere")
+    assert local_shell(writer["create"], kubeconfig).returncode == 1
+    assert not (path.parent / "elsewhere").exists()
 
 
 def test_the_kubeconfig_file_output_records_path_and_generation(
@@ -339,6 +484,35 @@ def test_a_cloud_init_change_warns_of_the_reboot_and_keeps_the_host_steps(
     assert {key for key in changed(lab, run) if key[0] == COMMAND} <= {(COMMAND, "mgmt-k3s-config"), *AFTER_A_RESTART}
 
 
+def test_the_vm_records_are_what_the_vm_resource_holds(lab: Run, caplog: pytest.LogCaptureFixture) -> None:
+    """A `pulumi up --target` that leaves mgmt-vm out keeps the VM's old state: vmCloudInit and
+    vmSize record what it holds, not the new settings, so the next run still announces them."""
+    vm = lab.get(*VM).plain
+    held = {"mgmt-vm": {"cpu": vm["cpu"], "memory": vm["memory"], "initialization": vm["initialization"]}}
+    changes = {"vmCores": 4, "sshPublicKeys": [NEW_KEY]}
+    targeted = run_program(changes, previous_outputs=deployed(lab), live_outputs=held)
+    assert targeted.outputs["vmSize"] == ({"vmCores": 2, "vmMemoryMib": 4096}, False)
+    assert targeted.outputs["vmCloudInit"] == lab.outputs["vmCloudInit"]
+    assert lab.outputs["vmCloudInit"][0]["sshPublicKeys"] == vm["initialization"]["userAccount"]["keys"]
+    caplog.clear()
+    run_program(changes, previous_outputs=deployed(targeted), preview=True)
+    assert [message.split(" changed: ")[0] for message in warnings(caplog)] == [
+        "lab-mgmt:sshPublicKeys",
+        "lab-mgmt:vmCores",
+    ]
+
+
+def test_the_cloud_init_record_leaves_the_accounts_secret_password_out(lab: Run) -> None:
+    initialization = lab.get(*VM).plain["initialization"]
+    account = {
+        **initialization["userAccount"],
+        "password": {rpc._special_sig_key: rpc._special_secret_sig, "value": "pw"},
+    }
+    run = run_program(live_outputs={"mgmt-vm": {"initialization": {**initialization, "userAccount": account}}})
+    # The same record, and not secret.
+    assert run.outputs["vmCloudInit"] == lab.outputs["vmCloudInit"]
+
+
 def test_the_same_cloud_init_settings_warn_of_nothing(lab: Run, caplog: pytest.LogCaptureFixture) -> None:
     run_program(previous_outputs=deployed(lab), preview=True)
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == []
@@ -373,8 +547,8 @@ def test_a_size_change_warns_of_the_reboot_that_the_program_never_does(
     (warning,) = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
     assert warning.startswith(f"{keys} changed: Proxmox holds the new size as a pending change in this run")
     assert "never does by itself: reboot it (qm reboot 201)" in warning
-    assert changed(lab, run) == {("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")}
-    assert run.get("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm").plain["rebootAfterUpdate"] is False
+    assert changed(lab, run) == {VM}
+    assert run.get(*VM).plain["rebootAfterUpdate"] is False
     assert run.outputs["vmSize"][0] == {"vmCores": 4, "vmMemoryMib": overrides.get("vmMemoryMib", 4096)}
 
 
@@ -390,6 +564,20 @@ def test_a_new_address_or_user_is_refused_before_any_host_step_dials_it(
     with pytest.raises(ReachChangedError, match=f"^lab-mgmt:{key}: the last deployment has .*Change it with a rebuild"):
         run_program(overrides, previous_outputs=deployed(lab), preview=True, record=record)
     assert not [r for r in record.resources.values() if r.type == COMMAND]
+
+
+@pytest.mark.parametrize("overrides", [{"vmAddress": "192.168.4.30/24"}, {"ciUser": "admin"}], ids=["address", "user"])
+def test_with_a_rebuild_allowed_a_new_address_or_user_replaces_the_vm_even_from_the_same_image(
+    overrides: dict[str, Any],
+) -> None:
+    """The guard lets a new address or user through when a rebuild is allowed: the VM must then
+    be a new one, which the same image alone would not make it."""
+    lifted = run_program({"vmProtected": False})
+    allowed = {"vmProtected": False, "vmRebuildFromImage": True}
+    moved = run_program({**allowed, **overrides}, previous_outputs=deployed(lifted))
+    assert replaced(lifted, moved) == {VM}
+    new_keys = run_program({**allowed, "sshPublicKeys": [NEW_KEY]}, previous_outputs=deployed(lifted))
+    assert replaced(lifted, new_keys) == set()
 
 
 def test_a_rebuild_may_move_the_vm() -> None:
@@ -514,9 +702,11 @@ def test_an_expired_certificate_is_announced_as_what_fails() -> None:
 @pytest.mark.parametrize(
     ("days_left", "recorded", "marker"),
     [
-        (91, None, None),
-        (91, "2025-01-01T00:00:00Z", "2025-01-01T00:00:00Z"),
-        (90, None, "2027-03-01T00:00:00Z"),
+        # k3s v1.35 renews within 120 days of expiry (CertificateRenewDays), so the window is as long.
+        (121, None, None),
+        (121, "2025-01-01T00:00:00Z", "2025-01-01T00:00:00Z"),
+        (120, None, "2027-03-01T00:00:00Z"),
+        (100, None, "2027-03-01T00:00:00Z"),
         (10, "2025-01-01T00:00:00Z", "2027-03-01T00:00:00Z"),
         (-5, None, "2027-03-01T00:00:00Z"),
     ],

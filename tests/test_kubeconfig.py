@@ -10,12 +10,16 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.x509.oid import NameOID
 from harness import CA_DATA, CLIENT_CA, K3S_KUBECONFIG, client_certificate, k3s_kubeconfig, not_after
 
 from components.kubeconfig import (
     CertificateError,
     KubeconfigError,
-    certificate_not_after,
     client_certificate_expiry,
     cluster_endpoint,
     rename_k3s_kubeconfig,
@@ -114,22 +118,22 @@ def test_a_token_kubeconfig_has_no_certificate_expiry() -> None:
     assert client_certificate_expiry(token_kubeconfig("https://192.168.4.21:6443", CA_DATA, "tok.en", "ro")) is None
 
 
-def _der(tag: int, *contents: bytes) -> bytes:
-    body = b"".join(contents)
-    length = bytes([len(body)]) if len(body) < 0x80 else bytes([0x82]) + len(body).to_bytes(2, "big")
-    return bytes([tag]) + length + body
+def _certificate_until(moment: datetime) -> str:
+    """A self-signed certificate (PEM) valid until `moment`."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "system:admin")])
+    builder = x509.CertificateBuilder(name, name, key.public_key(), 1, datetime(1990, 1, 1, tzinfo=UTC), moment)
+    return builder.sign(key, hashes.SHA256()).public_bytes(Encoding.PEM).decode()
 
 
-def _v1_certificate(not_after_time: bytes, tag: int = 0x17) -> bytes:
-    """A version 1 certificate (no [0] version field) cut down to what the reader walks."""
-    validity = _der(0x30, _der(0x17, b"990101000000Z"), _der(tag, not_after_time))
-    tbs = _der(0x30, _der(0x02, b"\x01"), _der(0x30), _der(0x30), validity, _der(0x30))
-    return _der(0x30, tbs, _der(0x30), _der(0x03, b"\x00"))
-
-
-def test_a_two_digit_year_from_50_is_in_the_1900s() -> None:
-    assert certificate_not_after(_v1_certificate(b"991231235959Z")) == datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC)
-    assert certificate_not_after(_v1_certificate(b"491231235959Z")).year == 2049
+@pytest.mark.parametrize("year", [1999, 2049])
+def test_a_two_digit_year_from_50_is_in_the_1900s(year: int) -> None:
+    """RFC 5280 UTCTime: YY from 50 is 19YY, below 50 is 20YY."""
+    moment = datetime(year, 12, 31, 23, 59, 59, tzinfo=UTC)
+    certificate = _certificate_until(moment)
+    der = x509.load_pem_x509_certificate(certificate.encode()).public_bytes(Encoding.DER)
+    assert b"\x17\x0d" + moment.strftime("%y%m%d%H%M%SZ").encode() in der
+    assert client_certificate_expiry(k3s_kubeconfig(certificate)) == moment
 
 
 def _with_client_data(data: str) -> str:
@@ -144,28 +148,25 @@ def _pem(der: bytes) -> bytes:
     return b"-----BEGIN CERTIFICATE-----\n" + base64.encodebytes(der) + b"-----END CERTIFICATE-----\n"
 
 
+# A real client certificate, as DER, and its notAfter as the UTCTime element that holds it.
+NEAR = x509.load_pem_x509_certificate(client_certificate(30).encode())
+NEAR_DER = NEAR.public_bytes(Encoding.DER)
+NEAR_NOT_AFTER = b"\x17\x0d" + NEAR.not_valid_after_utc.strftime("%y%m%d%H%M%SZ").encode()
+UNREADABLE = "the client certificate is not one X.509 can read: error parsing asn1 value"
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
         (_b64(b"client-cert"), "holds no PEM CERTIFICATE block"),
         ("not base64!", "is not base64 of a PEM text"),
-        (_b64(b"-----BEGIN CERTIFICATE-----\n%%%\n-----END CERTIFICATE-----\n"), "PEM body is not base64"),
-        (_b64(_pem(_v1_certificate(b"991231235959Z")[:-5])), "DER ends early"),
-        (_b64(_pem(_v1_certificate(b"2612010418Z"))), "notAfter is not an RFC 5280 time"),
-        (_b64(_pem(_v1_certificate(b"20261301000000Z", tag=0x18))), "notAfter is not a date"),
-        (_b64(_pem(_v1_certificate(b"261201041800Z", tag=0x04))), "notAfter is not an RFC 5280 time"),
-        (_b64(_pem(_der(0x31, b""))), "tag 0x31 where X.509 has 0x30"),
+        (_b64(b"-----BEGIN CERTIFICATE-----\n%%%\n-----END CERTIFICATE-----\n"), "not one X.509 can read: Unable"),
+        (_b64(_pem(NEAR_DER[:-5])), UNREADABLE),
+        (_b64(_pem(NEAR_DER.replace(NEAR_NOT_AFTER, NEAR_NOT_AFTER[:4] + b"13" + NEAR_NOT_AFTER[6:]))), UNREADABLE),
+        (_b64(_pem(NEAR_DER.replace(NEAR_NOT_AFTER, b"\x04" + NEAR_NOT_AFTER[1:]))), UNREADABLE),
+        (_b64(_pem(b"\x31\x00")), UNREADABLE),
     ],
-    ids=[
-        "not PEM",
-        "not base64",
-        "bad PEM body",
-        "truncated",
-        "short time",
-        "no such month",
-        "not a time",
-        "not X.509",
-    ],
+    ids=["not PEM", "not base64", "bad PEM body", "truncated", "no such month", "not a time", "not X.509"],
 )
 def test_a_client_certificate_that_is_not_one_is_refused_with_what_is_wrong(data: str, message: str) -> None:
     with pytest.raises(CertificateError, match=message):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from harness import DUMMY_SECRETS, SECRET, Resource, Run, changed, contains_plain, replaced, run_program
 
-from components.management_vm import RebuildRefusedError
+from components.management_vm import REACH, RebuildRefusedError
 
 VM = ("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm")
 IMAGE = ("proxmoxve:download/file:File", "mgmt-image")
@@ -173,7 +173,7 @@ def test_a_deliberate_rebuild_replaces_the_vm_from_the_new_image() -> None:
     rebuilt = run_program({**REBUILD, **NEXT_IMAGE})
     vm = rebuilt.get(*VM)
     assert vm.ignore_changes == ["disks[0].speed"]
-    assert vm.replace_on_changes == ["disks[0].importFrom"]
+    assert vm.replace_on_changes == ["disks[0].importFrom", *REACH]
     assert vm.protect is False
     assert vm.plain["disks"][0]["importFrom"] == "local:import/noble-server-cloudimg-amd64-20261020.qcow2"
     assert replaced(unprotected, rebuilt) == {VM}
@@ -208,6 +208,19 @@ def test_a_rebuild_goes_ahead_after_a_run_that_lifted_the_locks() -> None:
 
 def test_the_deployed_protection_is_a_stack_output(lab: Run) -> None:
     assert lab.outputs["vmProtected"] == (True, False)
+
+
+def test_an_adopted_vm_without_proxmoxs_lock_is_recorded_protected_so_one_run_cannot_rebuild_it() -> None:
+    """The playbook's VM has no delete lock, and adoption keeps it so (until adoption.md step 8
+    sets it): the record is the lock or the setting, so the guard still needs two runs."""
+    adopted = run_program(
+        {"adopt": True, "capmoxExistingSecret": "capmox-variables"}, live_outputs={"mgmt-vm": {"protection": False}}
+    )
+    assert adopted.outputs["vmProtected"] == (True, False)
+    with pytest.raises(RebuildRefusedError, match="lab-mgmt:vmRebuildFromImage: true needs vmProtected=false applied"):
+        run_program(
+            {**REBUILD, **NEXT_IMAGE}, previous_outputs={**DEPLOYED, "vmProtected": adopted.outputs["vmProtected"][0]}
+        )
 
 
 def test_allowing_a_rebuild_without_a_new_image_replaces_nothing() -> None:

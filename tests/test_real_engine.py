@@ -220,7 +220,10 @@ def test_a_mistake_reads_as_a_message_naming_the_key_and_the_fix(tmp_path: Path)
     expected = {
         "bad setting": ["lab-mgmt:vmId: 12 is outside"],
         "unreachable API": ["lab-mgmt:proxmoxApiTokenSecret", "set lab-mgmt:skipCredentialsCheck true"],
-        "adoption without charts": ["lab-mgmt:certManagerChartRepo", "helm repo add", "helm repo update"],
+        "unreachable chart repository": [
+            "lab-mgmt:certManagerChartRepo: cannot fetch cert-manager v1.21.2 from https://charts.jetstack.io",
+            "helm pull cert-manager --repo https://charts.jetstack.io --version v1.21.2",
+        ],
     }
     for mistake, fragments in expected.items():
         shown = result["outputs"][mistake]

@@ -38,8 +38,10 @@ NEW_TO_THE_LAB = {
 # New to the lab only under these parents: the read-only token Secret is the program's own, while
 # a CAPMOX credentials Secret created in an adoption run would take CAPMOX off the playbook's. The
 # operator's webhook configurations are the chart's: ClusterApi's patches of them add only the
-# annotation that the program waits on, and change nothing the operator or Helm reads.
+# annotation that the program waits on, and change nothing the operator or Helm reads. K3sNode's
+# local command writes the admin kubeconfig file that kubeconfigPath names, on this machine.
 NEW_TO_THE_LAB_UNDER = {
+    "command:local:Command": "homelab:index:K3sNode",
     "kubernetes:core/v1:Secret": "homelab:index:ReadOnlyAccess",
     "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfigurationPatch": "homelab:index:ClusterApi",
     "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfigurationPatch": "homelab:index:ClusterApi",

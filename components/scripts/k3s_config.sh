@@ -4,6 +4,15 @@
 # $2 (taking over a running lab) a difference is reported and nothing is written or restarted.
 set -euo pipefail
 
+# Whether k3s has not started since file $1 changed (or never started): a run that died between
+# writing the file and restarting k3s left k3s on the old settings, and its retry finds the file
+# as wanted, so it must finish the job.
+k3s_started_before() {
+  local started_at
+  started_at="$(systemctl show k3s -p ExecMainStartTimestamp --value)"
+  [ -z "$started_at" ] || [ "$started_at" = n/a ] || [ "$(stat -c %Y "$1")" -gt "$(date -d "$started_at" +%s)" ]
+}
+
 config_file="${K3S_CONFIG_FILE:-/etc/rancher/k3s/config.yaml}"
 wanted="$(printf '%s' "$1" | base64 -d)"
 mode="${2:-apply}"
@@ -30,7 +39,12 @@ print("same" if same else "different")
 ' "$config_file" "$wanted")"
 fi
 if [ "$verdict" = same ]; then
-  echo "k3s config unchanged"
+  if [ "$mode" = apply ] && command -v k3s >/dev/null 2>&1 && k3s_started_before "$config_file"; then
+    systemctl restart k3s
+    echo "k3s config unchanged, but written after k3s last started; k3s restarted"
+  else
+    echo "k3s config unchanged"
+  fi
   exit 0
 fi
 if [ "$mode" = adopt ]; then

@@ -4,6 +4,15 @@
 # nothing when it is already there. Never uninstalls.
 set -euo pipefail
 
+# Whether k3s has not started since file $1 changed (or never started): the installer moves the
+# new binary into place before it restarts k3s, so a run that died in between left the old k3s
+# running, and its retry finds the version installed, so it must finish the job.
+k3s_started_before() {
+  local started_at
+  started_at="$(systemctl show k3s -p ExecMainStartTimestamp --value)"
+  [ -z "$started_at" ] || [ "$started_at" = n/a ] || [ "$(stat -c %Y "$1")" -gt "$(date -d "$started_at" +%s)" ]
+}
+
 version="$1"
 # `adopt` (taking over a running lab): another installed version is reported, never changed.
 mode="${2:-apply}"
@@ -16,7 +25,12 @@ if command -v k3s >/dev/null 2>&1; then
   installed="$(k3s --version | awk 'NR == 1 { print $3 }')"
 fi
 if [ "$installed" = "$version" ]; then
-  echo "k3s $version already installed"
+  if [ "$mode" = apply ] && k3s_started_before "$(command -v k3s)"; then
+    systemctl restart k3s
+    echo "k3s $version already installed, but after k3s last started; k3s restarted"
+  else
+    echo "k3s $version already installed"
+  fi
   exit 0
 fi
 if [ "$mode" = adopt ]; then

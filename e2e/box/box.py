@@ -320,6 +320,7 @@ class Marks:
     ssh: int
     installs: int
     audit: int
+    charts: int
 
     @classmethod
     def of(cls, box: Box) -> Marks:
@@ -328,12 +329,14 @@ class Marks:
             len(box.guest_log("sshd.log")),
             len(box.guest_log("installer.log")),
             len(box.cluster.audit()),
+            len(box.charts.requests),
         )
 
 
 def _observed(box: Box, action: str, *args: str) -> dict[str, Any]:
     """One `pulumi preview` or `up` with its wall time, and what it made the box do: SSH sessions
-    on the guest, Proxmox VE writes, and the program's Kubernetes writes."""
+    on the guest, Proxmox VE writes, the program's Kubernetes writes, and requests to the chart
+    repositories."""
     marks = Marks.of(box)
     started = time.monotonic()
     run: EngineRun = box.engine.run(action, *args)
@@ -349,6 +352,7 @@ def _observed(box: Box, action: str, *args: str) -> dict[str, Any]:
         "ssh_connections": [line for line in ssh if "Connection from" in line],
         "ssh_sessions": [line for line in ssh if "Accepted publickey" in line],
         "installs": box.guest_log("installer.log")[marks.installs :],
+        "chart_requests": box.charts.requests[marks.charts :],
         "pve_writes": [
             [call.method, call.path, list(call.params)]
             for call in box.pve.calls[marks.pve :]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components.helm_repositories import verify_chart_repositories
+from components import charts
 from components.management_cluster import manage_cluster
 from components.settings import load_settings
 
@@ -44,9 +44,8 @@ class BoxNode(pulumi.ComponentResource):
 
 def program(kubeconfig: str) -> None:
     settings = load_settings()
-    if settings.adopt:
-        verify_chart_repositories(settings)
-    cluster = manage_cluster(settings, BoxNode("mgmt", kubeconfig))
+    cluster_charts = charts.cluster_charts(settings.cluster_api, charts.chart_directory())
+    cluster = manage_cluster(settings, BoxNode("mgmt", kubeconfig), cluster_charts)
     pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
     pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)
     pulumi.export("providerVersions", cluster.provider_versions)

@@ -6,7 +6,6 @@ then the stack managing the lab as docs/operations.md says.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from e2e.box.scenarios import (
     _step,
 )
 from e2e.engine import control_plane
-from e2e.engine.cli import Engine, built_bin
+from e2e.engine.cli import Engine
 from e2e.standins.cluster import admission_webhook_standin, chart_repo_standin, operator_standin, playbook_lab
 
 
@@ -43,8 +42,8 @@ def _adopting(
     cluster: control_plane.ControlPlane,
     workload_clusters: list[str],
 ) -> tuple[Engine, list[dict[str, Any]]]:
-    """docs/adoption.md step 2 on a fresh laptop: the README's first run, the Helm client listing
-    both chart repositories, the adoption settings; the chart repositories are the stand-in's."""
+    """docs/adoption.md step 2 on a fresh laptop: the README's first run, the adoption settings;
+    the chart repositories are the stand-in's."""
     engine = _box_engine(base, charts, cluster)
     steps = _readme_first_run(engine, _lab_secrets())
     return engine, steps + adoption_settings(engine, charts, workload_clusters)
@@ -53,19 +52,8 @@ def _adopting(
 def adoption_settings(
     engine: Engine, charts: chart_repo_standin.ChartRepoStandIn, workload_clusters: list[str]
 ) -> list[dict[str, Any]]:
-    """docs/adoption.md step 2 after the README's first run: the Helm client listing both chart
-    repositories, and the adoption settings; the chart repositories are the stand-in's."""
-    steps = []
-    helm = built_bin("LAB_MGMT_HELM_BIN", "helm") / "helm"
-    for args in (
-        ("repo", "add", "lab-mgmt-cert-manager", f"{charts.url}/jetstack"),
-        ("repo", "add", "lab-mgmt-cluster-api-operator", f"{charts.url}/capi-operator"),
-        ("repo", "update"),
-    ):
-        done = subprocess.run(
-            [str(helm), *args], env=engine.env(), capture_output=True, text=True, timeout=120, check=False
-        )
-        steps.append({"args": ["helm", *args], "rc": done.returncode, "output": done.stdout + done.stderr})
+    """docs/adoption.md step 2 after the README's first run: the adoption settings; the chart
+    repositories are the stand-in's."""
     settings: list[tuple[str, ...]] = [
         ("adopt", "true"),
         ("--plaintext", "capmoxExistingSecret", playbook_lab.CAPMOX_SECRET),
@@ -74,7 +62,7 @@ def adoption_settings(
     ]
     # docs/operations.md: read-only access to a workload cluster.
     settings += [("--path", f"workloadClusters[{index}]", cluster) for index, cluster in enumerate(workload_clusters)]
-    return steps + [_step(engine, ("config", "set", *setting)) for setting in settings]
+    return [_step(engine, ("config", "set", *setting)) for setting in settings]
 
 
 def adoption_of_an_incomplete_lab(root: str) -> dict[str, Any]:
@@ -98,7 +86,7 @@ def adoption_of_an_incomplete_lab(root: str) -> dict[str, Any]:
 
 def adoption_run(root: str) -> dict[str, Any]:
     """docs/adoption.md's steps on the playbook's lab and lab1, as far as the box goes
-    (e2e/box/box_program.py): the hand-over, the Helm client and the stack config, the adoption
+    (e2e/box/box_program.py): the hand-over and the stack config, the adoption
     preview and `pulumi up`, then a second preview and up, which must find nothing to do; what
     the read-only kubeconfigs may do; then the convergence runs. Both clusters' objects are read
     before and after, and every write the engine sent is read from their audit logs."""

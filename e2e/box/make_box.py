@@ -153,6 +153,7 @@ def _down(root: Path) -> int:
 def _what_it_did(name: str, run: dict[str, Any]) -> str:
     return (
         f"{name}: rc {run['rc']}, {run['seconds']}s, {len(run['ssh_sessions'])} SSH sessions, "
+        f"{len(run['chart_requests'])} chart repository requests, "
         f"{len(run['pve_writes'])} Proxmox VE writes, {len(run['k8s_writes'])} Kubernetes writes"
     )
 

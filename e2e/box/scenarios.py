@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.engine.cli import PASSPHRASE, PLUGINS, REPO, Engine, fresh_engine
+from e2e.standins.cluster import chart_repo_standin, playbook_lab
 from e2e.standins.proxmox import pve_api_standin
 
 PROGRAM_TOKEN = "pulumi@pve!lab-mgmt"
@@ -85,8 +86,10 @@ def newcomer_first_run(root: str, tokens: list[Any]) -> dict[str, Any]:
     """The README's first run word for word, in one shell, on a laptop with an empty HOME (but for
     an SSH key pair and the plugins, which the CLI would download), with only the variables the
     README sets, against the Proxmox VE API stand-in at the lab's address answering from `tokens`
-    ([token id, secret, permissions] triples)."""
+    ([token id, secret, permissions] triples). No chart repository can be reached here: the
+    charts are in the repository's folder, as after a first run."""
     engine = fresh_engine(Path(root))
+    _charts_in_place(engine)
     key = engine.root / ".ssh" / "id_ed25519"
     key.parent.mkdir()
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "owner@laptop", "-f", str(key)], check=True)
@@ -134,19 +137,15 @@ def newcomer_first_run(root: str, tokens: list[Any]) -> dict[str, Any]:
 
 def mistakes(root: str) -> dict[str, Any]:
     """The CLI's output for three mistakes a newcomer makes: a bad setting, a Proxmox API that
-    cannot be reached (nothing listens at its address), and an adoption whose charts this
-    machine's Helm client does not list."""
+    cannot be reached (nothing listens at its address), and chart repositories that cannot be
+    reached (no name resolves here) with the charts not in the project's folder yet."""
     engine = fresh_engine(Path(root))
     steps = _readme_first_run(engine, _lab_secrets())
     outputs = {}
     mistakes: dict[str, list[tuple[str, ...]]] = {
         "bad setting": [("vmId", "12")],
         "unreachable API": [("vmId", "201")],
-        "adoption without charts": [
-            ("skipCredentialsCheck", "true"),
-            ("adopt", "true"),
-            ("--plaintext", "capmoxExistingSecret", "capmox-variables"),
-        ],
+        "unreachable chart repository": [("skipCredentialsCheck", "true")],
     }
     for mistake, settings in mistakes.items():
         steps += [_step(engine, ("config", "set", *setting)) for setting in settings]
@@ -204,8 +203,10 @@ def program_preview(
 ) -> dict[str, Any]:
     """The README's steps with `secrets`, then `settings`, then `pulumi preview` of the program by
     the CLI, with the Proxmox VE API stand-in at the lab's address answering from `tokens`
-    ([token id, secret, permissions] triples)."""
+    ([token id, secret, permissions] triples). The charts are in the project's folder, as after a
+    first run: no chart repository can be reached here."""
     engine = fresh_engine(Path(root), legacy_layout=legacy_layout)
+    _charts_in_place(engine)
     steps = _readme_first_run(engine, {**_lab_secrets(), **secrets})
     for key, value in settings.items():
         steps.append(_step(engine, ("config", "set", key, value)))
@@ -223,6 +224,14 @@ def program_preview(
         "unknown": standin.unknown,
         "state_files": sorted(str(path.relative_to(stacks)) for path in stacks.rglob("*.json")),
     }
+
+
+def _charts_in_place(engine: Engine) -> None:
+    """The lab's two chart archives in the project's folder, as a user puts them there by hand
+    (docs/operations.md) or a first run leaves them."""
+    for chart, (_, _, version, _) in playbook_lab.PLAYBOOK_CHARTS.items():
+        archive = chart_repo_standin.Chart(chart, version)
+        (engine.project / archive.archive_name).write_bytes(archive.archive())
 
 
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}

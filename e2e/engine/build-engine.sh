@@ -3,7 +3,7 @@
 # a cache outside the repository, keyed by version; what is built already is skipped. It prints
 # one VARIABLE=directory line per thing built, for `export $(e2e/engine/build-engine.sh ...)`:
 #
-#   e2e/engine/build-engine.sh                the pulumi CLI: LAB_MGMT_ENGINE_BIN
+#   e2e/engine/build-engine.sh         the pulumi CLI: LAB_MGMT_ENGINE_BIN
 #   ... control-plane                  also etcd, kube-apiserver, kube-controller-manager and
 #                                      kubectl at the Kubernetes minor of the pinned k3s:
 #                                      LAB_MGMT_CONTROL_PLANE_BIN
@@ -12,9 +12,7 @@
 #                                      (LAB_MGMT_KUBERNETES_PLUGIN_BIN); proxmoxve and command
 #                                      (LAB_MGMT_PROXMOXVE_PLUGIN_BIN, LAB_MGMT_COMMAND_PLUGIN_BIN)
 #                                      and pulumi-language-python (beside the CLI) from the
-#                                      upstream archives in $LAB_MGMT_VENDOR; and the
-#                                      Helm client whose repositories the kubernetes plugin reads
-#                                      (LAB_MGMT_HELM_BIN)
+#                                      upstream archives in $LAB_MGMT_VENDOR
 #
 # The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
 # pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
@@ -129,27 +127,6 @@ json.dump(schema, open(sys.argv[3], "w"))' "$cmd/schema.json" "$KUBERNETES_PLUGI
     rm -rf "$src"
   fi
   printf 'LAB_MGMT_KUBERNETES_PLUGIN_BIN=%s\n' "$out"
-}
-
-# The Helm client at the version the kubernetes plugin embeds: an adoption lists the chart
-# repositories with it (docs/adoption.md), and the plugin reads what it wrote.
-HELM_VERSION=3.18.6
-
-build_helm() {
-  local out="$cache/helm-v$HELM_VERSION/bin" src="$cache/src/helm-v$HELM_VERSION"
-  local started=$SECONDS
-  if [ -x "$out/helm" ]; then
-    say "helm v$HELM_VERSION: cached"
-  else
-    rm -rf "$src" && mkdir -p "$src" "$out"
-    say "helm v$HELM_VERSION: building"
-    (cd "$src" && go mod init lab-mgmt/helm >/dev/null 2>&1 && go get "helm.sh/helm/v3@v$HELM_VERSION" >&2 &&
-      go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
-        -o "$out/helm.partial" helm.sh/helm/v3/cmd/helm)
-    finish "$out/helm" "$started"
-    rm -rf "$src"
-  fi
-  printf 'LAB_MGMT_HELM_BIN=%s\n' "$out"
 }
 
 # What the Go module proxy refuses comes as exact upstream archives (`git archive` of the tagged
@@ -395,11 +372,45 @@ build_control_plane() {
   printf 'LAB_MGMT_CONTROL_PLANE_BIN=%s\n' "$out"
 }
 
-# The control plane needs nothing of the CLI's and builds beside it from the start; the plugins
-# need the CLI and build beside the control plane after it. Go's module and build caches are safe
-# for concurrent builds, and two builds keep both cores busy while the other links or downloads.
-# Each lane prints its lines as it finishes.
-wanted=" $* "
+# Two lanes build side by side, so that both cores stay busy while one links or downloads (Go's
+# module and build caches are safe for concurrent builds), each printing its lines as it goes:
+# the CLI and what builds on its packages; beside it, the control plane, then the plugins that
+# come from archives. Each lane is a sequence of plain commands, so the first failure ends it.
+targets=" $* "
+wants() { [[ "$targets" == *" $1 "* ]]; }
+
+# The proxmoxve and command plugins wait for the other lane's CLI (a plugin whose archive is
+# missing is installed by it): its binary appears whole (finish), unless that lane ended without it.
+await_cli() {
+  cli_bin="$cache/pulumi-v$(cli_version "$(pinned pulumi)")/bin"
+  until [ -x "$cli_bin/pulumi" ]; do
+    if ! kill -0 "$1" 2>/dev/null; then
+      say "no pulumi CLI to install plugins with (its build failed above)"
+      return 1
+    fi
+    sleep 2
+  done
+}
+
+cli_lane() {
+  build_cli
+  if wants plugins; then
+    build_kubernetes_plugin
+    build_language_host
+  fi
+}
+
+beside_lane() {
+  if wants control-plane; then
+    build_control_plane
+  fi
+  if wants plugins; then
+    await_cli "$1"
+    build_proxmoxve_plugin
+    build_command_plugin
+  fi
+}
+
 for target in "$@"; do
   case "$target" in
     control-plane | plugins) ;;
@@ -407,18 +418,13 @@ for target in "$@"; do
   esac
 done
 started=$SECONDS
-lanes=()
-if [[ "$wanted" == *" control-plane "* ]]; then
-  build_control_plane &
-  lanes+=("$!")
-fi
-build_cli
-if [[ "$wanted" == *" plugins "* ]]; then
-  (build_kubernetes_plugin && build_helm && build_proxmoxve_plugin && build_command_plugin && build_language_host) &
-  lanes+=("$!")
-fi
+cli_lane &
+cli_pid=$!
+beside_lane "$cli_pid" &
+beside_pid=$!
 failed=0
-for lane in "${lanes[@]}"; do wait "$lane" || failed=1; done
+wait "$cli_pid" || failed=1
+wait "$beside_pid" || failed=1
 if [ "$failed" -ne 0 ]; then
   say "a build failed (its error is above)"
   exit 1

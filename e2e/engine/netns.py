@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from e2e.engine.cli import REPO
@@ -72,12 +72,18 @@ def _keep(scenario: str, args: tuple[Any, ...], done: subprocess.CompletedProces
         json.dump({"args": list(args), "rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}, kept)
 
 
+def scenario(name: str) -> Callable[..., Any]:
+    """The function a scenario name names: `MODULE.FUNCTION` in e2e.box.MODULE, or a bare
+    `FUNCTION` in e2e.box.scenarios. Raises ImportError or AttributeError for a name that names none."""
+    module, _, function = name.rpartition(".")
+    found: Callable[..., Any] = getattr(importlib.import_module(f"e2e.box.{module or 'scenarios'}"), function)
+    return found
+
+
 def _main(argv: list[str]) -> None:
     name, args = argv[1], json.loads(argv[2])
-    module, _, function = name.rpartition(".")
     # Only the child process runs scenarios: their modules are imported here.
-    scenarios = importlib.import_module(f"e2e.box.{module or 'scenarios'}")
-    result = getattr(scenarios, function)(*args)
+    result = scenario(name)(*args)
     print(RESULT_MARK + json.dumps(result), flush=True)
 
 

@@ -7,16 +7,17 @@ The charts are stand-ins too: a chart of the real name and version whose templat
 ConfigMap named after the release, so the objects a release owns can be told apart, and whatever
 other templates and CRDs a test gives it. Every request
 is recorded; any other path or method is answered 404 naming it and recorded as unknown, so a test
-can fail on it.
+can fail on it. A test can take the repositories down for a while (`down`).
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import tarfile
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -61,6 +62,8 @@ class Chart:
         return {"templates/rendered.yaml": TEMPLATE, **extra}
 
     def archive(self) -> bytes:
+        """The same bytes on every call (no time in the gzip header or the tar entries), so that
+        the digest the index lists is the archive's that is served."""
         files = {
             "Chart.yaml": yaml.safe_dump(self.metadata()),
             "values.yaml": "{}\n",
@@ -68,7 +71,7 @@ class Chart:
             **{f"crds/crd-{index}.yaml": crd for index, crd in enumerate(self.crds)},
         }
         buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as packed, tarfile.open(fileobj=packed, mode="w") as tar:
             for path, text in files.items():
                 data = text.encode()
                 info = tarfile.TarInfo(f"{self.name}/{path}")
@@ -92,8 +95,21 @@ class ChartRepoStandIn:
     url: str
     """https://127.0.0.1:PORT; each repository is a path under it."""
     certificate: Path
+    listening: ExitStack = field(repr=False)
+    """The server, while the repositories are up."""
+    listen: Callable[[], None] = field(repr=False)
+    """Serves the repositories at `url` again."""
     requests: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
+
+    @contextmanager
+    def down(self) -> Iterator[None]:
+        """Out of reach for the block: nothing listens at `url`; then served there again."""
+        self.listening.close()
+        try:
+            yield
+        finally:
+            self.listen()
 
 
 def _index(charts: Sequence[Chart]) -> bytes:
@@ -144,6 +160,11 @@ def serve(repositories: Mapping[str, Sequence[Chart]], directory: Path) -> Itera
         def log_message(self, format: str, *args: object) -> None:
             """Requests are recorded above; nothing goes to stderr."""
 
-    with https_server.serving(Handler, (address, 0), key, cert) as server:
-        standin = ChartRepoStandIn(url=f"https://{address}:{server.server_address[1]}", certificate=cert)
+    with ExitStack() as listening:
+        port = listening.enter_context(https_server.serving(Handler, (address, 0), key, cert)).server_address[1]
+
+        def listen() -> None:
+            listening.enter_context(https_server.serving(Handler, (address, port), key, cert))
+
+        standin = ChartRepoStandIn(f"https://{address}:{port}", cert, listening, listen)
         yield standin

@@ -1,0 +1,175 @@
+"""The two Helm charts the program installs, kept as archives in the project's folder and given to
+the kubernetes provider by that file name, with no repository.
+
+Given a repository URL, pulumi-kubernetes (v4.25.0) fetches the repository's index and downloads
+the chart archive in the check of every run whose release inputs are known, with no cache: a run
+that changes nothing would still need both repositories. A chart given as a file is read from the
+disk. So the program fetches an archive only when it is missing (a new laptop, a chart bump):
+the repository's index names the archive and its sha256, which the download must match; the
+digest is kept beside the archive and checked on every later run. Both charts are made sure of
+before the program registers anything, in a preview as in an up, as the tokens are: a repository
+out of reach stops a run with nothing begun.
+
+The file bears the name Helm gives it, `<chart>-<version>.tgz`, which is also the name an imported
+release's chart is looked for first in the project's folder: adopting the releases needs no Helm
+client configuration either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin
+
+import pulumi
+import yaml
+
+from components.settings import PROJECT, ClusterApiSettings
+
+CONNECT_SECONDS = 10
+"""To connect, and for any read to answer."""
+DOWNLOAD_SECONDS = 60
+"""For a whole response: the index of a large repository, or an archive."""
+DIGEST_SUFFIX = ".sha256"
+# A large repository's index (charts.jetstack.io's lists every version ever released) parses in a
+# fraction of the time with libyaml, where the installed PyYAML has it.
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class ChartRepositoryError(pulumi.RunError):
+    """A chart archive that is not in the project's folder could not be fetched, or was not what
+    the repository's index says (a RunError: the CLI shows the message alone)."""
+
+
+@dataclass(frozen=True)
+class ChartSource:
+    chart: str
+    version: str
+    repo: str
+    repo_key: str
+    """The setting that names the repository."""
+
+    @property
+    def file_name(self) -> str:
+        """As `helm pull` names the archive, and as an import looks for it."""
+        return f"{self.chart}-{self.version}.tgz"
+
+
+@dataclass(frozen=True)
+class LocalChart:
+    """A chart whose archive is in the project's folder."""
+
+    chart: str
+    version: str
+    file_name: str
+    """What the release gives the provider as its chart."""
+
+
+@dataclass(frozen=True)
+class ClusterCharts:
+    cert_manager: LocalChart
+    operator: LocalChart
+
+
+def cluster_charts(settings: ClusterApiSettings, directory: Path) -> ClusterCharts:
+    """cert-manager's chart and the operator's in `directory`, each fetched first unless there."""
+    return ClusterCharts(
+        cert_manager=local_chart(
+            ChartSource(
+                "cert-manager", settings.cert_manager_version, settings.cert_manager_repo, "certManagerChartRepo"
+            ),
+            directory,
+        ),
+        operator=local_chart(
+            ChartSource(
+                "cluster-api-operator", settings.operator_version, settings.operator_repo, "capiOperatorChartRepo"
+            ),
+            directory,
+        ),
+    )
+
+
+def chart_directory() -> Path:
+    """Where the provider reads a chart given by a relative path: its working directory, which
+    the engine makes the project's folder, as it does the program's."""
+    return Path.cwd()
+
+
+def fetch(url: str) -> bytes:
+    """One GET, bounded: CONNECT_SECONDS to connect and between reads, DOWNLOAD_SECONDS in all.
+    A proxy in HTTPS_PROXY is honoured, and SSL_CERT_FILE names the certificates to trust."""
+    deadline = time.monotonic() + DOWNLOAD_SECONDS
+    chunks = []
+    with urllib.request.urlopen(url, timeout=CONNECT_SECONDS) as response:  # noqa: S310 - an https:// setting
+        while chunk := response.read(1 << 16):
+            chunks.append(chunk)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not received within {DOWNLOAD_SECONDS}s")
+    return b"".join(chunks)
+
+
+def local_chart(source: ChartSource, directory: Path) -> LocalChart:
+    """The chart's archive in `directory`, fetched there first unless it is there already and
+    still what was fetched. A file put there by hand, with no recorded digest, is taken as it is."""
+    archive = directory / source.file_name
+    recorded = directory / (source.file_name + DIGEST_SUFFIX)
+    if not archive.is_file():
+        why = f"{source.file_name} is not in {directory}"
+    elif recorded.is_file() and _sha256(archive.read_bytes()) != recorded.read_text().strip():
+        why = f"{archive} is no longer what was fetched (its sha256 differs from {recorded.name})"
+    else:
+        return LocalChart(source.chart, source.version, source.file_name)
+    data, digest = _download(source, why)
+    _replace(archive, data)
+    _replace(recorded, f"{digest}\n".encode())
+    return LocalChart(source.chart, source.version, source.file_name)
+
+
+def _download(source: ChartSource, why: str) -> tuple[bytes, str]:
+    """The archive the repository's index lists for the chart's version, checked against the
+    digest listed with it."""
+    base = source.repo.rstrip("/") + "/"
+    try:
+        entry = _entry(source, yaml.load(fetch(base + "index.yaml"), Loader=_LOADER))  # noqa: S506 - a safe loader
+        url = urljoin(base, str(entry["urls"][0]))
+        data = fetch(url)
+    except (OSError, http.client.HTTPException, ValueError, yaml.YAMLError) as error:
+        raise ChartRepositoryError(
+            f"{PROJECT}:{source.repo_key}: cannot fetch {source.chart} {source.version} from {source.repo} "
+            f"({error}); the program needs it because {why}. Point {source.repo_key} at a mirror that "
+            f"serves it, or put the archive there by hand (`helm pull {source.chart} --repo {source.repo} "
+            f"--version {source.version}` in that folder), then run again"
+        ) from None
+    digest = _sha256(data)
+    if digest != entry.get("digest"):
+        raise ChartRepositoryError(
+            f"{PROJECT}:{source.repo_key}: {url} has sha256 {digest}, but the index of {source.repo} "
+            f"lists {entry.get('digest') or 'no digest'} for {source.chart} {source.version}; nothing was kept"
+        )
+    return data, digest
+
+
+def _entry(source: ChartSource, index: Any) -> dict[str, Any]:
+    entries = index.get("entries") if isinstance(index, dict) else None
+    for entry in (entries or {}).get(source.chart) or []:
+        if isinstance(entry, dict) and str(entry.get("version")) == source.version and entry.get("urls"):
+            return entry
+    raise ValueError(f"its index.yaml lists no {source.chart} {source.version}")
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Written whole or not at all: a run stopped halfway leaves no partial file under the name."""
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as part:
+        part.write(data)
+    os.replace(part.name, path)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
