@@ -5,7 +5,8 @@ PY := .venv/bin/python
 # A file that only requirements-dev.txt installs: a venv made by the README's first run (runtime
 # requirements only) gets the development ones too on the first `make check`.
 VENV := .venv/bin/pytest
-SCRIPTS := $(wildcard components/scripts/*.sh) $(wildcard e2e/*.sh)
+# The shell scripts shellcheck reads: the host scripts, and the test machinery's at any depth of e2e/.
+SCRIPTS := $(wildcard components/scripts/*.sh) $(shell find e2e -name '*.sh')
 
 .PHONY: venv check test test-engine lint preview graph box box-shell box-down bench
 
@@ -22,14 +23,14 @@ test: $(VENV)
 	$(PY) -m pytest
 
 # The real pulumi CLI, a real Kubernetes control plane and the kubernetes provider plugin, built
-# (or found cached) by e2e/build-engine.sh; each test in a network namespace of its own, which
+# (or found cached) by e2e/engine/build-engine.sh; each test in a network namespace of its own, which
 # needs root or user namespaces, and iproute2 (docs/testing.md). The scenarios mostly wait (on a
 # booting guest, a controller, a bound), so ENGINE_WORKERS of them run side by side, each
 # scenario's tests on the scenario's worker (tests/conftest.py); the slowest 25 are listed last.
 ENGINE_WORKERS ?= 4
 
 test-engine: $(VENV)
-	built="$$(e2e/build-engine.sh control-plane plugins)" && \
+	built="$$(e2e/engine/build-engine.sh control-plane plugins)" && \
 	env $$built $(PY) -m pytest -m engine -n $(ENGINE_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
 
 lint: $(VENV)
@@ -46,24 +47,24 @@ preview: $(VENV)
 graph: $(VENV)
 	$(PY) tools/graph.py
 
-# The lab in a box, whole (e2e/box.py): the stand-ins in a network namespace of their own and the
-# whole program's `pulumi up` against them; the box stays up, with the outputs printed, until
-# `make box-down`. `make box-shell` opens a shell inside it. Needs what test-engine needs.
+# The lab in a box, whole (e2e/box/box.py, run by e2e/box/make_box.py): the stand-ins in a
+# network namespace of their own and the whole program's `pulumi up` against them; the box stays
+# up, with the outputs printed, until `make box-down`. `make box-shell` opens a shell inside it. Needs what test-engine needs.
 BOX_DIR ?= .box
 
 box: $(VENV)
-	built="$$(e2e/build-engine.sh control-plane plugins)" && \
-	env $$built $(PY) -m e2e.box up $(BOX_DIR)
+	built="$$(e2e/engine/build-engine.sh control-plane plugins)" && \
+	env $$built $(PY) -m e2e.box.make_box up $(BOX_DIR)
 
 box-shell: $(VENV)
-	$(PY) -m e2e.box shell $(BOX_DIR)
+	$(PY) -m e2e.box.make_box shell $(BOX_DIR)
 
 box-down: $(VENV)
-	$(PY) -m e2e.box down $(BOX_DIR)
+	$(PY) -m e2e.box.make_box down $(BOX_DIR)
 
 # The first `pulumi up` on an empty box, the no-op second one and a k3s bump: wall times, and what
 # the last two made the box do (SSH sessions, chart-repository requests, Proxmox VE writes,
 # Kubernetes writes).
 bench: $(VENV)
-	built="$$(e2e/build-engine.sh control-plane plugins)" && \
-	env $$built $(PY) -m e2e.box bench "$$(mktemp -d)"
+	built="$$(e2e/engine/build-engine.sh control-plane plugins)" && \
+	env $$built $(PY) -m e2e.box.make_box bench "$$(mktemp -d)"

@@ -1,6 +1,6 @@
 """What the program puts on the management cluster once it answers: cert-manager, the operator
 and its providers (ClusterApi), read-only access to it and to each workload cluster. __main__.py
-wires this onto the k3s node it built; the lab in a box (e2e/box_program.py) wires the very same
+wires this onto the k3s node it built; the lab in a box (e2e/box/box_program.py) wires the very same
 onto its own API server, so that what the box proves is what the program does."""
 
 from __future__ import annotations

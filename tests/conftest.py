@@ -24,13 +24,13 @@ LONGEST_FIRST = (
 
 @pytest.fixture(scope="session")
 def whole_box_lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The lab in a box from the README's first run through a lab's life (box.whole_box_lifecycle),
+    """The lab in a box from the README's first run through a lab's life (lifecycle.whole_box_lifecycle),
     paid for once: tests/test_box_whole.py reads its first part, tests/test_box_lifecycle.py the rest."""
-    from e2e import scenarios  # noqa: PLC0415 - the mocks tests never import the box
-    from e2e.netns import in_new_netns  # noqa: PLC0415
+    from e2e.box import scenarios  # noqa: PLC0415 - the mocks tests never import the box
+    from e2e.engine.netns import in_new_netns  # noqa: PLC0415
 
     root: Path = tmp_path_factory.mktemp("box-lifecycle")
-    return in_new_netns("box.whole_box_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=2400)
+    return in_new_netns("lifecycle.whole_box_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=2400)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,5 +1,5 @@
-"""Adoption in the lab in a box: the playbook's lab (e2e/playbook_lab.py) and lab1 on real
-kube-apiservers, then the Kubernetes part of the program (e2e/box_program.py) under the real
+"""Adoption in the lab in a box: the playbook's lab (e2e/standins/cluster/playbook_lab.py) and lab1 on real
+kube-apiservers, then the Kubernetes part of the program (e2e/box/box_program.py) under the real
 engine and the real kubernetes plugin, with the chart repositories' and the operator's stand-ins,
 in a network namespace of the test's own: the hand-over, the adoption run, the convergence runs,
 then a version bump. What the engine sent the API servers is read from their audit logs.
@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from e2e import playbook_lab, scenarios
-from e2e.admission_webhook_standin import CONFIGURATION_NAMES
-from e2e.engine import KUBERNETES_PLUGIN_WARNING
-from e2e.netns import in_new_netns
+from e2e.box import scenarios
+from e2e.engine.cli import KUBERNETES_PLUGIN_WARNING
+from e2e.engine.netns import in_new_netns
+from e2e.standins.cluster import playbook_lab
+from e2e.standins.cluster.admission_webhook_standin import CONFIGURATION_NAMES
 from tools import adoption_check
 
 pytestmark = pytest.mark.engine
@@ -34,7 +35,10 @@ RELEASES = {name: playbook_lab.PLAYBOOK_CHARTS[name][0] for name in playbook_lab
 def adoption(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp("adoption")
     return in_new_netns(
-        "adoption_run", str(root), addresses=[scenarios.VM_ADDRESS, scenarios.LAB1_ADDRESS], timeout=900
+        "cluster_adoption.adoption_run",
+        str(root),
+        addresses=[scenarios.VM_ADDRESS, scenarios.LAB1_ADDRESS],
+        timeout=900,
     )
 
 
@@ -265,7 +269,9 @@ def test_the_operator_standin_met_nothing_it_did_not_know(adoption: Any) -> None
 def test_adopting_a_lab_that_lacks_an_object_stops_at_preview_creating_nothing(tmp_path: Path) -> None:
     """docs/adoption.md step 4: an import needs the object to exist; the program never creates
     one in its place while adopting."""
-    result = in_new_netns("adoption_of_an_incomplete_lab", str(tmp_path), addresses=[scenarios.VM_ADDRESS])
+    result = in_new_netns(
+        "cluster_adoption.adoption_of_an_incomplete_lab", str(tmp_path), addresses=[scenarios.VM_ADDRESS]
+    )
     for step in result["steps"]:
         assert step["rc"] == 0, step
     preview = result["preview"]

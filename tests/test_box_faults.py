@@ -1,4 +1,4 @@
-"""Faults in the lab in a box (e2e/box_faults.py, issue 18): each fault injected during a real
+"""Faults in the lab in a box (e2e/box/box_faults.py, issue 18): each fault injected during a real
 `pulumi up` of the whole program ends the run with an error naming what failed and where, with no
 secret in it, the state still readable, and the next run without the fault converges with one VM
 made by one create and k3s installed once. The faults: Proxmox VE's errors, sshd's, another host
@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from e2e import admission_webhook_standin, box_faults, playbook_lab, scenarios
-from e2e.box import PROGRAM_USER, STANDIN_RECORDS
-from e2e.control_plane import INJECTOR_USER
-from e2e.netns import in_new_netns
+from e2e.box import box_faults, scenarios
+from e2e.box.box import PROGRAM_USER, STANDIN_RECORDS
+from e2e.engine.control_plane import INJECTOR_USER
+from e2e.engine.netns import in_new_netns
+from e2e.standins.cluster import admission_webhook_standin, playbook_lab
 
 pytestmark = pytest.mark.engine
 

@@ -1,5 +1,5 @@
 """The program's own first run on an empty management cluster, in the lab in a box: the Kubernetes
-part (e2e/box_program.py) under the real engine and kubernetes plugin, with the chart
+part (e2e/box/box_program.py) under the real engine and kubernetes plugin, with the chart
 repositories' stand-in (the operator chart brings the five provider CRDs, as the real one does)
 and the operator's stand-in, in a network namespace of the test's own. Selected with
 `pytest -m engine`.
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from e2e import scenarios
-from e2e.netns import in_new_netns
+from e2e.box import scenarios
+from e2e.engine.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
 
@@ -25,7 +25,7 @@ PREVIEW, UP, SECOND_PREVIEW, SECOND_UP = range(4)
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp("first-run")
-    return in_new_netns("fresh_install", str(root), addresses=[scenarios.VM_ADDRESS], timeout=900)
+    return in_new_netns("cluster_first_run.fresh_install", str(root), addresses=[scenarios.VM_ADDRESS], timeout=900)
 
 
 def names(run: dict[str, Any], op: str) -> set[str]:

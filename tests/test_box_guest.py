@@ -1,4 +1,4 @@
-"""The management VM as a real host in the lab in a box (e2e/guest.py): the program's host scripts
+"""The management VM as a real host in the lab in a box (e2e/standins/guest/guest.py): the program's host scripts
 as components/host_script.py sends them (`sudo bash -c '<script>' name args`), over real ssh to a
 real sshd, in the program's order, installing k3s from the box's releases (the installer at its
 tag, a k3s whose server is a real etcd and kube-apiserver); then again, a version bump, a reboot,
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from e2e import scenarios
-from e2e.netns import in_new_netns
+from e2e.box import scenarios
+from e2e.engine.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def box(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp("guest")
-    return in_new_netns("box_guest", str(root), timeout=900)
+    return in_new_netns("host.box_guest", str(root), timeout=900)
 
 
 def by_script(steps: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from e2e import playbook_lab, scenarios
-from e2e.netns import in_new_netns
+from e2e.box import scenarios
+from e2e.engine.netns import in_new_netns
+from e2e.standins.cluster import playbook_lab
 
 pytestmark = pytest.mark.engine
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def handover(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp("handover")
-    return in_new_netns("helmchart_handover", str(root), addresses=[scenarios.VM_ADDRESS])
+    return in_new_netns("handover.helmchart_handover", str(root), addresses=[scenarios.VM_ADDRESS])
 
 
 def writes(run: dict[str, Any], resource: str) -> list[list[Any]]:

@@ -1,4 +1,4 @@
-"""The lab in a box through a lab's life (e2e/box.py, `box.whole_box_lifecycle`, whose first part
+"""The lab in a box through a lab's life (e2e/box/lifecycle.py, `lifecycle.whole_box_lifecycle`, whose first part
 tests/test_box_whole.py reads): after the first run and the no-op second one, each bump of
 docs/graph.md's table previewed and applied alone, touching only what the table lists; the CAPMOX
 token rotated as docs/operations.md says; a new vmCores, written and announced but never rebooted
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from e2e import box as box_module
-from e2e import scenarios
-from e2e.box import STANDIN_RECORDS
+from e2e.box import box as box_module
+from e2e.box import scenarios
+from e2e.box.box import STANDIN_RECORDS
 
 pytestmark = pytest.mark.engine
 

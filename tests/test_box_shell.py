@@ -1,4 +1,4 @@
-"""`make box-shell` (e2e/box.py): the shell it opens inside the box has the box's CLI and kubectl
+"""`make box-shell` (e2e/box/make_box.py): the shell it opens inside the box has the box's CLI and kubectl
 first on PATH, the admin kubeconfig, the CLI's state, plugins and passphrase, and the deployed
 project as its directory, so that `kubectl get nodes` and `pulumi preview --expect-no-changes`
 work as typed. The box itself runs only in `make box` and the real-engine tests."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e import box
-from e2e.engine import Engine
+from e2e.box import make_box
+from e2e.engine.cli import Engine
 
 
 def _tool(directory: Path, name: str) -> None:
@@ -28,7 +28,7 @@ def test_the_box_shell_sets_what_kubectl_and_pulumi_need(tmp_path: Path) -> None
     engine.project.mkdir(parents=True)
     env = engine.env() | {"SSL_CERT_FILE": str(tmp_path / "charts.pem")}
     rc = tmp_path / "shell.rc"
-    rc.write_text(box.shell_rc(env, [engine.bin_dir, kubectl], tmp_path / "lab-mgmt.yaml", engine.project))
+    rc.write_text(make_box.shell_rc(env, [engine.bin_dir, kubectl], tmp_path / "lab-mgmt.yaml", engine.project))
     shown = subprocess.run(
         ["bash", "-c", f". {rc} && pwd && kubectl && pulumi && env"],
         env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
@@ -45,5 +45,5 @@ def test_the_box_shell_sets_what_kubectl_and_pulumi_need(tmp_path: Path) -> None
 
 
 def test_the_box_shell_without_a_box_says_to_start_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert box._shell(tmp_path / ".box") == 1
+    assert make_box._shell(tmp_path / ".box") == 1
     assert "run `make box` first" in capsys.readouterr().err

@@ -1,5 +1,5 @@
 """The program's image and VM in the lab in a box: `download.File` and `VmLegacy`
-(e2e/box_vm_program.py) under the real engine and proxmoxve plugin (pulumi-proxmoxve 8.3.0, wrapping
+(e2e/box/box_vm_program.py) under the real engine and proxmoxve plugin (pulumi-proxmoxve 8.3.0, wrapping
 bpg/terraform-provider-proxmox v0.111.1), against the Proxmox VE API stand-in at the lab's address
 in a network namespace of the test's own, the cloud image served by a box-local HTTPS server.
 Every call the provider makes must be one the stand-in knows; selected with `pytest -m engine`.
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from e2e import scenarios
-from e2e.netns import in_new_netns
+from e2e.box import scenarios
+from e2e.engine.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
 
@@ -35,7 +35,7 @@ CREATE = sorted(
 @pytest.fixture(scope="module")
 def lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp("vm-lifecycle")
-    return in_new_netns("vm_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=900)
+    return in_new_netns("vm.vm_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=900)
 
 
 def writes(run: dict[str, Any]) -> list[list[Any]]:

@@ -1,4 +1,4 @@
-"""The lab in a box, whole (e2e/box.py): the program's own __main__.py through the real CLI and its
+"""The lab in a box, whole (e2e/box/box.py): the program's own __main__.py through the real CLI and its
 three provider plugins, from the README's first run to `pulumi up` on an empty box (the Proxmox VE
 API stand-in, VM 201 as a real host installing k3s over real ssh, the chart repositories, the
 operator), then a second run that must do nothing at all, with the chart repositories down. In
@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from e2e import admission_webhook_standin, playbook_lab, scenarios
-from e2e.box import PROGRAM_USER, STANDIN_RECORDS
-from e2e.control_plane import INJECTOR_USER
-from e2e.engine import KUBERNETES_PLUGIN_WARNING
+from e2e.box import scenarios
+from e2e.box.box import PROGRAM_USER, STANDIN_RECORDS
+from e2e.engine.cli import KUBERNETES_PLUGIN_WARNING
+from e2e.engine.control_plane import INJECTOR_USER
+from e2e.standins.cluster import admission_webhook_standin, playbook_lab
 
 pytestmark = pytest.mark.engine
 
@@ -175,7 +176,7 @@ def test_a_preview_expecting_no_changes_passes_with_the_chart_repositories_down(
 
 
 def test_the_second_up_opens_no_ssh_session_writes_nothing_and_needs_no_chart_repository(box: Any) -> None:
-    """The chart repositories are down since the first up (box.whole_box)."""
+    """The chart repositories are down since the first up (lifecycle.whole_box_lifecycle)."""
     second = box["second_up"]
     assert second["rc"] == 0, second["output"][-6000:]
     assert set(second["summary"]) <= {"same", "read"}, second["summary"]

@@ -1,4 +1,4 @@
-"""Adoption in the lab in a box, whole (e2e/box_adoption.py, issue 18): the box starts as the
+"""Adoption in the lab in a box, whole (e2e/box/box_adoption.py, issue 18): the box starts as the
 playbook left the lab (the VM made on the node, not through the API, running k3s with an Ansible-
 rendered config.yaml, the playbook's objects on its API server), then docs/adoption.md is followed
 with the real CLI and the program's own __main__.py: the hand-over, a first run whose k3sVersion
@@ -20,9 +20,10 @@ import pytest
 import yaml
 
 from components.k3s_node import render_k3s_config
-from e2e import box, box_adoption, playbook_lab, scenarios
-from e2e.box import STANDIN_RECORDS
-from e2e.netns import in_new_netns
+from e2e.box import box, box_adoption, playbook_vm, scenarios
+from e2e.box.box import STANDIN_RECORDS
+from e2e.engine.netns import in_new_netns
+from e2e.standins.cluster import playbook_lab
 
 pytestmark = pytest.mark.engine
 
@@ -271,7 +272,7 @@ def test_the_stand_ins_knew_every_request(adoption: Any) -> None:
 @pytest.mark.parametrize("site", box_adoption.SITES.values())
 def test_the_playbook_config_is_written_another_way_with_the_same_meaning(site: box.Site) -> None:
     """What the box's lab has in config.yaml is not the program's bytes but means the same."""
-    ansible = box_adoption.ansible_config(site.address)
+    ansible = playbook_vm.ansible_config(site.address)
     assert render_k3s_config(site.address) != ansible
     assert yaml.safe_load(ansible) == yaml.safe_load(render_k3s_config(site.address))
 

@@ -16,7 +16,7 @@ from test_settings import lab_raw
 from components import credentials
 from components.credentials import CredentialsError, TokenRejectedError, read_permissions
 from components.settings import SettingsError, parse_settings
-from e2e import pve_api_standin
+from e2e.standins.proxmox import pve_api_standin
 
 PROGRAM_TOKEN = "pulumi@pve!lab-mgmt"
 CAPMOX_TOKEN = "capmox@pve!capi"

@@ -1,4 +1,4 @@
-"""The operator stand-in (e2e/operator_standin.py) withholds Ready only from a CR it could reconcile,
+"""The operator stand-in (e2e/standins/cluster/operator_standin.py) withholds Ready only from a CR it could reconcile,
 and releases only what it withholds: a fault scenario that names a wrong CR fails at once rather
 than passing because nothing was ever withheld."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from e2e import playbook_lab
-from e2e.operator_standin import OperatorStandIn
+from e2e.standins.cluster import playbook_lab
+from e2e.standins.cluster.operator_standin import OperatorStandIn
 
 INFRASTRUCTURE = ("InfrastructureProvider", "capmox-system", "proxmox")
 

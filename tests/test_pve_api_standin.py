@@ -1,4 +1,4 @@
-"""The Proxmox VE API stand-in (e2e/pve_api_standin.py), spoken to over HTTPS on 127.0.0.1 as
+"""The Proxmox VE API stand-in (e2e/standins/proxmox/pve_api_standin.py), spoken to over HTTPS on 127.0.0.1 as
 bpg/terraform-provider-proxmox speaks to Proxmox VE: TLS 1.3, a PVEAPIToken header, form bodies,
 and the exact bodies its call map (/work/shared/notes/proxmox-api-calls-verified.md) gives for
 this program's image and VM.
@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from e2e import pve_api_standin
-from e2e.pve_api_standin import PveApiStandIn
+from e2e.standins.proxmox import pve_api_standin
+from e2e.standins.proxmox.pve_api_standin import PveApiStandIn
 
 TOKEN = "pulumi@pve!lab-mgmt"
 SECRET = "0f1e2d3c-4b5a-4697-8877-66554433aa11"

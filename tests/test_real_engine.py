@@ -1,6 +1,6 @@
 """The real `pulumi` CLI, Python language host and provider plugins (built by
-e2e/build-engine.sh) on a copy of the project, each test in a network namespace of its own
-(e2e/netns.py): the README's first-run steps, the CLI's own config checks, the program's checks,
+e2e/engine/build-engine.sh) on a copy of the project, each test in a network namespace of its own
+(e2e/engine/netns.py): the README's first-run steps, the CLI's own config checks, the program's checks,
 the token check against a Proxmox VE API stand-in at the lab's address, and the whole program's
 preview, which must plan what the mocks harness records. Selected with `pytest -m engine`;
 `.ci/run` builds the engine and runs them.
@@ -18,9 +18,9 @@ import harness
 import pytest
 
 from components.settings import SECRET_KEYS
-from e2e import scenarios
-from e2e.engine import KUBERNETES_PLUGIN_WARNING, REPO
-from e2e.netns import in_new_netns
+from e2e.box import scenarios
+from e2e.engine.cli import KUBERNETES_PLUGIN_WARNING, REPO
+from e2e.engine.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
 

@@ -1,6 +1,6 @@
 """The operator's admission webhooks as the box stands them in: its chart's two webhook
 configurations are the ones the program waits on, failing closed on every provider kind; on a real
-API server (e2e/webhook_trial.py, in a network namespace of the test's own, `pytest -m engine`) a
+API server (e2e/box/webhook_trial.py, in a network namespace of the test's own, `pytest -m engine`) a
 provider CR is refused with x509's unknown authority until the CA injector stand-in has filled in
 both, withheld means never filled in, and the webhook server stand-in reviews what it knows and
 refuses what it does not."""
@@ -14,10 +14,11 @@ import pytest
 import yaml
 
 from components import cluster_api
-from e2e import admission_webhook_standin, box, chart_repo_standin, playbook_lab, scenarios
-from e2e.cainjector_standin import INJECT_CA_FROM, CainjectorStandIn
-from e2e.netns import in_new_netns
-from e2e.webhook_trial import DELAY_SECONDS
+from e2e.box import box, scenarios
+from e2e.box.webhook_trial import DELAY_SECONDS
+from e2e.engine.netns import in_new_netns
+from e2e.standins.cluster import admission_webhook_standin, chart_repo_standin, playbook_lab
+from e2e.standins.cluster.cainjector_standin import INJECT_CA_FROM, CainjectorStandIn
 
 VALIDATING, MUTATING = admission_webhook_standin.CONFIGURATION_NAMES.values()
 REFUSED = "x509: certificate signed by unknown authority"

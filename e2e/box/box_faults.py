@@ -1,0 +1,415 @@
+"""Faults in the lab in a box (issue 18): each fault injected during a real `pulumi up` of the whole
+program must end the run with an error that names what failed and where, with no secret in it,
+and leave the stack's state readable; the next run without the fault must converge with one VM 201
+made by one create and k3s installed once. Each scenario runs the box of e2e/box/box.py (`running`) in
+a network namespace of its own (tests/test_box_faults.py):
+
+- `pve_faults`: Proxmox VE's download task ending in error, then VM create answering 500;
+- `ssh_faults`: sshd closing a session mid-script in the first up; then a host step run again
+  (`--replace`, as docs/troubleshooting.md has a user do) against sshd refusing connections, and
+  against another host key at the VM's address;
+- `api_server_down`: k3s's API server going down after the k3s steps, as the Helm releases begin;
+- `provider_never_ready`: the operator never making the InfrastructureProvider Ready, so that
+  `pulumi up` hits its bound (providerReadyTimeoutMinutes) on that CR;
+- `webhooks_never_injected`: cert-manager's CA injector never filling in the operator's webhook
+  configurations, so that `pulumi up` hits its bound waiting on them, having sent no provider CR;
+- `interrupted`: `pulumi up` interrupted with SIGINT mid-run, then the pending operation cleared as
+  docs/troubleshooting.md says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from e2e.box import scenarios
+from e2e.box.box import VMID, Box, _observed, _standins, running
+from e2e.box.lifecycle import _admission, _reconciled_since
+from e2e.engine.cli import CLI_TIMEOUT_SECONDS
+from e2e.standins.cluster import admission_webhook_standin, playbook_lab
+from e2e.standins.proxmox import pve_tasks
+
+DOWNLOAD_ERROR = "500 Can't connect to cloud-images.ubuntu.com:443 (Connection timed out)"
+CREATE_ERROR = "unable to create VM 201 - no such logical volume pve/data"
+SSHD = ["/usr/sbin/sshd", "-D", "-e", "-o", "LogLevel=VERBOSE"]
+"""The guest's sshd as e2e/standins/guest/guest.py starts it, to start it again."""
+HOST_STEP = "mgmt-k3s-install"
+"""The host step a fault run re-runs: run again, it must find k3s installed and install nothing."""
+FAULT_BOUND_SECONDS = 120
+PROVIDER_READY_MINUTES = "1"
+"""providerReadyTimeoutMinutes in the run whose provider never becomes Ready: the shortest bound."""
+WEBHOOK_MINUTES = "1"
+"""operatorWebhookTimeoutMinutes in the run whose webhooks are never injected: the shortest bound."""
+SSH_DIAL_ATTEMPTS = "15"
+"""sshDialAttempts in the SSH faults: about 35 seconds of dialling, which the box's VM, booting in
+seconds, needs none of; a run against a refusing or impostor sshd fails after them, not after the
+default 60 (about 5 minutes each)."""
+NEVER_READY = ("InfrastructureProvider", *playbook_lab.PROVIDERS["InfrastructureProvider"][:2])
+"""The provider CR the operator never makes Ready: kind, namespace and name."""
+
+
+def _leaked(box: Box, text: str) -> list[str]:
+    """Which secrets `text` holds: the token secrets, the SSH private key, or kubeconfig material."""
+    key = (box.engine.root / ".ssh" / "id_ed25519").read_text().splitlines()[1:-1]
+    secrets = {
+        "proxmoxApiTokenSecret": [scenarios.PROGRAM_SECRET],
+        "capmoxTokenSecret": [scenarios.CAPMOX_SECRET],
+        "sshPrivateKey": ["PRIVATE KEY", *key],
+        "kubeconfig": ["client-key-data", "client-certificate-data", "BEGIN RSA", "BEGIN EC"],
+    }
+    return sorted(name for name, values in secrets.items() if any(value in text for value in values))
+
+
+def _state(box: Box) -> dict[str, Any]:
+    """`pulumi stack export` as a user checks a stack after a failed run: does it parse, what does
+    it list, what operations are pending."""
+    done = box.engine.pulumi("stack", "export", "--stack", "lab")
+    try:
+        deployment = json.loads(done.stdout)["deployment"]
+    except (json.JSONDecodeError, KeyError):
+        return {"rc": done.returncode, "parsed": False, "resources": [], "pending": [], "leaked": []}
+    return {
+        "rc": done.returncode,
+        "parsed": True,
+        "resources": [resource["urn"].rsplit("::", 1)[1] for resource in deployment.get("resources") or []],
+        "pending": [
+            [operation["type"], operation["resource"]["urn"].rsplit("::", 1)[1]]
+            for operation in deployment.get("pending_operations") or []
+        ],
+        "leaked": _leaked(box, done.stdout),
+    }
+
+
+def _pve(base: Path) -> dict[str, Any]:
+    """What the Proxmox VE stand-in holds: its VMs, and how many creates ever succeeded."""
+    data = json.loads((base / pve_tasks.STATE_FILE).read_text())
+    return {
+        "vms": sorted(data["vms"]),
+        "creates": sum(1 for task in data["tasks"].values() if task["type"] == "qmcreate"),
+    }
+
+
+def _installs(box: Box) -> list[str]:
+    """The k3s installer's runs on the guest, one line each."""
+    try:
+        path = box.guests.logs(VMID) / "installer.log"
+    except KeyError:  # VM 201 has not started yet
+        return []
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _run(box: Box, base: Path, *args: str) -> dict[str, Any]:
+    """One `pulumi up` measured as e2e/box/box.py measures it, with what a fault test asks after it."""
+    run = _observed(box, "up", *args)
+    return {
+        **run,
+        "leaked": _leaked(box, run["output"]),
+        "state": _state(box),
+        "pve": _pve(base),
+        "installs": _installs(box),
+    }
+
+
+def _urn(box: Box, name: str) -> str:
+    done = box.engine.pulumi("stack", "--stack", "lab", "--show-urns")
+    return next(word for word in done.stdout.split() if word.startswith("urn:") and word.endswith(f"::{name}"))
+
+
+def _descendants() -> Iterator[tuple[int, int, list[str]]]:
+    """(pid, parent pid, argv) of every process this scenario started, the guests' included."""
+    processes = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                status = (entry / "status").read_text()
+                argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            parent = int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
+            processes[int(entry.name)] = (parent, argv)
+    mine = {os.getpid()}
+    # Parents come before children in no particular order: repeat until no new one joins.
+    while True:
+        joined = {pid for pid, (parent, _) in processes.items() if parent in mine} - mine
+        if not joined:
+            break
+        mine |= joined
+    for pid in sorted(mine - {os.getpid()}):
+        yield pid, processes[pid][0], processes[pid][1]
+
+
+def _listener(argv: list[str]) -> bool:
+    """sshd's listener, whose title sshd sets to `sshd: /usr/sbin/sshd -D ... [listener] ...`."""
+    return " ".join(SSHD) in " ".join(argv) and "[listener]" in " ".join(argv)
+
+
+def _sshd() -> tuple[int, int]:
+    """The guest's sshd listener and the guest's PID 1, whose namespaces it shares."""
+    return next((pid, parent) for pid, parent, argv in _descendants() if _listener(argv))
+
+
+def _in_guest(init: int, script: str) -> None:
+    subprocess.run(["nsenter", f"--target={init}", "--mount", "--", "sh", "-euc", script], check=True)
+
+
+def _as_in_guest(init: int, *argv: str) -> list[str]:
+    """`argv` run as the guest's own processes are: in its mount, network, UTS and PID namespaces."""
+    return ["nsenter", f"--target={init}", "--mount", "--net", "--uts", "--pid", "--", *argv]
+
+
+def _restart_sshd(box: Box, init: int) -> None:
+    """sshd started again in the guest, logging where e2e/standins/guest/guest.py has it log."""
+    with (box.guests.logs(VMID) / "sshd.log").open("ab") as log:
+        subprocess.Popen(
+            _as_in_guest(init, *SSHD),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    _wait("sshd answering again", lambda: any(_listener(argv) for _, _, argv in _descendants()))
+
+
+def _wait(what: str, done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + FAULT_BOUND_SECONDS
+    while not done():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not within {FAULT_BOUND_SECONDS}s")
+        time.sleep(0.05)
+
+
+def _kill_session(session: int) -> None:
+    """sshd dying under a session: its monitor and the unprivileged child that holds the connection
+    after authentication, and what runs in the session."""
+    tree = {session}
+    for pid, parent, _ in _descendants():
+        if parent in tree:
+            tree.add(pid)
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@contextmanager
+def _when_running(script: str, act: Callable[[int], None], *, once_done: bool = False) -> Iterator[list[int]]:
+    """For the block: `act` on the sshd session that first runs host script `script` (its pid),
+    while it runs, or `once_done`, as soon as it has ended; yields the sessions acted on."""
+    acted: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            session = _session_running(script)
+            if session is not None:
+                while once_done and not stop.is_set() and _session_running(script) == session:
+                    time.sleep(0.05)
+                act(session)
+                acted.append(session)
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield acted
+    finally:
+        stop.set()
+        watcher.join()
+
+
+def _session_running(script: str) -> int | None:
+    """The sshd process serving the connection that runs host script `script`, while it runs."""
+    processes = {pid: (parent, argv) for pid, parent, argv in _descendants()}
+    listener = next((pid for pid, (_, argv) in processes.items() if _listener(argv)), None)
+    for running_script, (_, argv) in processes.items():
+        if argv[:2] == ["bash", "-c"] and argv[3:4] == [script]:
+            session = running_script
+            while session in processes and processes[session][0] != listener:
+                session = processes[session][0]
+            return session if session in processes else None
+    return None
+
+
+def pve_faults(root: str) -> dict[str, Any]:
+    """The download task ending in error, then VM create answering 500, then the run without a
+    fault, then one more that must do nothing."""
+    base = Path(root)
+    with running(base) as box:
+        box.pve.faults.download = DOWNLOAD_ERROR
+        download = _run(box, base)
+        box.pve.faults.download = None
+        box.pve.faults.vm_create = CREATE_ERROR
+        create = _run(box, base)
+        box.pve.faults.vm_create = None
+        recovered = _run(box, base)
+        again = _run(box, base)
+        return {
+            "download": download,
+            "vm_create": create,
+            "recovered": recovered,
+            "again": again,
+            **_standins(box),
+        }
+
+
+def ssh_faults(root: str) -> dict[str, Any]:
+    """With sshDialAttempts short, sshd closing the session that runs node_ready.sh in the first
+    up, the run after it; then, for a host step run again, sshd refusing connections and another
+    host key answering, each followed by the same run without the fault."""
+    base = Path(root)
+    with running(base) as box:
+        result: dict[str, Any] = {
+            "setting": scenarios._step(box.engine, ("config", "set", "sshDialAttempts", SSH_DIAL_ATTEMPTS))
+        }
+        with _when_running("node_ready.sh", _kill_session) as closed:
+            result["mid_script"] = _run(box, base)
+        result["closed_sessions"] = len(closed)
+        result["mid_script_recovered"] = _run(box, base)
+        replace = ("--replace", _urn(box, HOST_STEP))
+        listener, init = _sshd()
+        os.kill(listener, signal.SIGTERM)
+        result["refused"] = _run(box, base, *replace)
+        _restart_sshd(box, init)
+        result["refused_recovered"] = _run(box, base, *replace)
+        listener, init = _sshd()
+        _in_guest(
+            init,
+            "mkdir /root/pinned && cp -p /etc/ssh/ssh_host_* /root/pinned/ && rm /etc/ssh/ssh_host_* && ssh-keygen -A",
+        )
+        os.kill(listener, signal.SIGHUP)
+        result["host_key"] = _run(box, base, *replace)
+        _in_guest(init, "cp -p /root/pinned/* /etc/ssh/")
+        os.kill(listener, signal.SIGHUP)
+        result["host_key_recovered"] = _run(box, base, *replace)
+        result["again"] = _run(box, base)
+        return {**result, **_standins(box)}
+
+
+def _k3s(box: Box, verb: str) -> None:
+    """systemctl `verb` k3s in the guest, as its owner would type it there."""
+    _, init = _sshd()
+    with (box.guests.logs(VMID) / "owner-systemctl.log").open("ab") as log:
+        # The unit's server outlives this systemctl: it must not hold a pipe of ours open.
+        subprocess.run(
+            _as_in_guest(init, "systemctl", verb, "k3s"),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            check=True,
+            timeout=FAULT_BOUND_SECONDS,
+        )
+
+
+def api_server_down(root: str) -> dict[str, Any]:
+    """k3s stopped as soon as node_ready.sh has found the node Ready in the first up, so that its
+    API server is down from the last host step on (which only reads k3s's kubeconfig file), when
+    the Helm releases begin; then k3s started again and the run after it, and one more that must
+    do nothing."""
+    base = Path(root)
+    with running(base) as box:
+        with _when_running("node_ready.sh", lambda _session: _k3s(box, "stop"), once_done=True) as stopped:
+            down = _run(box, base)
+        _k3s(box, "start")
+        recovered = _run(box, base)
+        again = _run(box, base)
+        return {"down": down, "stopped": len(stopped), "recovered": recovered, "again": again, **_standins(box)}
+
+
+def provider_never_ready(root: str) -> dict[str, Any]:
+    """With providerReadyTimeoutMinutes at its least, the first up while the operator never makes
+    the InfrastructureProvider Ready, and what the operator made Ready by then; then Ready
+    released, the run after it, what the operator made Ready since, the stack's providerVersions
+    and the zero-change preview. The whole scenario timed."""
+    started = time.monotonic()
+    base = Path(root)
+    with running(base) as box:
+        setting = scenarios._step(box.engine, ("config", "set", "providerReadyTimeoutMinutes", PROVIDER_READY_MINUTES))
+        box.operator.withhold(*NEVER_READY)
+        result: dict[str, Any] = {"setting": setting, "not_ready": _run(box, base)}
+        result["reconciled_while_withheld"] = _reconciled_since(box, 0)
+        box.operator.release(*NEVER_READY)
+        result["released"] = _run(box, base)
+        result["reconciled_once_released"] = _reconciled_since(box, len(result["reconciled_while_withheld"]))
+        result["provider_versions"] = box.engine.outputs().get("providerVersions")
+        result["no_changes"] = _observed(box, "preview", "--expect-no-changes")
+        result.update(_standins(box))
+    return {**result, "seconds": round(time.monotonic() - started, 1)}
+
+
+def webhooks_never_injected(root: str) -> dict[str, Any]:
+    """With operatorWebhookTimeoutMinutes at its least, the first up while the CA injector withholds
+    both of the operator's webhook configurations,
+    with what the injector wrote, what the webhook server reviewed and which provider CRs the
+    program sent by then; then both released, the run after it, the same records of it and the
+    zero-change preview. The whole scenario timed."""
+    started = time.monotonic()
+    base = Path(root)
+    with running(base) as box:
+        setting = scenarios._step(box.engine, ("config", "set", "operatorWebhookTimeoutMinutes", WEBHOOK_MINUTES))
+        for configuration in admission_webhook_standin.CONFIGURATION_NAMES.items():
+            box.injector.withhold(*configuration)
+        result: dict[str, Any] = {"setting": setting, "not_injected": _run(box, base)}
+        result["withheld"] = {
+            "injected": list(box.injector.injected),
+            "reviews": list(box.webhook.reviews),
+            "admission": _admission(box),
+        }
+        for configuration in admission_webhook_standin.CONFIGURATION_NAMES.items():
+            box.injector.release(*configuration)
+        result["released"] = _run(box, base)
+        result["injected"] = box.injector.injected
+        result["reviews"] = box.webhook.reviews
+        result["admission"] = _admission(box)
+        result["no_changes"] = _observed(box, "preview", "--expect-no-changes")
+        result.update(_standins(box))
+    return {**result, "seconds": round(time.monotonic() - started, 1)}
+
+
+def _press_ctrl_c_twice(process: subprocess.Popen[str]) -> None:
+    """A user's Ctrl-C, then a second one while the CLI waits for the running step to finish."""
+    process.send_signal(signal.SIGINT)
+    time.sleep(1)
+    process.send_signal(signal.SIGINT)
+
+
+def interrupted(root: str) -> dict[str, Any]:
+    """The first `pulumi up` interrupted with SIGINT twice while node_ready.sh runs, the state after
+    it, the next `pulumi up`, the pending operation cleared as docs/troubleshooting.md says, and the
+    run after that."""
+    base = Path(root)
+    with running(base) as box:
+        engine = box.engine
+        process = subprocess.Popen(
+            [str(engine.bin_dir / "pulumi"), "up", "--stack", "lab", "--skip-preview", "--non-interactive"],
+            cwd=engine.project,
+            env=engine.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        with _when_running("node_ready.sh", lambda _session: _press_ctrl_c_twice(process)) as signalled:
+            output, _ = process.communicate(timeout=CLI_TIMEOUT_SECONDS)
+        result: dict[str, Any] = {
+            "interrupted": {
+                "rc": process.returncode,
+                "output": output,
+                "signalled": len(signalled),
+                "leaked": _leaked(box, output),
+                "state": _state(box),
+                "pve": _pve(base),
+                "installs": _installs(box),
+            }
+        }
+        result["pending_up"] = _run(box, base)
+        cleared = engine.pulumi("refresh", "--stack", "lab", "--clear-pending-creates", "--yes")
+        result["cleared"] = {"rc": cleared.returncode, "output": cleared.stdout + cleared.stderr, "state": _state(box)}
+        result["next"] = _run(box, base)
+        return {**result, **_standins(box)}

@@ -1,0 +1,57 @@
+"""The program's cluster part installing onto an empty API server, with no adoption, and its
+second run (tests/test_box_first_run.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from e2e.box.cluster_part import (
+    CHART_REPOS,
+    CHART_TEMPLATES,
+    _box_engine,
+    _engine_run,
+    _operator_webhooks,
+    _webhook_standins,
+)
+from e2e.box.scenarios import OPERATOR_INSTALL_SECONDS, VM_ADDRESS, _lab_secrets, _readme_first_run, _step
+from e2e.engine import control_plane
+from e2e.standins.cluster import chart_repo_standin, operator_standin, playbook_lab
+
+
+def fresh_install(root: str) -> dict[str, Any]:
+    """The program's own first run on an empty cluster (no adoption), then a second one."""
+    base = Path(root)
+    with (
+        control_plane.running(base / "control-plane", VM_ADDRESS) as cluster,
+        operator_standin.running(cluster, playbook_lab.PROVIDER_RESOURCES, OPERATOR_INSTALL_SECONDS) as operator,
+        _operator_webhooks(cluster, base) as (webhook, injector),
+    ):
+        repos = {
+            "jetstack": CHART_REPOS["jetstack"],
+            "capi-operator": [
+                chart_repo_standin.Chart(
+                    "cluster-api-operator",
+                    playbook_lab.PLAYBOOK_CHARTS["cluster-api-operator"][2],
+                    tuple(playbook_lab.provider_crd(kind) for kind in playbook_lab.PROVIDERS),
+                    CHART_TEMPLATES["cluster-api-operator"],
+                )
+            ],
+        }
+        with chart_repo_standin.serve(repos, base) as charts:
+            engine = _box_engine(base, charts, cluster)
+            steps = _readme_first_run(engine, _lab_secrets())
+            for setting in (
+                ("certManagerChartRepo", f"{charts.url}/jetstack"),
+                ("capiOperatorChartRepo", f"{charts.url}/capi-operator"),
+            ):
+                steps.append(_step(engine, ("config", "set", *setting)))
+            runs = [_engine_run(engine, cluster, action) for action in ("preview", "up", "preview", "up")]
+        return {
+            "steps": steps,
+            "runs": runs,
+            "operator_errors": operator.errors,
+            "reconciled": operator.reconciled,
+            **_webhook_standins(webhook, injector),
+        }

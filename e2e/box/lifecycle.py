@@ -1,0 +1,250 @@
+"""The lab in a box through a lab's life. `whole_box_lifecycle(root)` is the scenario that
+tests/test_box_whole.py and tests/test_box_lifecycle.py read
+(`in_new_netns("lifecycle.whole_box_lifecycle", ...)`, run once for both): the README's first run,
+`pulumi up` on the empty box (box.py), a second run that must do nothing, then a lab's life: the
+bumps, a rebuild from a new image and a `pulumi destroy` that the locks refuse.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from e2e.box import scenarios
+from e2e.box.box import (
+    CAPMOX_BUMP,
+    CERT_MANAGER_BUMP,
+    K3S_BUMP,
+    K8S_WRITES,
+    NEXT_IMAGE_PATH,
+    PROGRAM_USER,
+    ROTATED_CAPMOX_SECRET,
+    SIZE_BUMP,
+    VMID,
+    Box,
+    _observed,
+    _standins,
+    running,
+)
+from e2e.engine import control_plane
+from e2e.standins.cluster import cainjector_standin, playbook_lab
+
+
+def _saved_kubeconfigs(box: Box, outputs: dict[str, Any]) -> tuple[Path, Path]:
+    """The admin and read-only kubeconfigs as a user saves them from the stack's outputs."""
+    admin, readonly = box.engine.root / "lab-mgmt.yaml", box.engine.root / "lab-mgmt-readonly.yaml"
+    for path, output in ((admin, "kubeconfig"), (readonly, "readonlyKubeconfig")):
+        path.write_text(outputs[output])
+        path.chmod(0o600)
+    return admin, readonly
+
+
+def _kubeconfig_use(box: Box, outputs: dict[str, Any]) -> dict[str, Any]:
+    """The stack's kubeconfigs as a user saves and uses them: the admin's lists namespaces; the
+    read-only one lists pods but may neither read Secrets nor delete."""
+    admin, readonly = _saved_kubeconfigs(box, outputs)
+    return {
+        "namespaces": box.kubectl(admin, "get", "namespaces", "-o", "name"),
+        "readonly_pods": box.kubectl(readonly, "get", "pods", "-A", "-o", "name"),
+        "readonly_can_get_secrets": box.kubectl(readonly, "auth", "can-i", "get", "secrets", "-A"),
+        "readonly_can_delete_namespaces": box.kubectl(readonly, "auth", "can-i", "delete", "namespaces"),
+        "readonly_can_delete_pods": box.kubectl(readonly, "auth", "can-i", "delete", "pods", "-A"),
+    }
+
+
+def _admission(box: Box) -> list[dict[str, Any]]:
+    """From the API server's audit log, in order: the CA injector's and the program's writes to
+    the webhook configurations and to provider CRs (server-side apply creates one by a patch
+    answered 201), each with when it was received and answered (RFC 3339 to the microsecond, so
+    they compare as text) and how."""
+    resources = {*cainjector_standin.KINDS.values(), *(f"{kind.lower()}s" for kind in playbook_lab.PROVIDERS)}
+    found = []
+    for event in box.cluster.audit():
+        ref, user = event.get("objectRef", {}), event.get("user", {}).get("username")
+        if (
+            user in {control_plane.INJECTOR_USER, PROGRAM_USER}
+            and ref.get("resource") in resources
+            and event["verb"] in K8S_WRITES
+        ):
+            found.append(
+                {
+                    "user": user,
+                    "verb": event["verb"],
+                    "resource": ref["resource"],
+                    "name": ref.get("name", ""),
+                    "dry_run": "dryRun=All" in event.get("requestURI", ""),
+                    "received": event["requestReceivedTimestamp"],
+                    "answered": event["stageTimestamp"],
+                    "code": event.get("responseStatus", {}).get("code"),
+                }
+            )
+    return found
+
+
+def _installed(box: Box) -> dict[str, Any]:
+    """The README's first run, `pulumi up` of the whole program on the empty box, the stack's
+    kubeconfigs used, then `pulumi preview --expect-no-changes` and a second `pulumi up` with the
+    chart repositories out of reach: they need nothing from them."""
+    first = _observed(box, "up")
+    admission = _admission(box)
+    outputs = box.engine.outputs() if first["rc"] == 0 else {}
+    use = _kubeconfig_use(box, outputs) if outputs else {}
+    with box.charts.down():
+        no_changes = _observed(box, "preview", "--expect-no-changes")
+        second = _observed(box, "up")
+    return {
+        "steps": box.steps,
+        "first_up": first,
+        "outputs": {key: value for key, value in outputs.items() if "ubeconfig" not in key},
+        "secret_outputs": box.engine.secret_outputs() if outputs else [],
+        "kubeconfig_use": use,
+        "no_changes_preview": no_changes,
+        "second_up": second,
+        # As they are now: a scenario that goes on (whole_box_lifecycle) adds to the live ones.
+        "pods_run": list(box.operator.pods_run),
+        "providers_reconciled": [f"{entry['kind']}/{entry['name']}" for entry in box.operator.reconciled],
+        "admission": admission,
+        "webhook_reviews": list(box.webhook.reviews),
+        "injected": list(box.injector.injected),
+    }
+
+
+def _change(
+    box: Box,
+    settings: tuple[tuple[str, str], ...],
+    *,
+    secrets: tuple[tuple[str, str], ...] = (),
+    before_up: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """A change as docs/operations.md makes one: the config set, `pulumi preview` to see what it
+    touches, `pulumi up`, and the zero-change preview again."""
+    steps = [scenarios._step(box.engine, ("config", "set", *setting)) for setting in settings]
+    steps += [scenarios._step(box.engine, ("config", "set", "--secret", key), stdin=value) for key, value in secrets]
+    preview = _observed(box, "preview")
+    if before_up is not None:
+        before_up()
+    up = _observed(box, "up")
+    return {
+        "steps": steps,
+        "preview": preview,
+        "up": up,
+        "no_changes_preview": _observed(box, "preview", "--expect-no-changes"),
+    }
+
+
+def _node_versions(box: Box) -> dict[str, Any]:
+    """kubectl with the admin kubeconfig the stack outputs now: each Node's reported version."""
+    admin, _ = _saved_kubeconfigs(box, box.engine.outputs())
+    return box.kubectl(admin, "get", "nodes", "-o", "jsonpath={.items[*].status.nodeInfo.kubeletVersion}")
+
+
+def _capmox_config(box: Box) -> dict[str, Any]:
+    """The CAPMOX config Secrets there are and the one the InfrastructureProvider points at."""
+    admin, _ = _saved_kubeconfigs(box, box.engine.outputs())
+    secrets = box.kubectl(admin, "get", "secrets", "-n", "capmox-system", "-o", "name")
+    provider = box.kubectl(
+        admin,
+        "get",
+        "infrastructureprovider",
+        "proxmox",
+        "-n",
+        "capmox-system",
+        "-o",
+        "jsonpath={.spec.configSecret.name}",
+    )
+    return {
+        "secrets": sorted(secrets["stdout"].split()),
+        "config_secret": provider["stdout"],
+        "errors": [done["stderr"] for done in (secrets, provider) if done["rc"] != 0],
+    }
+
+
+def _reconciled_since(box: Box, count: int) -> list[str]:
+    return [f"{entry['kind']}/{entry['name']}@{entry['version']}" for entry in box.operator.reconciled[count:]]
+
+
+def _k3s_bump(box: Box) -> dict[str, Any]:
+    return {**_change(box, (("k3sVersion", K3S_BUMP),)), "node_versions": _node_versions(box)}
+
+
+def _bumps(box: Box) -> dict[str, Any]:
+    """docs/graph.md's bumps, one at a time: k3s, the cert-manager chart, the CAPMOX provider,
+    the CAPMOX token rotated, and the VM's size."""
+    result: dict[str, Any] = {"k3s": _k3s_bump(box)}
+    result["cert_manager"] = _change(box, (("certManagerVersion", CERT_MANAGER_BUMP),))
+    reconciled = len(box.operator.reconciled)
+    result["capmox"] = _change(box, (("capmoxVersion", CAPMOX_BUMP),))
+    result["capmox"]["reconciled"] = _reconciled_since(box, reconciled)
+    result["capmox"]["provider_versions"] = box.engine.outputs()["providerVersions"]
+    before = _capmox_config(box)
+    result["capmox_token"] = _change(box, (), secrets=(("capmoxTokenSecret", ROTATED_CAPMOX_SECRET),))
+    result["capmox_token"]["config_before"] = before
+    result["capmox_token"]["config_after"] = _capmox_config(box)
+    result["size"] = _change(box, (("vmCores", SIZE_BUMP),))
+    return result
+
+
+def _pinned_host_key(box: Box) -> str:
+    """The host key the stack recorded at first contact (mgmt-host-ready's output), which every
+    later host step pins."""
+    done = box.engine.pulumi("stack", "export", "--stack", "lab", "--show-secrets")
+    done.check_returncode()
+    for resource in json.loads(done.stdout)["deployment"]["resources"]:
+        if resource["urn"].endswith("::mgmt-host-ready"):
+            stdout = resource["outputs"]["stdout"]
+            # A secret output is kept as its plaintext's JSON.
+            return str(json.loads(stdout["plaintext"]) if isinstance(stdout, dict) else stdout).strip()
+    raise LookupError("no mgmt-host-ready in the stack")
+
+
+def _guest_host_key(box: Box) -> str:
+    """The ed25519 host key VM 201's sshd serves now, as its disk holds it (type and key)."""
+    instance = len(box.guests.log_dirs(VMID)) - 1
+    key = box.guests.disk_path(VMID, "/etc/ssh/ssh_host_ed25519_key.pub", instance).read_text()
+    return " ".join(key.split()[:2])
+
+
+def _rebuild(box: Box) -> dict[str, Any]:
+    """docs/operations.md's "Rebuilding the VM from a new image": the locks lifted alone, the new
+    image with the rebuild allowed, then locked again."""
+    result: dict[str, Any] = {"host_key_before": _guest_host_key(box), "pinned_before": _pinned_host_key(box)}
+    result["unlock"] = _change(box, (("vmProtected", "false"),))
+    url, digest = box.images[NEXT_IMAGE_PATH]
+    result["rebuild"] = _change(
+        box,
+        (("imageUrl", url), ("imageSha256", digest), ("vmRebuildFromImage", "true")),
+        before_up=box.follow_new_vm,
+    )
+    result["host_key_after"] = _guest_host_key(box)
+    result["pinned_after"] = _pinned_host_key(box)
+    outputs = box.engine.outputs()
+    result["kubeconfig_use"] = _kubeconfig_use(box, outputs)
+    result["vm_protected_output"] = outputs["vmProtected"]
+    result["pods_run"] = box.operator.pods_run
+    result["providers_reconciled"] = _reconciled_since(box, 0)
+    result["lock"] = _change(box, (("vmRebuildFromImage", "false"), ("vmProtected", "true")))
+    return result
+
+
+def whole_box_k3s_bump(root: str) -> dict[str, Any]:
+    """`make bench`'s: the first run, the no-op second one and a k3s bump."""
+    with running(Path(root)) as box:
+        result = _installed(box)
+        if result["second_up"]["rc"] == 0:
+            result["k3s_bump"] = _k3s_bump(box)
+        return {**result, **_standins(box)}
+
+
+def whole_box_lifecycle(root: str) -> dict[str, Any]:
+    """The first run and the no-op second one (`_installed`), then the bumps, a rebuild from a
+    new image, and a `pulumi destroy` that the locks refuse."""
+    with running(Path(root)) as box:
+        result = _installed(box)
+        if result["second_up"]["rc"] == 0:
+            result["bumps"] = _bumps(box)
+            result["rebuild"] = _rebuild(box)
+            result["destroy"] = _observed(box, "destroy")
+            result["vm_running_after_destroy"] = box.guests.running(VMID)
+        return {**result, **_standins(box)}

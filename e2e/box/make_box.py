@@ -1,0 +1,183 @@
+"""`make box`, `make box-shell`, `make box-down` and `make bench`: `python -m e2e.box.make_box up
+DIRECTORY` runs the box (box.py) and its first `up` in a network namespace of its own, detached,
+and keeps it up for a user until `make box-down`; `make box-shell` opens a shell inside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from e2e.box import scenarios
+from e2e.box.box import K3S_BUMP, Box, _observed, running
+from e2e.engine.cli import REPO, built_bin
+from e2e.engine.netns import in_new_netns, netns_command
+
+# `make box`: the box in a network namespace of its own, detached, until `make box-down`.
+PID_FILE = "box.pid"
+LOG_FILE = "box.log"
+SHELL_RC = "shell.rc"
+READY_MARK = "lab-mgmt-box: ready"
+FAILED_MARK = "lab-mgmt-box: failed"
+
+
+def shell_rc(env: dict[str, str], path: list[Path], kubeconfig: Path, project: Path) -> str:
+    """What `make box-shell` runs before its prompt: the box engine's CLI with its state, plugins
+    and passphrase (`env`), `path` before the user's PATH (the CLI, kubectl), the admin
+    kubeconfig, and the project the box deployed as the working directory."""
+    # The chart stand-in's certificate too, which the kubernetes plugin must trust to read the
+    # releases' charts.
+    names = ("PULUMI_HOME", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_SKIP_UPDATE_CHECK")
+    exports = {name: env[name] for name in (*names, "SSL_CERT_FILE") if name in env} | {"KUBECONFIG": str(kubeconfig)}
+    return "\n".join(
+        [
+            "[ -f ~/.bashrc ] && . ~/.bashrc",
+            *(f"export {name}={shlex.quote(value)}" for name, value in exports.items()),
+            f'export PATH={shlex.quote(os.pathsep.join(map(str, path)))}:"$PATH"',
+            f"cd {shlex.quote(str(project))}",
+            'PS1="(lab-mgmt box) ${PS1:-\\$ }"',
+            "",
+        ]
+    )
+
+
+def _usage(box: Box, first: dict[str, Any], outputs: dict[str, Any]) -> str:
+    engine = box.engine
+    kubeconfig = engine.root / "lab-mgmt.yaml"
+    kubeconfig.write_text(outputs["kubeconfig"])
+    kubeconfig.chmod(0o600)
+    kubectl = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl")
+    rc = shell_rc(engine.env(), [engine.bin_dir, kubectl], kubeconfig, engine.project)
+    (engine.root.parent / SHELL_RC).write_text(rc)
+    shown = {key: value for key, value in outputs.items() if "ubeconfig" not in key}
+    return "\n".join(
+        [
+            f"pulumi up of the whole program: rc {first['rc']} in {first['seconds']}s, {first['summary']}",
+            f"outputs (kubeconfigs left out): {json.dumps(shown)}",
+            f"admin kubeconfig: {kubeconfig}",
+            "The box's addresses exist only inside it. make box-shell opens a shell there, with KUBECONFIG,",
+            "the CLI's state and PATH set; try: kubectl get nodes, pulumi preview --expect-no-changes.",
+            "make box-down stops it.",
+        ]
+    )
+
+
+def _serve(root: str) -> None:
+    """Inside the box's network namespace: the box, the first `up`, then up until SIGTERM."""
+
+    def down(_signum: int, _frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, down)
+    with running(Path(root)) as box:
+        first = _observed(box, "up")
+        if first["rc"] != 0:
+            print(first["output"][-8000:], f"\n{FAILED_MARK}", flush=True)
+            return
+        print(_usage(box, first, box.engine.outputs()), f"\n{READY_MARK}", flush=True)
+        signal.pause()
+
+
+def _up(root: Path) -> int:
+    """Starts the box detached and follows its log until the first `up` has finished."""
+    if root.exists():
+        print(f"{root} exists: a box is up there, or was left; `make box-down` removes it", file=sys.stderr)
+        return 1
+    root.mkdir(parents=True)
+    with (root / LOG_FILE).open("wb") as log:
+        process = subprocess.Popen(
+            netns_command(
+                [sys.executable, "-m", "e2e.box.make_box", "--serve", str(root / "box")], [scenarios.PROXMOX_ADDRESS]
+            ),
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (root / PID_FILE).write_text(f"{process.pid}\n")
+    print(f"the box is starting (log: {root / LOG_FILE}); the first pulumi up takes a few minutes", flush=True)
+    while process.poll() is None:
+        text = (root / LOG_FILE).read_text()
+        if READY_MARK in text or FAILED_MARK in text:
+            break
+        time.sleep(2)
+    text = (root / LOG_FILE).read_text()
+    print(text.split("lab-mgmt-box:")[0][-8000:])
+    return 0 if READY_MARK in text else 1
+
+
+def _shell(root: Path) -> int:
+    """`make box-shell`: an interactive shell in the running box's network namespace, set up by the
+    `shell_rc` that the box wrote once ready. It replaces this process, so Ctrl-C reaches the shell."""
+    rc, pid_file = root / "box" / SHELL_RC, root / PID_FILE
+    pid = int(pid_file.read_text()) if pid_file.exists() else 0
+    if not (rc.exists() and pid and Path(f"/proc/{pid}/ns/net").exists()):
+        print(f"no box ready at {root}: run `make box` first", file=sys.stderr)
+        return 1
+    # A box started by a user other than root runs in a user namespace of its own (e2e/engine/netns.py).
+    own_user = os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user")
+    enter = ["nsenter", f"--target={pid}", "--net", *(["--user"] if own_user else [])]
+    os.execvp(enter[0], [*enter, "--", "bash", "--rcfile", str(rc), "-i"])  # noqa: S606 - argv, no shell
+    return 1
+
+
+def _down(root: Path) -> int:
+    pid_file = root / PID_FILE
+    if not pid_file.exists():
+        print(f"no box at {root}")
+        return 0
+    pid = int(pid_file.read_text())
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            time.sleep(1)
+        print(f"box process {pid} still running after 120s", file=sys.stderr)
+        return 1
+    shutil.rmtree(root)
+    print(f"box at {root} stopped and removed")
+    return 0
+
+
+def _what_it_did(name: str, run: dict[str, Any]) -> str:
+    return (
+        f"{name}: rc {run['rc']}, {run['seconds']}s, {len(run['ssh_sessions'])} SSH sessions, "
+        f"{len(run['chart_requests'])} chart repository requests, "
+        f"{len(run['pve_writes'])} Proxmox VE writes, {len(run['k8s_writes'])} Kubernetes writes"
+    )
+
+
+def _bench(root: Path) -> int:
+    """The tests' first run, no-op run and k3s bump, their numbers printed."""
+    result = in_new_netns(
+        "lifecycle.whole_box_k3s_bump", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=1800
+    )
+    first, second = result["first_up"], result["second_up"]
+    print(f"first pulumi up: rc {first['rc']}, {first['seconds']}s, {first['summary']}")
+    print(_what_it_did("no-op pulumi up", second))
+    runs = [first, second]
+    if "k3s_bump" in result:
+        bump = result["k3s_bump"]["up"]
+        print(_what_it_did(f"k3s bump to {K3S_BUMP}, pulumi up", bump), f"({len(bump['installs'])} installer runs)")
+        runs.append(bump)
+    return 0 if len(runs) == 3 and all(run["rc"] == 0 for run in runs) else 1
+
+
+if __name__ == "__main__":
+    command, directory = sys.argv[1], sys.argv[2]
+    if command == "--serve":
+        _serve(directory)
+    else:
+        actions = {"up": _up, "shell": _shell, "down": _down, "bench": _bench}
+        sys.exit(actions[command](Path(directory).resolve()))

@@ -1,0 +1,432 @@
+#!/usr/bin/env bash
+# Builds the real Pulumi engine from Go modules (release binaries cannot be downloaded here) into
+# a cache outside the repository, keyed by version; what is built already is skipped. It prints
+# one VARIABLE=directory line per thing built, for `export $(e2e/engine/build-engine.sh ...)`:
+#
+#   e2e/engine/build-engine.sh         the pulumi CLI: LAB_MGMT_ENGINE_BIN
+#   ... control-plane                  also etcd, kube-apiserver, kube-controller-manager and
+#                                      kubectl at the Kubernetes minor of the pinned k3s:
+#                                      LAB_MGMT_CONTROL_PLANE_BIN
+#   ... plugins                        also the provider plugins and the Python language host:
+#                                      kubernetes from the Go module proxy
+#                                      (LAB_MGMT_KUBERNETES_PLUGIN_BIN); proxmoxve and command
+#                                      (LAB_MGMT_PROXMOXVE_PLUGIN_BIN, LAB_MGMT_COMMAND_PLUGIN_BIN)
+#                                      and pulumi-language-python (beside the CLI) from the
+#                                      upstream archives in $LAB_MGMT_VENDOR
+#
+# The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
+# pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
+# (docs/versions.md). A module the proxy does not serve stops the build, naming it.
+set -euo pipefail
+
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+# Go is installed under /usr/local/go on this project's machines, not always on PATH.
+command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
+cache="${LAB_MGMT_ENGINE_CACHE:-$HOME/.cache/lab-mgmt-engine}"
+export GOMODCACHE="$cache/gomod" GOCACHE="$cache/gocache" GOFLAGS=-mod=mod CGO_ENABLED=0
+export GOTOOLCHAIN=local GOPROXY="${GOPROXY:-https://proxy.golang.org}"
+mkdir -p "$GOMODCACHE" "$GOCACHE"
+
+say() { printf '[build-engine %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# Moves a finished binary into place and says how long it took since `started` ($SECONDS then).
+finish() {
+  mv "$1.partial" "$1"
+  say "$(basename "$1"): built in $((SECONDS - $2)) s"
+}
+
+pinned() { # the version requirements.txt pins for a Python package
+  sed -n "s/^$1==\\([0-9.]*\\).*/\\1/p" "$repo/requirements.txt"
+}
+
+# `go mod download -json MODULE@VERSION`'s directory, or a failure that names what is missing.
+module_dir() {
+  local json dir
+  json="$(cd "$cache" && { go mod download -json "$1" 2>/dev/null || true; })"
+  dir="$(printf '%s' "$json" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir","") if not d.get("Error") else "")' 2>/dev/null || true)"
+  if [ -z "$dir" ]; then
+    say "cannot get Go module $1 from $GOPROXY: $(printf '%s' "$json" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("Error","no answer"))' 2>/dev/null || echo 'no answer')"
+    return 1
+  fi
+  printf '%s\n' "$dir"
+}
+
+# The oldest version of pkg/v3 that the proxy lists and that is not older than the SDK pin.
+cli_version() {
+  local sdk="$1"
+  (cd "$cache" && go list -m -versions github.com/pulumi/pulumi/pkg/v3) | tr ' ' '\n' | sed -n 's/^v//p' |
+    python3 -c '
+import sys
+sdk = tuple(int(p) for p in sys.argv[1].split("."))
+served = sorted(tuple(int(p) for p in line.split(".")) for line in sys.stdin if line.strip())
+newer = [v for v in served if v >= sdk]
+print(".".join(map(str, newer[0])) if newer else "")' "$sdk"
+}
+
+build_cli() {
+  local sdk version out src pkg_dir sdk_dir
+  local started=$SECONDS
+  sdk="$(pinned pulumi)"
+  version="$(cli_version "$sdk")"
+  if [ -z "$version" ]; then
+    say "the Go module proxy serves no github.com/pulumi/pulumi/pkg/v3 at or after v$sdk (the SDK pin)"
+    return 1
+  fi
+  out="$cache/pulumi-v$version/bin"
+  if [ -x "$out/pulumi" ]; then
+    say "pulumi v$version: cached"
+  else
+    say "pulumi v$version (Python SDK pinned at $sdk): downloading github.com/pulumi/pulumi/{pkg,sdk}/v3@v$version"
+    pkg_dir="$(module_dir "github.com/pulumi/pulumi/pkg/v3@v$version")"
+    sdk_dir="$(module_dir "github.com/pulumi/pulumi/sdk/v3@v$version")"
+    # pkg/go.mod replaces sdk/v3 with ../sdk, as in the monorepo: lay the two side by side.
+    src="$cache/src/pulumi-v$version"
+    rm -rf "$src" && mkdir -p "$src" "$out"
+    cp -a "$pkg_dir" "$src/pkg" && cp -a "$sdk_dir" "$src/sdk" && chmod -R u+w "$src"
+    say "pulumi v$version: building (about 4 minutes cold on 2 cores)"
+    (cd "$src/pkg" && go build -trimpath -tags osusergo,grpcnotrace \
+      -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$version" \
+      -o "$out/pulumi.partial" ./cmd/pulumi)
+    finish "$out/pulumi" "$started"
+    rm -rf "$src"
+  fi
+  cli_bin="$out"
+  printf 'LAB_MGMT_ENGINE_BIN=%s\n' "$out"
+}
+
+# The proxy serves the kubernetes provider's module only at one pseudo-version, which is the
+# commit tagged v4.25.0, not at the pinned SDK's 4.34.2: the newest there is. The CLI runs it from
+# PATH in place of 4.34.2 and says so in its output (docs/versions.md).
+KUBERNETES_PLUGIN_VERSION=4.25.0
+KUBERNETES_PLUGIN_MODULE_VERSION=v4.0.0-20260115033456-f47bc2d6f199
+
+build_kubernetes_plugin() {
+  local out="$cache/pulumi-resource-kubernetes-v$KUBERNETES_PLUGIN_VERSION/bin" src cmd
+  local started=$SECONDS
+  if [ -x "$out/pulumi-resource-kubernetes" ]; then
+    say "pulumi-resource-kubernetes v$KUBERNETES_PLUGIN_VERSION: cached"
+  else
+    src="$cache/src/pulumi-kubernetes-v$KUBERNETES_PLUGIN_VERSION"
+    rm -rf "$src" && mkdir -p "$out"
+    cp -a "$(module_dir "github.com/pulumi/pulumi-kubernetes/provider/v4@$KUBERNETES_PLUGIN_MODULE_VERSION")" "$src"
+    chmod -R u+w "$src"
+    # Its go.mod points the SDK at the monorepo's ../sdk: take the version it requires instead.
+    (cd "$src" && go mod edit -dropreplace=github.com/pulumi/pulumi-kubernetes/sdk/v4)
+    # The release build embeds the schema with its version set (cmd/.../generate.go does this).
+    cmd="$src/cmd/pulumi-resource-kubernetes"
+    python3 -c 'import json, sys
+schema = json.load(open(sys.argv[1]))
+schema["version"] = sys.argv[2]
+json.dump(schema, open(sys.argv[3], "w"))' "$cmd/schema.json" "$KUBERNETES_PLUGIN_VERSION" "$cmd/schema-embed.json"
+    cp "$cmd/terraform-mapping.json" "$cmd/terraform-mapping-embed.json"
+    say "pulumi-resource-kubernetes v$KUBERNETES_PLUGIN_VERSION: building (about 7 minutes cold on 2 cores)"
+    (cd "$src" && go build -trimpath \
+      -ldflags "-s -w -X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$KUBERNETES_PLUGIN_VERSION" \
+      -o "$out/pulumi-resource-kubernetes.partial" ./cmd/pulumi-resource-kubernetes)
+    finish "$out/pulumi-resource-kubernetes" "$started"
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_KUBERNETES_PLUGIN_BIN=%s\n' "$out"
+}
+
+# What the Go module proxy refuses comes as exact upstream archives (`git archive` of the tagged
+# commits, ../shared/vendor/README.md) from the directory LAB_MGMT_VENDOR names: by default the
+# shared folder beside the clone, which CI has. Each is checked against the sha256 written here
+# before anything is unpacked from it.
+vendor="${LAB_MGMT_VENDOR:-$repo/../shared/vendor}"
+declare -A ARCHIVE_SHA256=(
+  [pulumi-proxmoxve-v8.3.0-provider.tar.gz]=eb7877e8d08af97933552f379b732f1ab17c723db48732031cf21e465a4c03d1
+  [terraform-provider-proxmox-v0.111.1.tar.gz]=f9007da4c358d18b9a839472f8276705637a79327face163dddcf0b93e28d723
+  [pulumi-yaml-v1.36.0.tar.gz]=bec44690b4173f32c13baf1911ef045adcbcae09a0f111a1eb434ce3b5d06d21
+  [pulumi-language-dotnet-v3.107.1.tar.gz]=0cbf74600eb99410b73523883c581ab3473cf7940e1acf14cb99c951d59f3834
+  [pulumi-command-v1.2.1-provider.tar.gz]=fb75e890a529036cbf095567c56b21f71bf4225312f4d31a1e2683d8e64d5731
+  [pulumi-language-python-v3.259.0.tar.gz]=2ce827cb6325a6b67a2716f84fbfe914d87886e9c2b38eb39636388b974b669f
+)
+
+have_archives() {
+  local archive
+  for archive in "$@"; do [ -f "$vendor/$archive" ] || return 1; done
+}
+
+# Unpacks a checked archive into $2 (its top directory stripped); a wrong checksum stops the build.
+unpack() {
+  local archive="$1" into="$2" actual
+  actual="$(sha256sum "$vendor/$archive" | cut -d' ' -f1)"
+  if [ "$actual" != "${ARCHIVE_SHA256[$archive]}" ]; then
+    say "$vendor/$archive has sha256 $actual, expected ${ARCHIVE_SHA256[$archive]}: refusing to build from it"
+    return 1
+  fi
+  mkdir -p "$into" && tar -xzf "$vendor/$archive" -C "$into" --strip-components=1
+}
+
+# Without the archives, a machine that reaches the plugins' release downloads installs the released
+# plugin into a cache PULUMI_HOME and uses its binary; on one that reaches neither, one line says
+# what is missing and where to put it.
+released_plugin() {
+  local name="$1" version="$2" archive="$3" home="$cache/released-plugins"
+  if PULUMI_HOME="$home" "$cli_bin/pulumi" plugin install resource "$name" "$version" >/dev/null 2>&1; then
+    say "pulumi-resource-$name v$version: no $archive in $vendor, installed the released plugin"
+    printf '%s\n' "$home/plugins/resource-$name-v$version"
+    return
+  fi
+  say "pulumi-resource-$name v$version: missing $archive (put it in $vendor or set LAB_MGMT_VENDOR), and its release cannot be downloaded"
+  return 1
+}
+
+# The plugin versions the pinned Python SDKs ask the engine for (docs/versions.md).
+PROXMOXVE_VERSION=8.3.0
+TERRAFORM_PROXMOX_VERSION=0.111.1
+COMMAND_VERSION=1.2.1
+LANGUAGE_HOST_VERSION=3.259.0
+
+# pulumi-terraform-bridge's tfgen (linked in for schema generation, unused here: the plugin embeds
+# its schema) imports example converters from two modules that are neither served by the Go module
+# proxy nor among the archives. Each stand-in module has the one function signature tfgen calls.
+# A stand-in module's go.mod: the two modules its one function's signature takes types from.
+standin_go_mod() {
+  printf 'module %s\n\ngo 1.24\n\nrequire (\n\tgithub.com/hashicorp/hcl/v2 v2.24.0\n\tgithub.com/pulumi/pulumi/pkg/v3 v3.246.0\n)\n' "$1"
+}
+
+write_converter_standins() {
+  local into="$1"
+  mkdir -p "$into/pulumi-java/pkg/codegen/java" "$into/pulumi-hcl/pkg/codegen"
+  standin_go_mod github.com/pulumi/pulumi-java >"$into/pulumi-java/go.mod"
+  cat >"$into/pulumi-java/pkg/codegen/java/standin.go" <<'GO'
+// Package java stands in for pulumi-java's program generator, which the Go module proxy does not
+// serve. pulumi-terraform-bridge's tfgen calls it only to translate documentation examples while
+// generating SDKs; the provider plugin never calls it while serving a program.
+package java
+
+import (
+	"errors"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/pulumi/pulumi/pkg/v3/codegen/pcl"
+)
+
+func GenerateProgram(*pcl.Program) (map[string][]byte, hcl.Diagnostics, error) {
+	return nil, nil, errors.New("lab-mgmt build: Java example conversion is not available in this plugin build")
+}
+GO
+  standin_go_mod github.com/pulumi-labs/pulumi-hcl >"$into/pulumi-hcl/go.mod"
+  cat >"$into/pulumi-hcl/pkg/codegen/standin.go" <<'GO'
+// Package codegen stands in for pulumi-hcl's program generator, which the Go module proxy does not
+// serve at the version the bridge requires. pulumi-terraform-bridge's tfgen calls it only to
+// translate documentation examples while generating SDKs; the provider plugin never calls it while
+// serving a program.
+package codegen
+
+import (
+	"errors"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/pulumi/pulumi/pkg/v3/codegen/pcl"
+)
+
+type GenerateProgramOption func()
+
+func SkipRequiredProvidersVersion() GenerateProgramOption { return func() {} }
+
+func GenerateProgram(*pcl.Program, ...GenerateProgramOption) (map[string][]byte, hcl.Diagnostics, error) {
+	return nil, nil, errors.New("lab-mgmt build: HCL example conversion is not available in this plugin build")
+}
+GO
+}
+
+build_proxmoxve_plugin() {
+  local out="$cache/pulumi-resource-proxmoxve-v$PROXMOXVE_VERSION/bin" src="$cache/src/pulumi-proxmoxve-v$PROXMOXVE_VERSION"
+  local started=$SECONDS
+  local archives=("pulumi-proxmoxve-v$PROXMOXVE_VERSION-provider.tar.gz" "terraform-provider-proxmox-v$TERRAFORM_PROXMOX_VERSION.tar.gz"
+    pulumi-yaml-v1.36.0.tar.gz pulumi-language-dotnet-v3.107.1.tar.gz)
+  if [ -x "$out/pulumi-resource-proxmoxve" ]; then
+    say "pulumi-resource-proxmoxve v$PROXMOXVE_VERSION: cached"
+  elif ! have_archives "${archives[@]}"; then
+    out="$(released_plugin proxmoxve "$PROXMOXVE_VERSION" "${archives[0]} (and the three it needs)")"
+  else
+    rm -rf "$src" && mkdir -p "$src" "$out"
+    unpack "${archives[0]}" "$src/pulumi-proxmoxve"
+    unpack "${archives[1]}" "$src/terraform-provider-proxmox"
+    unpack "${archives[2]}" "$src/pulumi-yaml"
+    unpack "${archives[3]}" "$src/pulumi-dotnet"
+    write_converter_standins "$src"
+    (cd "$src/pulumi-proxmoxve/provider" && go mod edit \
+      -replace="github.com/bpg/terraform-provider-proxmox=$src/terraform-provider-proxmox" \
+      -replace="github.com/pulumi/pulumi-yaml=$src/pulumi-yaml" \
+      -replace="github.com/pulumi/pulumi-dotnet/pulumi-language-dotnet/v3=$src/pulumi-dotnet/pulumi-language-dotnet" \
+      -replace="github.com/pulumi/pulumi-java=$src/pulumi-java" \
+      -replace="github.com/pulumi-labs/pulumi-hcl=$src/pulumi-hcl")
+    say "pulumi-resource-proxmoxve v$PROXMOXVE_VERSION: building (about 7 minutes cold on 2 cores)"
+    (cd "$src/pulumi-proxmoxve/provider" && go build -trimpath \
+      -ldflags "-s -w -X github.com/muhlba91/pulumi-proxmoxve/provider/pkg/version.Version=$PROXMOXVE_VERSION" \
+      -o "$out/pulumi-resource-proxmoxve.partial" ./cmd/pulumi-resource-proxmoxve)
+    finish "$out/pulumi-resource-proxmoxve" "$started"
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_PROXMOXVE_PLUGIN_BIN=%s\n' "$out"
+}
+
+build_command_plugin() {
+  local out="$cache/pulumi-resource-command-v$COMMAND_VERSION/bin" src="$cache/src/pulumi-command-v$COMMAND_VERSION"
+  local started=$SECONDS
+  local archive=pulumi-command-v$COMMAND_VERSION-provider.tar.gz
+  if [ -x "$out/pulumi-resource-command" ]; then
+    say "pulumi-resource-command v$COMMAND_VERSION: cached"
+  elif ! have_archives "$archive"; then
+    out="$(released_plugin command "$COMMAND_VERSION" "$archive")"
+  else
+    rm -rf "$src" && mkdir -p "$out"
+    unpack "$archive" "$src"
+    say "pulumi-resource-command v$COMMAND_VERSION: building (about 5 minutes cold on 2 cores)"
+    (cd "$src/provider" && go build -trimpath \
+      -ldflags "-s -w -X github.com/pulumi/pulumi-command/provider/pkg/version.Version=$COMMAND_VERSION" \
+      -o "$out/pulumi-resource-command.partial" ./cmd/pulumi-resource-command)
+    finish "$out/pulumi-resource-command" "$started"
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_COMMAND_PLUGIN_BIN=%s\n' "$out"
+}
+
+# The language host's module is not served either; its newest archived tag is v3.259.0, whose
+# main.go builds against the CLI's own pkg/sdk modules laid out as in the monorepo. It goes beside
+# the CLI, as a released CLI ships it (the CLI warns of a language host found anywhere else), with
+# pulumi-language-python-exec, which the sdk module carries and the host runs from beside itself.
+build_language_host() {
+  local version out="$cli_bin" src archive=pulumi-language-python-v$LANGUAGE_HOST_VERSION.tar.gz
+  local started=$SECONDS
+  version="$(cli_version "$(pinned pulumi)")"
+  src="$cache/src/pulumi-language-python-v$LANGUAGE_HOST_VERSION"
+  if [ -x "$out/pulumi-language-python" ]; then
+    say "pulumi-language-python: beside the CLI"
+  elif ! have_archives "$archive"; then
+    say "pulumi-language-python: missing $archive (put it in $vendor or set LAB_MGMT_VENDOR), or use a released CLI, which ships it"
+    return 1
+  else
+    rm -rf "$src" && mkdir -p "$src"
+    cp -a "$(module_dir "github.com/pulumi/pulumi/pkg/v3@v$version")" "$src/pkg"
+    cp -a "$(module_dir "github.com/pulumi/pulumi/sdk/v3@v$version")" "$src/sdk"
+    chmod -R u+w "$src"
+    unpack "$archive" "$src"
+    say "pulumi-language-python v$LANGUAGE_HOST_VERSION on v$version packages: building (about 3 minutes cold on 2 cores)"
+    (cd "$src/sdk/python/cmd/pulumi-language-python" && go build -trimpath \
+      -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$LANGUAGE_HOST_VERSION" \
+      -o "$out/pulumi-language-python.partial" .)
+    install -m 0755 "$src/sdk/python/cmd/pulumi-language-python-exec" "$out/pulumi-language-python-exec"
+    finish "$out/pulumi-language-python" "$started"
+    rm -rf "$src"
+  fi
+}
+
+# The newest patch release of the pinned k3s's Kubernetes minor that the proxy serves, and an etcd
+# release that Kubernetes supports at that minor.
+KUBERNETES_VERSION=1.35.4
+ETCD_VERSION=3.6.16
+
+KUBERNETES_COMMANDS="kube-apiserver kube-controller-manager kubectl"
+
+build_control_plane() {
+  local out="$cache/kubernetes-v$KUBERNETES_VERSION-etcd-v$ETCD_VERSION/bin" src kube_mod staging version_flags="" missing=""
+  local started=$SECONDS
+  mkdir -p "$out"
+  if [ -x "$out/etcd" ]; then
+    say "etcd v$ETCD_VERSION: cached"
+  else
+    src="$cache/src/etcd-v$ETCD_VERSION"
+    rm -rf "$src" && mkdir -p "$src"
+    say "etcd v$ETCD_VERSION: building"
+    # The server module's own go.mod replaces its siblings by path: build it as a dependency.
+    (cd "$src" && go mod init lab-mgmt/etcd >/dev/null 2>&1 && go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >&2 &&
+      go build -trimpath -ldflags "-s -w" -o "$out/etcd.partial" go.etcd.io/etcd/server/v3)
+    finish "$out/etcd" "$started"
+    rm -rf "$src"
+  fi
+
+  for command in $KUBERNETES_COMMANDS; do
+    [ -x "$out/$command" ] || missing="$missing $command"
+  done
+  if [ -z "$missing" ]; then
+    say "Kubernetes v$KUBERNETES_VERSION ($KUBERNETES_COMMANDS): cached"
+    printf 'LAB_MGMT_CONTROL_PLANE_BIN=%s\n' "$out"
+    return
+  fi
+  src="$cache/src/kubernetes-v$KUBERNETES_VERSION"
+  rm -rf "$src" && mkdir -p "$src"
+  kube_mod="$(module_dir "k8s.io/kubernetes@v$KUBERNETES_VERSION")/go.mod"
+  # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them by path, which a
+  # dependent module does not see: point each at its published v0.<minor>.<patch>.
+  staging="v0.${KUBERNETES_VERSION#1.}"
+  (cd "$src" && go mod init lab-mgmt/kubernetes >/dev/null 2>&1 &&
+    go mod edit -require="k8s.io/kubernetes@v$KUBERNETES_VERSION" &&
+    sed -n 's/^[[:space:]]*\(k8s\.io\/[a-z0-9-]*\) v0\.0\.0$/\1/p' "$kube_mod" | sort -u |
+    while read -r staged; do go mod edit -replace="$staged=$staged@$staging"; done)
+  for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    version_flags="$version_flags -X $package.gitVersion=v$KUBERNETES_VERSION -X $package.gitMajor=1"
+    version_flags="$version_flags -X $package.gitMinor=$(echo "$KUBERNETES_VERSION" | cut -d. -f2) -X $package.gitTreeState=clean"
+  done
+  for command in $missing; do
+    started=$SECONDS
+    say "$command v$KUBERNETES_VERSION: building"
+    (cd "$src" && go build -trimpath -ldflags "-s -w$version_flags" -o "$out/$command.partial" "k8s.io/kubernetes/cmd/$command")
+    finish "$out/$command" "$started"
+  done
+  rm -rf "$src"
+  printf 'LAB_MGMT_CONTROL_PLANE_BIN=%s\n' "$out"
+}
+
+# Two lanes build side by side, so that both cores stay busy while one links or downloads (Go's
+# module and build caches are safe for concurrent builds), each printing its lines as it goes:
+# the CLI and what builds on its packages; beside it, the control plane, then the plugins that
+# come from archives. Each lane is a sequence of plain commands, so the first failure ends it.
+targets=" $* "
+wants() { [[ "$targets" == *" $1 "* ]]; }
+
+# The proxmoxve and command plugins wait for the other lane's CLI (a plugin whose archive is
+# missing is installed by it): its binary appears whole (finish), unless that lane ended without it.
+await_cli() {
+  cli_bin="$cache/pulumi-v$(cli_version "$(pinned pulumi)")/bin"
+  until [ -x "$cli_bin/pulumi" ]; do
+    if ! kill -0 "$1" 2>/dev/null; then
+      say "no pulumi CLI to install plugins with (its build failed above)"
+      return 1
+    fi
+    sleep 2
+  done
+}
+
+cli_lane() {
+  build_cli
+  if wants plugins; then
+    build_kubernetes_plugin
+    build_language_host
+  fi
+}
+
+beside_lane() {
+  if wants control-plane; then
+    build_control_plane
+  fi
+  if wants plugins; then
+    await_cli "$1"
+    build_proxmoxve_plugin
+    build_command_plugin
+  fi
+}
+
+for target in "$@"; do
+  case "$target" in
+    control-plane | plugins) ;;
+    *) say "unknown target $target; expected control-plane or plugins" && exit 2 ;;
+  esac
+done
+started=$SECONDS
+cli_lane &
+cli_pid=$!
+beside_lane "$cli_pid" &
+beside_pid=$!
+failed=0
+wait "$cli_pid" || failed=1
+wait "$beside_pid" || failed=1
+if [ "$failed" -ne 0 ]; then
+  say "a build failed (its error is above)"
+  exit 1
+fi
+say "done in $((SECONDS - started)) s"

@@ -1,0 +1,219 @@
+"""The real `pulumi` CLI in isolation, on a copy of the project, as a user's laptop runs it: its
+own PULUMI_HOME holding the provider plugins, a local file backend, a passphrase secrets provider,
+and nothing ever fetched (no update check, no automatic plugin download). `pulumi preview` and
+`pulumi up` run `__main__.py` through the Python language host under Pulumi.yaml's runtime
+options, with the project's virtualenv.
+
+Everything comes from e2e/engine/build-engine.sh, whose `VARIABLE=directory` lines the caller exports:
+the CLI with the language host beside it (LAB_MGMT_ENGINE_BIN) and the provider plugins, which
+each engine installs into its PULUMI_HOME at the version the pinned SDK asks for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+PROJECT_FILES = ("Pulumi.yaml", "Pulumi.lab.yaml", "__main__.py", "requirements.txt")
+PASSPHRASE = "lab-in-a-box"
+CLI_TIMEOUT_SECONDS = 900
+
+
+@dataclass(frozen=True)
+class Plugin:
+    package: str
+    """The Python SDK whose pulumi-plugin.json names the plugin and the version it asks for."""
+    bin_variable: str
+
+    @property
+    def name(self) -> str:
+        return str(self._wanted()["name"])
+
+    @property
+    def version(self) -> str:
+        return str(self._wanted()["version"])
+
+    @property
+    def binary(self) -> Path:
+        name = f"pulumi-resource-{self.name}"
+        return built_bin(self.bin_variable, name) / name
+
+    def _wanted(self) -> dict[str, Any]:
+        wanted: dict[str, Any] = json.loads(resources.files(self.package).joinpath("pulumi-plugin.json").read_text())
+        return wanted
+
+
+# The kubernetes plugin's binary is the one the Go module proxy serves (v4.25.0, docs/versions.md),
+# installed where the SDK looks for 4.34.2; the engine says so in every run, and that is the one
+# warning a test allows.
+KUBERNETES_PLUGIN_WARNING = (
+    "resource plugin kubernetes is expected to have version >=4.34.2, but has 4.25.0; "
+    "the wrong version may be on your path, or this may be a bug in the plugin"
+)
+PLUGINS = (
+    Plugin("pulumi_proxmoxve", "LAB_MGMT_PROXMOXVE_PLUGIN_BIN"),
+    Plugin("pulumi_command", "LAB_MGMT_COMMAND_PLUGIN_BIN"),
+    Plugin("pulumi_kubernetes", "LAB_MGMT_KUBERNETES_PLUGIN_BIN"),
+)
+
+
+def built_bin(variable: str, binary: str) -> Path:
+    """The directory e2e/engine/build-engine.sh built `binary` into, which its `variable=...` line names
+    (`export $(e2e/engine/build-engine.sh control-plane plugins)` sets them all)."""
+    value = os.environ.get(variable)
+    if not value or not (Path(value) / binary).is_file():
+        raise RuntimeError(
+            f"{variable} names no directory with {binary}: export the lines of e2e/engine/build-engine.sh"
+        )
+    return Path(value)
+
+
+@dataclass(frozen=True)
+class Engine:
+    bin_dir: Path
+    root: Path
+    """Holds the project copy, PULUMI_HOME and the state; also the user's HOME."""
+    legacy_layout: bool = False
+    """State laid out as file backends were before project-scoped stacks."""
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def project(self) -> Path:
+        return self.root / "project"
+
+    @property
+    def pulumi_home(self) -> Path:
+        """Where a user's CLI keeps plugins: `.pulumi` in their home directory, which is `root`."""
+        return self.root / ".pulumi"
+
+    def newcomer_env(self) -> dict[str, str]:
+        """What a new laptop has: a HOME and the CLI on PATH; nothing of the tests'.
+        The CLI finds the home directory in the password database, not in HOME: run it where
+        that says `root` too (e2e.box.scenarios.newcomer_first_run)."""
+        return {"PATH": self.env()["PATH"], "HOME": str(self.root)}
+
+    def env(self) -> dict[str, str]:
+        # The CLI refuses old-layout state unless told to go on: it asks for `pulumi state upgrade`.
+        legacy = (
+            {"PULUMI_DIY_BACKEND_LEGACY_LAYOUT": "true", "PULUMI_DIY_BACKEND_IGNORE_DEPRECATION_ERROR": "true"}
+            if self.legacy_layout
+            else {}
+        )
+        path = [self.bin_dir, Path("/usr/bin"), Path("/bin")]
+        return (
+            legacy
+            | {
+                "PATH": os.pathsep.join(map(str, path)),
+                "HOME": str(self.root),
+                "PULUMI_HOME": str(self.pulumi_home),
+                # As the README logs in: no sidecar file whose rewrite a read can catch half-written
+                # (docs/troubleshooting.md, `failed to load checkpoint: EOF`).
+                "PULUMI_BACKEND_URL": f"file://{self.root / 'state'}?metadata=skip",
+                "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
+                "PULUMI_SKIP_UPDATE_CHECK": "true",
+                "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+                "PULUMI_SKIP_CONFIRMATIONS": "true",
+                "NO_COLOR": "1",
+                # Makes `--event-log` available, the engine's events that the Automation API reads.
+                "PULUMI_DEBUG_COMMANDS": "true",
+            }
+            | dict(self.extra_env)
+        )
+
+    def pulumi(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """One CLI command in the project copy, as a user would type it."""
+        return subprocess.run(
+            [str(self.bin_dir / "pulumi"), *args, "--non-interactive"],
+            cwd=self.project,
+            env=self.env(),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_SECONDS,
+            check=False,
+        )
+
+    def run(self, action: str, *args: str, targets: Sequence[str] = ()) -> EngineRun:
+        """`pulumi preview` or `pulumi up` of the stack, with the engine's events kept."""
+        log = self.root / f"events-{len(list(self.root.glob('events-*.jsonl')))}.jsonl"
+        extra = ("--skip-preview",) if action == "up" else ()
+        targeted = [f"--target={urn}" for urn in targets]
+        done = self.pulumi(action, "--stack", "lab", f"--event-log={log}", *extra, *targeted, *args)
+        events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
+        return EngineRun(done.returncode, done.stdout + done.stderr, events)
+
+    def outputs(self) -> dict[str, Any]:
+        done = self.pulumi("stack", "output", "--stack", "lab", "--json", "--show-secrets")
+        done.check_returncode()
+        outputs: dict[str, Any] = json.loads(done.stdout)
+        return outputs
+
+    def secret_outputs(self) -> list[str]:
+        """The stack outputs the CLI keeps secret: it shows them as `[secret]` unless asked."""
+        done = self.pulumi("stack", "output", "--stack", "lab", "--json")
+        done.check_returncode()
+        return sorted(key for key, value in json.loads(done.stdout).items() if value == "[secret]")
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    rc: int
+    output: str
+    """What the CLI printed, as a user sees it."""
+    events: list[dict[str, Any]]
+    """The engine's event log (`--event-log`), one JSON object an event."""
+
+    def steps(self) -> list[dict[str, str]]:
+        return [
+            {"op": event["resourcePreEvent"]["metadata"]["op"], "urn": event["resourcePreEvent"]["metadata"]["urn"]}
+            for event in self.events
+            if "resourcePreEvent" in event
+        ]
+
+    def diagnostics(self, severity: str) -> list[str]:
+        return [
+            event["diagnosticEvent"]["message"].strip()
+            for event in self.events
+            if event.get("diagnosticEvent", {}).get("severity") == severity
+        ]
+
+    def summary(self) -> dict[str, int]:
+        for event in self.events:
+            if "summaryEvent" in event:
+                changes: dict[str, int] = event["summaryEvent"].get("resourceChanges") or {}
+                return changes
+        return {}
+
+
+def fresh_engine(
+    root: Path,
+    *,
+    legacy_layout: bool = False,
+    extra_env: Mapping[str, str] | None = None,
+    main: Path = REPO / "__main__.py",
+) -> Engine:
+    """A copy of the project under `root` (with `main` as its `__main__.py`), the plugins installed
+    in its PULUMI_HOME, and an empty backend, as on a user's laptop."""
+    engine = Engine(built_bin("LAB_MGMT_ENGINE_BIN", "pulumi"), root, legacy_layout, extra_env or {})
+    engine.project.mkdir(parents=True)
+    for name in PROJECT_FILES:
+        shutil.copy2(REPO / name, engine.project / name)
+    shutil.copy2(main, engine.project / "__main__.py")
+    shutil.copytree(REPO / "components", engine.project / "components", ignore=shutil.ignore_patterns("__pycache__"))
+    # Pulumi.yaml's runtime options name `.venv` beside the program: the one the tests run in.
+    (engine.project / ".venv").symlink_to(Path(sys.prefix))
+    (root / "state").mkdir()
+    for plugin in PLUGINS:
+        done = engine.pulumi("plugin", "install", "resource", plugin.name, plugin.version, "--file", str(plugin.binary))
+        if done.returncode != 0:
+            raise RuntimeError(f"pulumi plugin install {plugin.name} {plugin.version} failed:\n{done.stderr}")
+    return engine

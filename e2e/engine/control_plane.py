@@ -1,0 +1,256 @@
+"""A real Kubernetes control plane for tests: etcd, kube-apiserver and kube-controller-manager's
+service account token controller (built by `e2e/engine/build-engine.sh control-plane`, whose directory
+the caller names in LAB_MGMT_CONTROL_PLANE_BIN), serving at the VM's address on port 6443, with
+an admin token, and an audit log of every request on HelmCharts and provider CRs (with what was
+sent, but for a patch of a provider CR), on Secrets, and of every write, so that a test can tell
+what a script or the engine did and in which order.
+
+It runs only inside a network namespace that the test made (e2e/engine/netns.py), where the VM's
+address is on loopback.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from e2e.engine.cli import built_bin
+
+ADMIN_USER = "admin"
+CONTROLLER_USER = "system:kube-controller-manager"
+OPERATOR_USER = "capi-operator-standin"
+INJECTOR_USER = "cert-manager-cainjector-standin"
+# Who may talk to the box, each with a token and a kubeconfig (`<user>.kubeconfig`) of its own, so
+# that the audit log tells the admin's requests (scripts, kubectl, the engine) from the
+# controllers'. All are cluster admins.
+TOKENS = {
+    ADMIN_USER: "lab-in-a-box-admin",
+    CONTROLLER_USER: "lab-in-a-box-controller",
+    OPERATOR_USER: "lab-in-a-box-operator",
+    INJECTOR_USER: "lab-in-a-box-cainjector",
+}
+READY_BOUND_SECONDS = 90
+
+# A server-side apply's body is YAML, which the API server cannot write into an event as the
+# request object: at Request level it drops the whole event (logging "Error in audit plugin" in its
+# own log). The engine applies provider CRs, so their patches are recorded without the body.
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [patch]
+  resources:
+  - group: operator.cluster.x-k8s.io
+- level: Request
+  resources:
+  - group: helm.cattle.io
+  - group: operator.cluster.x-k8s.io
+- level: Metadata
+  resources:
+  - group: ""
+    resources: [secrets]
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+"""
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Certificates made by the caller, as k3s makes its own: the API server's serving certificate
+    and key, the CA that signed it, and the CA its clients' certificates are signed by."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    client_ca: Path
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    bin_dir: Path
+    root: Path
+    address: str
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.kubeconfig_of(ADMIN_USER)
+
+    def kubeconfig_of(self, user: str) -> Path:
+        return self.root / f"{user.replace(':', '-')}.kubeconfig"
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """As the admin; a failure raises."""
+        done = self.kubectl_as(self.kubeconfig, *args, stdin=stdin)
+        done.check_returncode()
+        return done
+
+    def kubectl_as(self, kubeconfig: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """As whoever `kubeconfig` names, whatever the outcome."""
+        return subprocess.run(
+            [str(self.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
+            # Its discovery cache goes under $HOME: the box's own directory.
+            env={**os.environ, "HOME": str(self.root)},
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def audit(self) -> list[dict[str, Any]]:
+        """Every request the audit policy records, in order."""
+        log = self.root / "audit.log"
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _write_kubeconfig(path: Path, server: str, ca: Path, user: str, token: str) -> None:
+    """Like k3s's: the server's certificate (self-signed, so its own CA) in the file."""
+    ca_data = base64.b64encode(ca.read_bytes()).decode()
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "box", "cluster": {"server": server, "certificate-authority-data": ca_data}}],
+                "users": [{"name": user, "user": {"token": token}}],
+                "contexts": [{"name": "box", "context": {"cluster": "box", "user": user}}],
+                "current-context": "box",
+            }
+        )
+    )
+
+
+def _wait_ready(server: str, processes: dict[str, subprocess.Popen[bytes]], logs: Path) -> None:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(f"{server}/readyz", headers={"Authorization": f"Bearer {TOKENS[ADMIN_USER]}"})  # noqa: S310
+    deadline = time.monotonic() + READY_BOUND_SECONDS
+    while time.monotonic() < deadline:
+        for name, process in processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited {process.returncode}; logs in {logs}")
+        try:
+            with urllib.request.urlopen(request, timeout=5, context=context) as response:  # noqa: S310
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"kube-apiserver not ready within {READY_BOUND_SECONDS}s; logs in {logs}")
+
+
+@contextmanager
+def running(
+    root: Path,
+    address: str,
+    *,
+    bind_address: str | None = None,
+    pki: Pki | None = None,
+    controllers: Sequence[str] = ("serviceaccount-token-controller",),
+) -> Iterator[ControlPlane]:
+    """etcd and kube-apiserver at `address`:6443 for the block; stopped afterwards. The API server
+    listens on `bind_address` (default: `address`) and serves `pki`'s certificate where given,
+    else one of its own. Started again on the same `root`, it keeps its data and its service
+    account signing key, so the tokens it issued stay valid, as a restarted k3s's do.
+    kube-controller-manager runs `controllers` (by default the token controller alone, which
+    fills service account token Secrets in, as k3s's does)."""
+    bin_dir = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kube-apiserver")
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "tokens.csv").write_text(
+        "".join(f'{token},{user},{user},"system:masters"\n' for user, token in TOKENS.items())
+    )
+    (root / "audit-policy.yaml").write_text(AUDIT_POLICY)
+    if not (root / "sa.key").exists():
+        subprocess.run(["openssl", "genrsa", "-out", str(root / "sa.key"), "2048"], check=True, capture_output=True)
+    subprocess.run(
+        ["openssl", "rsa", "-in", str(root / "sa.key"), "-pubout", "-out", str(root / "sa.pub")],
+        check=True,
+        capture_output=True,
+    )
+    tls = (
+        [f"--tls-cert-file={pki.cert}", f"--tls-private-key-file={pki.key}", f"--client-ca-file={pki.client_ca}"]
+        if pki
+        else [f"--cert-dir={root / 'pki'}"]
+    )
+    server = f"https://{address}:6443"
+    etcd_log = (root / "etcd.log").open("wb")
+    apiserver_log = (root / "kube-apiserver.log").open("wb")
+    etcd = subprocess.Popen(
+        [
+            str(bin_dir / "etcd"),
+            f"--data-dir={root / 'etcd'}",
+            # On the cluster's own address, so that two clusters can run side by side.
+            *(f"--listen-client-urls=http://{address}:2379", f"--advertise-client-urls=http://{address}:2379"),
+            *(f"--listen-peer-urls=http://{address}:2380", f"--initial-advertise-peer-urls=http://{address}:2380"),
+            *(f"--initial-cluster=default=http://{address}:2380", "--unsafe-no-fsync"),
+        ],
+        stdout=etcd_log,
+        stderr=subprocess.STDOUT,
+    )
+    apiserver = subprocess.Popen(
+        [
+            str(bin_dir / "kube-apiserver"),
+            f"--etcd-servers=http://{address}:2379",
+            f"--bind-address={bind_address or address}",
+            f"--advertise-address={address}",
+            "--secure-port=6443",
+            *tls,
+            f"--token-auth-file={root / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--service-cluster-ip-range=10.43.0.0/16",
+            f"--service-account-issuer={server}",
+            f"--service-account-key-file={root / 'sa.pub'}",
+            f"--service-account-signing-key-file={root / 'sa.key'}",
+            f"--audit-policy-file={root / 'audit-policy.yaml'}",
+            f"--audit-log-path={root / 'audit.log'}",
+            "--audit-log-mode=blocking",
+        ],
+        stdout=apiserver_log,
+        stderr=subprocess.STDOUT,
+    )
+    processes = {"etcd": etcd, "kube-apiserver": apiserver}
+    logs = [etcd_log, apiserver_log]
+    try:
+        _wait_ready(server, processes, root)
+        ca = pki.ca if pki else root / "pki" / "apiserver.crt"
+        cluster = ControlPlane(bin_dir, root, address)
+        for user, token in TOKENS.items():
+            _write_kubeconfig(cluster.kubeconfig_of(user), server, ca, user, token)
+        controller_log = (root / "kube-controller-manager.log").open("wb")
+        logs.append(controller_log)
+        processes["kube-controller-manager"] = subprocess.Popen(
+            [
+                str(bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={cluster.kubeconfig_of(CONTROLLER_USER)}",
+                f"--controllers={','.join(controllers)}",
+                f"--service-account-private-key-file={root / 'sa.key'}",
+                f"--root-ca-file={ca}",
+                "--leader-elect=false",
+                "--secure-port=0",
+            ],
+            stdout=controller_log,
+            stderr=subprocess.STDOUT,
+        )
+        yield cluster
+    finally:
+        for process in reversed(processes.values()):
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        for log in logs:
+            log.close()

@@ -1,0 +1,91 @@
+"""Runs a scenario (a function of e2e.box.scenarios) in a network namespace of its own, with nothing
+but a loopback interface (holding the lab addresses a scenario asks for), so that no packet can
+leave the machine whatever an address in the stack config says.
+
+    in_new_netns("readme_first_run", "/tmp/x", addresses=["192.168.0.8"]) -> the scenario's result
+
+A scenario is a function of e2e.box.scenarios, or of another module of e2e.box named before it
+(`lifecycle.whole_box_lifecycle`).
+
+The scenario runs in a child process (`python -m e2e.engine.netns NAME ARGS_JSON`) started with
+`unshare --net`; its result comes back as JSON on the last line of its stdout.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from e2e.engine.cli import REPO
+
+RESULT_MARK = "lab-mgmt-scenario-result: "
+ARTIFACTS = REPO / ".artifacts"
+
+# Brings loopback up with the lab addresses on it too (this kernel has no dummy interfaces), and
+# refuses to go on if the namespace holds any other interface.
+SETUP = """set -eu
+ip link set lo up
+while [ "$1" != -- ]; do ip addr add "$1/32" dev lo; shift; done
+shift
+links="$(ip -o link show | awk -F': ' '{print $2}' | tr '\\n' ' ')"
+if [ "$links" != "lo " ]; then
+  echo "unexpected interfaces in the test's network namespace: $links" >&2
+  exit 97
+fi
+exec "$@"
+"""
+
+
+def netns_command(command: Sequence[str], addresses: Sequence[str] = ()) -> list[str]:
+    """`command` as run in a new network namespace with loopback alone, holding `addresses`."""
+    # A non-root user gets the namespace through a user namespace of its own, where it is root.
+    as_user = [] if os.geteuid() == 0 else ["--map-root-user"]
+    return ["unshare", *as_user, "--net", "--", "sh", "-c", SETUP, "netns-setup", *addresses, "--", *command]
+
+
+def in_new_netns(scenario: str, *args: Any, addresses: Sequence[str] = (), timeout: int = 600) -> Any:
+    """The scenario's result; `args` go to it as JSON."""
+    command = netns_command([sys.executable, "-m", "e2e.engine.netns", scenario, json.dumps(list(args))], addresses)
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
+    _keep(scenario, args, done)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    if done.returncode != 0 or not lines:
+        raise AssertionError(
+            f"scenario {scenario} failed (exit {done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+        )
+    return json.loads(lines[-1].removeprefix(RESULT_MARK))
+
+
+def _keep(scenario: str, args: tuple[Any, ...], done: subprocess.CompletedProcess[str]) -> None:
+    """Everything a scenario printed (CLI output, the result) stays in .artifacts/, passed or not."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    # Unique whatever runs beside it: scenarios run side by side, the same one in two workers too.
+    handle, _ = tempfile.mkstemp(prefix=f"{time.strftime('%Y%m%d-%H%M%S')}-", suffix=f"-{scenario}.json", dir=ARTIFACTS)
+    with os.fdopen(handle, "w") as kept:
+        json.dump({"args": list(args), "rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}, kept)
+
+
+def scenario(name: str) -> Callable[..., Any]:
+    """The function a scenario name names: `MODULE.FUNCTION` in e2e.box.MODULE, or a bare
+    `FUNCTION` in e2e.box.scenarios. Raises ImportError or AttributeError for a name that names none."""
+    module, _, function = name.rpartition(".")
+    found: Callable[..., Any] = getattr(importlib.import_module(f"e2e.box.{module or 'scenarios'}"), function)
+    return found
+
+
+def _main(argv: list[str]) -> None:
+    name, args = argv[1], json.loads(argv[2])
+    # Only the child process runs scenarios: their modules are imported here.
+    result = scenario(name)(*args)
+    print(RESULT_MARK + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    _main(sys.argv)

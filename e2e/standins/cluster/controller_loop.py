@@ -1,0 +1,42 @@
+"""The loop of the stand-ins that act on a cluster as its controllers would (the operator's,
+cert-manager's CA injector): one step every half second, in a thread of their own, from the moment
+their user's kubeconfig exists (it is written once the API server answers, as when the box's k3s
+is installed during a run) until the block ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from e2e.engine.control_plane import ControlPlane
+
+POLL_SECONDS = 0.5
+
+
+@contextmanager
+def looping(
+    cluster: ControlPlane, user: str, step: Callable[[], None], errors: list[str], doing: str
+) -> Iterator[None]:
+    """`step` as `user` on `cluster` for the block; an object of a shape it does not know (a
+    KeyError or ValueError) is said in `errors` as `cannot <doing>: ...`, never skipped in
+    silence."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(POLL_SECONDS):
+            if not cluster.kubeconfig_of(user).exists():
+                continue
+            try:
+                step()
+            except (KeyError, ValueError) as unknown:
+                errors.append(f"cannot {doing}: {unknown!r}")
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)

@@ -1,0 +1,180 @@
+"""A stand-in for cluster-api-operator, which cannot run in the box (no kubelet, no provider
+images): it does the one thing the program waits on. When a provider CR's spec is newer than what
+the operator has seen (status.observedGeneration below metadata.generation), it takes a while, as
+installing a provider does, then records the spec as installed: observedGeneration,
+installedVersion and Ready=True, the way the operator's ProviderStatus carries them. It changes
+nothing else, and records each CR it reconciled, with the generation and when. A CR it is told to
+withhold it leaves as it is, never Ready, until it is told to release it: an operator whose
+provider never becomes Available.
+
+Where the operator's own Pods must run too (a chart stand-in whose operator is a Deployment, whose
+Available status a step waits for), it also stands in for the scheduler and the kubelet of the one
+node for that namespace: each Pending Pod is bound to the node and reported running and ready, so
+the cluster's own controllers make its ReplicaSet ready and its Deployment Available.
+
+It talks to the API server under an identity of its own, so its writes are not the engine's. Until
+the cluster exists (its kubeconfig is written once the API server answers, as when the box's k3s is
+installed during a run) it waits.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from e2e.engine.control_plane import OPERATOR_USER, ControlPlane
+from e2e.standins.cluster.controller_loop import looping
+
+
+@dataclass
+class OperatorStandIn:
+    install_seconds: float
+    resources: tuple[str, ...]
+    """The provider CRs' resources (plural.group) it reconciles."""
+    reconciled: list[dict[str, Any]] = field(default_factory=list)
+    """kind, namespace, name, generation, version and the time.time() it was marked Ready."""
+    errors: list[str] = field(default_factory=list)
+    pods_run: list[str] = field(default_factory=list)
+    """namespace/name of each Pod it started, in order."""
+    withheld: set[str] = field(default_factory=set)
+    """kind/namespace/name of each CR it leaves not Ready."""
+
+    def withhold(self, kind: str, namespace: str, name: str) -> None:
+        """From now on, until `release`, that CR is never marked Ready."""
+        # A kind it does not reconcile would never be Ready anyway: withholding it proves nothing.
+        if not any(resource.startswith(f"{kind.lower()}s.") for resource in self.resources):
+            raise ValueError(f"the operator stand-in reconciles {', '.join(self.resources)}, not {kind}")
+        self.withheld.add(_cr(kind, namespace, name))
+
+    def release(self, kind: str, namespace: str, name: str) -> None:
+        """That CR is reconciled again, as any other."""
+        cr = _cr(kind, namespace, name)
+        if cr not in self.withheld:
+            raise KeyError(f"{cr} is not withheld")
+        self.withheld.remove(cr)
+
+
+def _cr(kind: str, namespace: str, name: str) -> str:
+    return f"{kind}/{namespace}/{name}"
+
+
+def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, float]) -> None:
+    as_operator = cluster.kubeconfig_of(OPERATOR_USER)
+    listed = cluster.kubectl_as(as_operator, "get", ",".join(standin.resources), "-A", "-o", "json")
+    if listed.returncode != 0 and "doesn't have a resource type" in listed.stderr:
+        return  # The operator chart has not installed its CRDs yet: no operator runs either.
+    if listed.returncode != 0:
+        standin.errors.append(listed.stderr.strip())
+        return
+    for item in json.loads(listed.stdout)["items"]:
+        meta, status = item["metadata"], item.get("status") or {}
+        generation, cr = meta["generation"], _cr(item["kind"], meta["namespace"], meta["name"])
+        if status.get("observedGeneration", 0) >= generation or cr in standin.withheld:
+            continue
+        first_seen = seen.setdefault(f"{cr}@{generation}", time.monotonic())
+        if time.monotonic() - first_seen < standin.install_seconds:
+            continue
+        version = item["spec"]["version"]
+        ready = {
+            "observedGeneration": generation,
+            "installedVersion": version,
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": _now()}],
+        }
+        patched = cluster.kubectl_as(
+            as_operator,
+            *("patch", f"{item['kind'].lower()}.{item['apiVersion'].split('/')[0]}", meta["name"]),
+            *("-n", meta["namespace"], "--subresource=status", "--type=merge", "-p", json.dumps({"status": ready})),
+        )
+        if patched.returncode != 0:
+            standin.errors.append(patched.stderr.strip())
+            continue
+        standin.reconciled.append(
+            {
+                "kind": item["kind"],
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "generation": generation,
+                "version": version,
+                "at": time.time(),
+            }
+        )
+
+
+def _run_pods(cluster: ControlPlane, namespace: str, standin: OperatorStandIn) -> None:
+    as_operator = cluster.kubeconfig_of(OPERATOR_USER)
+    listed = cluster.kubectl_as(as_operator, "get", "pods", "-n", namespace, "-o", "json")
+    if listed.returncode != 0:
+        standin.errors.append(listed.stderr.strip())
+        return
+    pending = [pod for pod in json.loads(listed.stdout)["items"] if pod["status"].get("phase") == "Pending"]
+    if not pending:
+        return
+    nodes = cluster.kubectl_as(as_operator, "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}")
+    if nodes.returncode != 0 or len(nodes.stdout.split()) != 1:
+        standin.errors.append(f"cannot schedule onto nodes {nodes.stdout!r}: {nodes.stderr.strip()}")
+        return
+    for pod in pending:
+        name, spec = pod["metadata"]["name"], pod["spec"]
+        if not spec.get("nodeName"):
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": nodes.stdout.strip()},
+            }
+            bound = cluster.kubectl_as(
+                as_operator,
+                *("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", "-f", "-"),
+                stdin=json.dumps(binding),
+            )
+            if bound.returncode != 0:
+                standin.errors.append(bound.stderr.strip())
+                continue
+        now = _now()
+        conditions = [
+            {"type": kind, "status": "True", "lastTransitionTime": now}
+            for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+        ]
+        containers = [
+            {
+                **{"name": container["name"], "image": container["image"], "imageID": ""},
+                **{"ready": True, "started": True, "restartCount": 0, "state": {"running": {"startedAt": now}}},
+            }
+            for container in spec["containers"]
+        ]
+        status = {"phase": "Running", "startTime": now, "conditions": conditions, "containerStatuses": containers}
+        patched = cluster.kubectl_as(
+            as_operator,
+            *("patch", "pod", name, "-n", namespace, "--subresource=status", "--type=merge"),
+            *("-p", json.dumps({"status": status})),
+        )
+        if patched.returncode != 0:
+            standin.errors.append(patched.stderr.strip())
+            continue
+        standin.pods_run.append(f"{namespace}/{name}")
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@contextmanager
+def running(
+    cluster: ControlPlane, kinds: Sequence[str], install_seconds: float, *, runs_pods_in: str | None = None
+) -> Iterator[OperatorStandIn]:
+    """Reconciles the provider CRs of `kinds` (plural.group) on `cluster` for the block, and runs
+    the Pods of namespace `runs_pods_in`."""
+    standin = OperatorStandIn(install_seconds, tuple(kinds))
+    seen: dict[str, float] = {}
+
+    def step() -> None:
+        _reconcile(cluster, standin, seen)
+        if runs_pods_in is not None:
+            _run_pods(cluster, runs_pods_in, standin)
+
+    with looping(cluster, OPERATOR_USER, step, standin.errors, "reconcile"):
+        yield standin

@@ -1,0 +1,327 @@
+"""The Kubernetes side of the lab as the Ansible playbook left it (the spec's "What the playbook
+left on the running lab"), laid out on the box's real API server: k3s's HelmCharts with
+helm-controller's finalizer and their manifest files, the two Helm releases as `helm install`
+stores them (release record, and the one object each stand-in chart renders), the provider
+objects applied client-side from capi-providers.yaml, the inspector's RBAC and the
+workload cluster lab1's kubeconfig Secret; and inside lab1 (a second API server), the
+inspector's RBAC.
+
+`snapshot` reads back every object the playbook made, with its UID and resourceVersion, so a test
+can tell whether anything was re-created or written.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.engine.cli import REPO
+from e2e.engine.control_plane import ControlPlane
+from e2e.standins.cluster import cainjector_standin, chart_repo_standin
+
+HELMCHART_CRD = """apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: helmcharts.helm.cattle.io
+spec:
+  group: helm.cattle.io
+  names: {kind: HelmChart, listKind: HelmChartList, plural: helmcharts, singular: helmchart}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"""
+# helm-controller's finalizer: while it is on, deleting the HelmChart waits for the controller,
+# which would run `helm delete` for a chart it still manages.
+HELM_CONTROLLER_FINALIZER = "wrangler.cattle.io/on-helm-chart-remove"
+# Chart name -> (target namespace, repository, version, values): the playbook's two charts and one
+# that k3s keeps managing.
+PLAYBOOK_CHARTS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
+    "cert-manager": ("cert-manager", "https://charts.jetstack.io", "v1.21.2", {"crds": {"enabled": True}}),
+    "cluster-api-operator": (
+        "capi-operator-system",
+        "https://kubernetes-sigs.github.io/cluster-api-operator",
+        "0.28.0",
+        {},
+    ),
+    "traefik": ("kube-system", "https://traefik.github.io/charts", "37.1.1", {}),
+}
+HANDED_OVER = ["cert-manager", "cluster-api-operator"]
+
+PROVIDER_GROUP = "operator.cluster.x-k8s.io"
+# Kind -> (namespace, name, the stack setting that pins its version).
+PROVIDERS = {
+    "CoreProvider": ("capi-system", "cluster-api", "capiCoreVersion"),
+    "BootstrapProvider": ("capi-kubeadm-bootstrap-system", "kubeadm", "capiBootstrapVersion"),
+    "ControlPlaneProvider": ("capi-kubeadm-control-plane-system", "kubeadm", "capiControlPlaneVersion"),
+    "InfrastructureProvider": ("capmox-system", "proxmox", "capmoxVersion"),
+    "IPAMProvider": ("capi-ipam-in-cluster-system", "in-cluster", "ipamInClusterVersion"),
+}
+CAPMOX_SECRET = "capmox-variables"
+INSPECTOR = "capi-readonly"
+
+# What `snapshot` reads: every kind the playbook made objects of (lab1 has the core ones only).
+CORE_KINDS = ["namespaces", "secrets", "configmaps", "serviceaccounts", "clusterroles", "clusterrolebindings"]
+PROVIDER_RESOURCES = [f"{kind.lower()}s.{PROVIDER_GROUP}" for kind in PROVIDERS]
+SNAPSHOT_KINDS = [*CORE_KINDS, *PROVIDER_RESOURCES]
+
+
+def provider_crd(kind: str) -> str:
+    plural = f"{kind.lower()}s"
+    return f"""apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: {plural}.{PROVIDER_GROUP}
+spec:
+  group: {PROVIDER_GROUP}
+  names: {{kind: {kind}, listKind: {kind}List, plural: {plural}, singular: {kind.lower()}}}
+  scope: Namespaced
+  versions:
+  - name: v1alpha2
+    served: true
+    storage: true
+    subresources: {{status: {{}}}}
+    schema:
+      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+"""
+
+
+def helmchart(name: str) -> str:
+    target, repo, version, values = PLAYBOOK_CHARTS[name]
+    return yaml.safe_dump(
+        {
+            "apiVersion": "helm.cattle.io/v1",
+            "kind": "HelmChart",
+            "metadata": {"name": name, "namespace": "kube-system", "finalizers": [HELM_CONTROLLER_FINALIZER]},
+            "spec": {
+                "chart": name,
+                "repo": repo,
+                "version": version,
+                "targetNamespace": target,
+                "createNamespace": True,
+                "valuesContent": yaml.safe_dump(values) if values else "",
+            },
+        }
+    )
+
+
+def release_secret(chart: chart_repo_standin.Chart) -> str:
+    """What `helm install` (run by helm-controller's job) keeps of the release of `chart`: the
+    release record, gzipped JSON in base64, in a Secret of type helm.sh/release.v1."""
+    name = chart.name
+    namespace, _, _, values = PLAYBOOK_CHARTS[name]
+    manifest = "---\n".join(
+        f"# Source: {name}/{path}\n{chart_repo_standin.rendered(name, namespace, chart, template)}"
+        for path, template in chart.template_files().items()
+    )
+    record = {
+        "name": name,
+        "namespace": namespace,
+        "version": 1,
+        "info": {
+            "first_deployed": "2026-03-14T09:26:53Z",
+            "last_deployed": "2026-03-14T09:26:53Z",
+            "deleted": "",
+            "description": "Install complete",
+            "status": "deployed",
+        },
+        "chart": {
+            "metadata": chart.metadata(),
+            "templates": [
+                {"name": path, "data": base64.b64encode(template.encode()).decode()}
+                for path, template in chart.template_files().items()
+            ],
+            "values": {},
+        },
+        "config": values,
+        "manifest": f"---\n{manifest}",
+    }
+    stored = base64.b64encode(gzip.compress(json.dumps(record).encode())).decode()
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": f"sh.helm.release.v1.{name}.v1",
+                "namespace": namespace,
+                "labels": {"owner": "helm", "name": name, "status": "deployed", "version": "1"},
+            },
+            "type": "helm.sh/release.v1",
+            "data": {"release": base64.b64encode(stored.encode()).decode()},
+        }
+    )
+
+
+def stack_versions() -> dict[str, str]:
+    """The versions the lab's stack file pins, which the playbook deployed."""
+    config = yaml.safe_load((REPO / "Pulumi.lab.yaml").read_text())["config"]
+    return {key.removeprefix("lab-mgmt:"): str(value) for key, value in config.items() if key.endswith("Version")}
+
+
+def capi_providers_yaml(capmox_data: dict[str, str]) -> str:
+    """/opt/lab-mgmt/capi-providers.yaml: the provider namespaces, CAPMOX's Secret, the CRs."""
+    versions = stack_versions()
+    documents: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        for namespace, _, _ in PROVIDERS.values()
+    ]
+    documents.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": CAPMOX_SECRET, "namespace": "capmox-system"},
+            "type": "Opaque",
+            "data": {key: base64.b64encode(value.encode()).decode() for key, value in capmox_data.items()},
+        }
+    )
+    for kind, (namespace, name, setting) in PROVIDERS.items():
+        spec: dict[str, Any] = {"version": versions[setting]}
+        if kind == "InfrastructureProvider":
+            spec["configSecret"] = {"name": CAPMOX_SECRET}
+        documents.append(
+            {
+                "apiVersion": f"{PROVIDER_GROUP}/v1alpha2",
+                "kind": kind,
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": spec,
+            }
+        )
+    return yaml.safe_dump_all(documents)
+
+
+INSPECTOR_RBAC = f"""apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {INSPECTOR}}}
+rules:
+- apiGroups: [cluster.x-k8s.io, {PROVIDER_GROUP}, helm.cattle.io]
+  resources: ["*"]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [nodes, namespaces]
+  verbs: [get, list, watch]
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {INSPECTOR}, namespace: kube-system}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {INSPECTOR}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {INSPECTOR}}}
+subjects:
+- {{kind: ServiceAccount, name: {INSPECTOR}, namespace: kube-system}}
+"""
+
+# How long the playbook's lab waits for cert-manager's CA injector to fill in the webhook
+# configurations that ask for it.
+INJECTED_BOUND_SECONDS = 120
+
+
+def _wait_injected(cluster: ControlPlane) -> None:
+    """Until every webhook configuration that names a certificate for cert-manager's CA injector
+    has its CA bundle: only then can the API server call the webhooks, which fail closed."""
+    kinds = ",".join(cainjector_standin.KINDS.values())
+    deadline = time.monotonic() + INJECTED_BOUND_SECONDS
+    while True:
+        waiting = [
+            f"{item['kind']}/{item['metadata']['name']}"
+            for item in json.loads(cluster.kubectl("get", kinds, "-o", "json").stdout)["items"]
+            if cainjector_standin.INJECT_CA_FROM in (item["metadata"].get("annotations") or {})
+            and not all(webhook["clientConfig"].get("caBundle") for webhook in item.get("webhooks") or [])
+        ]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no CA bundle injected within {INJECTED_BOUND_SECONDS}s into {', '.join(waiting)}")
+        time.sleep(1)
+
+
+# What lab1-kubeconfig holds where the box runs no lab1.
+NO_CLUSTER_KUBECONFIG = "apiVersion: v1\nkind: Config\n"
+
+
+def workload_kubeconfig_secret(name: str, kubeconfig: str) -> str:
+    """The Secret `<name>-kubeconfig` that CAPI keeps of a workload cluster's admin kubeconfig."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"{name}-kubeconfig", "namespace": "default"},
+            "type": "cluster.x-k8s.io/secret",
+            "data": {"value": base64.b64encode(kubeconfig.encode()).decode()},
+        }
+    )
+
+
+def _helm_installed(obj: str, release: str, namespace: str) -> str:
+    """An object as `helm install` creates it: with the ownership label and annotations that a
+    later `helm upgrade` requires of an object it takes over."""
+    loaded = yaml.safe_load(obj)
+    metadata = loaded["metadata"]
+    metadata.setdefault("labels", {})["app.kubernetes.io/managed-by"] = "Helm"
+    metadata.setdefault("annotations", {}).update(
+        {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace}
+    )
+    return str(yaml.safe_dump(loaded))
+
+
+def lay_out(
+    cluster: ControlPlane,
+    manifests: Path,
+    capmox_data: dict[str, str],
+    lab1_kubeconfig: str = NO_CLUSTER_KUBECONFIG,
+    chart_templates: Mapping[str, tuple[str, ...]] | None = None,
+) -> None:
+    """The playbook's end state on `cluster`, with the HelmChart files in `manifests`; each
+    release installed from its chart with the stand-in's ConfigMap and `chart_templates` (by
+    chart). The provider objects are applied once the webhook configurations among those have
+    their CA bundle (which a CA injector, e2e/standins/cluster/cainjector_standin.py, must give them), as on the
+    lab, where their webhooks refuse every provider CR until then. The provider CRs become Ready
+    when an operator (e2e/standins/cluster/operator_standin.py) reconciles them."""
+    crds = [HELMCHART_CRD, *(provider_crd(kind) for kind in PROVIDERS)]
+    cluster.kubectl("apply", "-f", "-", stdin="---\n".join(crds))
+    cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    manifests.mkdir(parents=True)
+    for name, (namespace, _, _, _) in PLAYBOOK_CHARTS.items():
+        if namespace != "kube-system":
+            cluster.kubectl("create", "namespace", namespace)
+        cluster.kubectl("apply", "-f", "-", stdin=helmchart(name))
+        (manifests / f"{name}.yaml").write_text(helmchart(name))
+    for name in HANDED_OVER:
+        namespace, _, version, _ = PLAYBOOK_CHARTS[name]
+        chart = chart_repo_standin.Chart(name, version, templates=(chart_templates or {}).get(name, ()))
+        # helm creates its objects without kubectl's last-applied annotation.
+        cluster.kubectl("create", "-f", "-", stdin=release_secret(chart))
+        for template in chart.template_files().values():
+            rendered = chart_repo_standin.rendered(name, namespace, chart, template)
+            cluster.kubectl("create", "-f", "-", stdin=_helm_installed(rendered, name, namespace))
+    _wait_injected(cluster)
+    cluster.kubectl("apply", "-f", "-", stdin=capi_providers_yaml(capmox_data))
+    cluster.kubectl("apply", "-f", "-", stdin=INSPECTOR_RBAC)
+    cluster.kubectl("apply", "-f", "-", stdin=workload_kubeconfig_secret("lab1", lab1_kubeconfig))
+
+
+def lay_out_lab1(cluster: ControlPlane) -> None:
+    """What the box's lab1 holds: the inspector's RBAC, which its weekly script applies there too."""
+    cluster.kubectl("apply", "-f", "-", stdin=INSPECTOR_RBAC)
+
+
+def snapshot(cluster: ControlPlane, kinds: list[str] = SNAPSHOT_KINDS) -> dict[str, list[str]]:
+    """kind/namespace/name -> [uid, resourceVersion] of every object of `kinds`."""
+    listed = json.loads(cluster.kubectl("get", ",".join(kinds), "-A", "-o", "json").stdout)
+    objects = {}
+    for item in listed["items"]:
+        meta = item["metadata"]
+        key = f"{item['kind']}/{meta.get('namespace', '')}/{meta['name']}"
+        objects[key] = [meta["uid"], meta["resourceVersion"]]
+    return objects

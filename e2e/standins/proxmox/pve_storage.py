@@ -1,0 +1,138 @@
+"""The Proxmox VE stand-in's storages: `download-url` really fetches the URL it is given (a server
+the test started) in a task and checks its checksum, as Proxmox VE does, and the volumes it holds
+(downloaded files and VM disks) are listed, read and deleted as the provider's `download.File`
+and `VmLegacy` ask.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ssl
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from e2e.standins.proxmox.common import ApiError, Ask, Faults
+from e2e.standins.proxmox.pve_tasks import NodeState
+
+# The lab's two storages (README: `local` with the `import` content type, `local-lvm` for disks),
+# as (where a volume's file is, the content types it allows).
+STORAGES = {
+    "local": ("/var/lib/vz", {"iso", "vztmpl", "backup", "import"}),
+    "local-lvm": ("/dev/pve", {"images", "rootdir"}),
+}
+# Proxmox VE 8.4 takes these file types into `import` (and names the format after the extension).
+IMPORT_FORMATS = {".qcow2": "qcow2", ".raw": "raw", ".vmdk": "vmdk", ".ova": "ova"}
+FETCH_TIMEOUT_SECONDS = 60
+CHUNK = 1 << 20
+
+
+class Storage:
+    def __init__(self, state: NodeState, faults: Faults, trusted_certificates: Path | None) -> None:
+        self.state = state
+        self.faults = faults
+        self.trusted_certificates = trusted_certificates
+        self.fetches: list[threading.Thread] = []
+
+    @property
+    def volumes(self) -> dict[str, dict[str, Any]]:
+        volumes: dict[str, dict[str, Any]] = self.state.data["volumes"]
+        return volumes
+
+    def check(self, node: str, storage: str, content: str | None = None) -> None:
+        self.state.check_node(node)
+        if storage not in STORAGES:
+            raise ApiError(500, f"storage '{storage}' does not exist")
+        if content is not None and content not in STORAGES[storage][1]:
+            raise ApiError(500, f"storage '{storage}' does not support content-type '{content}'")
+
+    def url_metadata(self, ask: Ask, node: str) -> dict[str, Any]:
+        """What Proxmox VE learns from a HEAD request to the URL."""
+        self.state.check_node(node)
+        url, verify = ask.params["url"], ask.params.get("verify-certificates", "1") == "1"
+        request = urllib.request.Request(url, method="HEAD")  # noqa: S310 - a URL the test serves
+        try:
+            with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_SECONDS, context=self._tls(verify)) as answer:  # noqa: S310
+                size, mimetype = answer.headers.get("Content-Length"), answer.headers.get_content_type()
+        except (urllib.error.URLError, OSError) as error:
+            raise ApiError(500, f"invalid server response: '{error}'") from error
+        metadata: dict[str, Any] = {"filename": PurePosixPath(url.split("?", 1)[0]).name, "mimetype": mimetype}
+        return {**metadata, "size": int(size)} if size else metadata
+
+    def download(self, ask: Ask, node: str, storage: str) -> str:
+        """The task's UPID; the fetch runs in a thread while the task runs."""
+        params = ask.params
+        content, name = params["content"], params["filename"]
+        if (params["node"], params["storage"]) != (node, storage):
+            raise ApiError(400, "node and storage differ from the path's")
+        self.check(node, storage, content)
+        if content == "import" and PurePosixPath(name).suffix not in IMPORT_FORMATS:
+            raise ApiError(400, f"invalid filename or wrong extension '{name}'")
+        volid = f"{storage}:{content}/{name}"
+        if volid in self.volumes:
+            raise ApiError(500, f"refusing to override existing file '{self.path(volid)}'")
+        try:
+            digest = hashlib.new(params["checksum-algorithm"])
+        except ValueError as error:
+            raise ApiError(400, f"checksum-algorithm: {error}") from error
+        log = [f"downloading {params['url']} to {self.path(volid)}"]
+        upid = self.state.start_task("download", storage, ask.user, log)
+        fetch = threading.Thread(target=self._fetch, args=(upid, params, digest, volid))
+        self.fetches.append(fetch)
+        fetch.start()
+        return upid
+
+    def _fetch(self, upid: str, params: dict[str, str], digest: Any, volid: str) -> None:
+        url, verify, checksum = params["url"], params["verify-certificates"] == "1", params["checksum"]
+        if self.faults.download is not None:
+            self.state.finish_task(upid, self.faults.download)
+            return
+        size = 0
+        try:
+            with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_SECONDS, context=self._tls(verify)) as answer:  # noqa: S310
+                while chunk := answer.read(CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+        except (urllib.error.URLError, OSError) as error:
+            self.state.finish_task(upid, f"download failed: {error}")
+            return
+        if digest.hexdigest() != checksum.lower():
+            self.state.finish_task(upid, f"checksum mismatch: got '{digest.hexdigest()}' != expect '{checksum}'")
+            return
+        content = volid.split(":", 1)[1].split("/", 1)[0]
+        file_format = IMPORT_FORMATS.get(PurePosixPath(volid).suffix, "raw")
+        with self.state.lock:
+            self.volumes[volid] = {"content": content, "format": file_format, "size": size}
+            self.state.finish_task(upid)
+
+    def _tls(self, verify: bool) -> ssl.SSLContext:
+        if verify:
+            return ssl.create_default_context(cafile=self.trusted_certificates)
+        return ssl._create_unverified_context()  # noqa: S323 - what verify-certificates=0 asks for
+
+    def path(self, volid: str) -> str:
+        storage, volume = volid.split(":", 1)
+        return f"{STORAGES[storage][0]}/{volume}"
+
+    def listing(self, ask: Ask, node: str, storage: str) -> list[dict[str, Any]]:
+        content = ask.params.get("content")
+        self.check(node, storage, content)
+        return [
+            {"volid": volid, **volume}
+            for volid, volume in sorted(self.volumes.items())
+            if volid.startswith(f"{storage}:") and content in (None, volume["content"])
+        ]
+
+    def volume(self, ask: Ask, node: str, storage: str, volid: str) -> dict[str, Any]:
+        self.check(node, storage)
+        volume = self.volumes.get(volid) if volid.startswith(f"{storage}:") else None
+        if volume is None:
+            raise ApiError(500, f"volume '{volid}' does not exist")
+        return {"path": self.path(volid), "format": volume["format"], "size": volume["size"], "used": volume["size"]}
+
+    def delete(self, ask: Ask, node: str, storage: str, volid: str) -> str:
+        self.volume(ask, node, storage, volid)
+        del self.volumes[volid]
+        return self.state.done_task("imgdel", volid, ask.user, [f"removed volume '{volid}'"])
