@@ -45,6 +45,10 @@ SSHD = ["/usr/sbin/sshd", "-D", "-e", "-o", "LogLevel=VERBOSE"]
 HOST_STEP = "mgmt-k3s-install"
 """The host step a fault run re-runs: run again, it must find k3s installed and install nothing."""
 FAULT_BOUND_SECONDS = 120
+# How often a fault's watcher reads every process of the machine for the host script it waits on,
+# through a whole `pulumi up`: the scripts it waits on run for seconds, and boxes side by side
+# share the cores with it.
+WATCH_SECONDS = 0.25
 PROVIDER_READY_MINUTES = "1"
 """providerReadyTimeoutMinutes in the run whose provider never becomes Ready: the shortest bound."""
 WEBHOOK_MINUTES = "1"
@@ -210,11 +214,11 @@ def _when_running(script: str, act: Callable[[int], None], *, once_done: bool = 
             session = _session_running(script)
             if session is not None:
                 while once_done and not stop.is_set() and _session_running(script) == session:
-                    time.sleep(0.05)
+                    time.sleep(WATCH_SECONDS)
                 act(session)
                 acted.append(session)
                 return
-            time.sleep(0.05)
+            time.sleep(WATCH_SECONDS)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
