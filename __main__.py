@@ -18,7 +18,11 @@ if not settings.proxmox.skip_credentials_check:
 # Where a chart is not in the project's folder yet, its repository is asked now, before anything
 # is registered: one out of reach stops the run with nothing begun.
 cluster_charts = (
-    charts.cluster_charts(settings.cluster_api, charts.chart_directory()) if settings.adopt_cluster_objects else None
+    charts.cluster_charts(
+        settings.cluster_api, charts.chart_directory(), best_effort=settings.proxmox.skip_credentials_check
+    )
+    if settings.adopt_cluster_objects
+    else None
 )
 
 deployment = last_deployment()

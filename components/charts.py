@@ -48,6 +48,10 @@ class ChartRepositoryError(pulumi.RunError):
     the repository's index says (a RunError: the CLI shows the message alone)."""
 
 
+class ChartRepositoryUnreachableError(ChartRepositoryError):
+    """The repository, or the archive its index lists, could not be read at all."""
+
+
 @dataclass(frozen=True)
 class ChartSource:
     chart: str
@@ -78,20 +82,23 @@ class ClusterCharts:
     operator: LocalChart
 
 
-def cluster_charts(settings: ClusterApiSettings, directory: Path) -> ClusterCharts:
-    """cert-manager's chart and the operator's in `directory`, each fetched first unless there."""
+def cluster_charts(settings: ClusterApiSettings, directory: Path, *, best_effort: bool) -> ClusterCharts:
+    """cert-manager's chart and the operator's in `directory`, each fetched first unless there
+    (`best_effort`: see local_chart)."""
     return ClusterCharts(
         cert_manager=local_chart(
             ChartSource(
                 "cert-manager", settings.cert_manager_version, settings.cert_manager_repo, "certManagerChartRepo"
             ),
             directory,
+            best_effort=best_effort,
         ),
         operator=local_chart(
             ChartSource(
                 "cluster-api-operator", settings.operator_version, settings.operator_repo, "capiOperatorChartRepo"
             ),
             directory,
+            best_effort=best_effort,
         ),
     )
 
@@ -115,9 +122,11 @@ def fetch(url: str) -> bytes:
     return b"".join(chunks)
 
 
-def local_chart(source: ChartSource, directory: Path) -> LocalChart:
+def local_chart(source: ChartSource, directory: Path, *, best_effort: bool = False) -> LocalChart:
     """The chart's archive in `directory`, fetched there first unless it is there already and
-    still what was fetched. A file put there by hand, with no recorded digest, is taken as it is."""
+    still what was fetched. A file put there by hand, with no recorded digest, is taken as it is.
+    `best_effort` (skipCredentialsCheck: a run that may not reach what it would check) makes a
+    repository out of reach a warning: the run goes on, and the release's preview cannot read it."""
     archive = directory / source.file_name
     recorded = directory / (source.file_name + DIGEST_SUFFIX)
     if not archive.is_file():
@@ -126,7 +135,16 @@ def local_chart(source: ChartSource, directory: Path) -> LocalChart:
         why = f"{archive} is no longer what was fetched (its sha256 differs from {recorded.name})"
     else:
         return LocalChart(source.chart, source.version, source.file_name)
-    data, digest = _download(source, why)
+    try:
+        data, digest = _download(source, why)
+    except ChartRepositoryUnreachableError as unreachable:
+        if not best_effort:
+            raise
+        pulumi.log.warn(
+            f"{unreachable}. skipCredentialsCheck lets this run go on without it; "
+            "its release cannot be installed until it is there"
+        )
+        return LocalChart(source.chart, source.version, source.file_name)
     _replace(archive, data)
     _replace(recorded, f"{digest}\n".encode())
     return LocalChart(source.chart, source.version, source.file_name)
@@ -141,7 +159,7 @@ def _download(source: ChartSource, why: str) -> tuple[bytes, str]:
         url = urljoin(base, str(entry["urls"][0]))
         data = fetch(url)
     except (OSError, http.client.HTTPException, ValueError, yaml.YAMLError) as error:
-        raise ChartRepositoryError(
+        raise ChartRepositoryUnreachableError(
             f"{PROJECT}:{source.repo_key}: cannot fetch {source.chart} {source.version} from {source.repo} "
             f"({error}); the program needs it because {why}. Point {source.repo_key} at a mirror that "
             f"serves it, or put the archive there by hand (`helm pull {source.chart} --repo {source.repo} "

@@ -87,6 +87,22 @@ def test_a_missing_chart_whose_repository_is_out_of_reach_stops_the_run_before_a
     assert list(tmp_path.iterdir()) == []
 
 
+def test_with_skip_credentials_check_a_repository_out_of_reach_warns_and_the_run_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    offline = harness.run_program(overrides={"skipCredentialsCheck": True}, chart_directory=tmp_path, charts_served={})
+    assert offline.chart_requests == [f"{JETSTACK}/index.yaml", f"{OPERATOR_REPO}/index.yaml"]
+    assert list(tmp_path.iterdir()) == []
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    for repo_key, name in zip(("certManagerChartRepo", "capiOperatorChartRepo"), ARCHIVES, strict=True):
+        [warning] = [line for line in warnings if line.startswith(f"lab-mgmt:{repo_key}: cannot fetch")]
+        assert f"{name} is not in {tmp_path}" in warning
+        assert warning.endswith(
+            "skipCredentialsCheck lets this run go on without it; its release cannot be installed until it is there"
+        )
+    assert offline.get(*CERT_MANAGER).inputs["chart"] == ARCHIVES[0]
+
+
 def test_a_changed_archive_with_its_repository_out_of_reach_is_refused_naming_it(
     fetched: harness.Run, tmp_path: Path
 ) -> None:

@@ -225,9 +225,13 @@ def test_a_mistake_reads_as_a_message_naming_the_key_and_the_fix(tmp_path: Path)
             "helm pull cert-manager --repo https://charts.jetstack.io --version v1.21.2",
         ],
     }
+    # With skipCredentialsCheck set (to get past the unreachable API), a chart repository out of
+    # reach is a warning, and a first preview, whose releases wait on a cluster not made yet,
+    # plans without the charts.
+    warned = {"unreachable chart repository"}
     for mistake, fragments in expected.items():
         shown = result["outputs"][mistake]
-        assert shown["rc"] != 0, mistake
+        assert (shown["rc"] == 0) == (mistake in warned), mistake
         for fragment in fragments:
             assert fragment in shown["output"], (mistake, fragment, shown["output"])
         assert "Traceback" not in shown["output"], (mistake, shown["output"])
