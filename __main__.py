@@ -16,14 +16,8 @@ settings = load_settings()
 if not settings.proxmox.skip_credentials_check:
     verify_tokens(settings)
 # Where a chart is not in the project's folder yet, its repository is asked now, before anything
-# is registered: one out of reach stops the run with nothing begun.
-cluster_charts = (
-    charts.cluster_charts(
-        settings.cluster_api, charts.chart_directory(), best_effort=settings.proxmox.skip_credentials_check
-    )
-    if settings.adopt_cluster_objects
-    else None
-)
+# is registered: one out of reach stops the run with nothing begun (warns, with skipCredentialsCheck).
+cluster_charts = charts.cluster_charts(settings) if settings.adopt_cluster_objects else None
 
 deployment = last_deployment()
 vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image, adopt=settings.adopt, deployment=deployment)

@@ -31,7 +31,7 @@ from urllib.parse import urljoin
 import pulumi
 import yaml
 
-from components.settings import PROJECT, ClusterApiSettings
+from components.settings import PROJECT, Settings
 
 CONNECT_SECONDS = 10
 """To connect, and for any read to answer."""
@@ -82,20 +82,22 @@ class ClusterCharts:
     operator: LocalChart
 
 
-def cluster_charts(settings: ClusterApiSettings, directory: Path, *, best_effort: bool) -> ClusterCharts:
-    """cert-manager's chart and the operator's in `directory`, each fetched first unless there
-    (`best_effort`: see local_chart)."""
+def cluster_charts(settings: Settings) -> ClusterCharts:
+    """cert-manager's chart and the operator's in the project's folder (chart_directory), each
+    fetched first unless there; best effort with skipCredentialsCheck (local_chart)."""
+    cluster_api, directory = settings.cluster_api, chart_directory()
+    best_effort = settings.proxmox.skip_credentials_check
     return ClusterCharts(
         cert_manager=local_chart(
             ChartSource(
-                "cert-manager", settings.cert_manager_version, settings.cert_manager_repo, "certManagerChartRepo"
+                "cert-manager", cluster_api.cert_manager_version, cluster_api.cert_manager_repo, "certManagerChartRepo"
             ),
             directory,
             best_effort=best_effort,
         ),
         operator=local_chart(
             ChartSource(
-                "cluster-api-operator", settings.operator_version, settings.operator_repo, "capiOperatorChartRepo"
+                "cluster-api-operator", cluster_api.operator_version, cluster_api.operator_repo, "capiOperatorChartRepo"
             ),
             directory,
             best_effort=best_effort,

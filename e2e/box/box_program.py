@@ -44,9 +44,7 @@ class BoxNode(pulumi.ComponentResource):
 
 def program(kubeconfig: str) -> None:
     settings = load_settings()
-    cluster_charts = charts.cluster_charts(
-        settings.cluster_api, charts.chart_directory(), best_effort=settings.proxmox.skip_credentials_check
-    )
+    cluster_charts = charts.cluster_charts(settings)
     cluster = manage_cluster(settings, BoxNode("mgmt", kubeconfig), cluster_charts)
     pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
     pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)
