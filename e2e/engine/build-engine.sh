@@ -13,6 +13,11 @@
 #                                      (LAB_MGMT_PROXMOXVE_PLUGIN_BIN, LAB_MGMT_COMMAND_PLUGIN_BIN)
 #                                      and pulumi-language-python (beside the CLI) from the
 #                                      upstream archives in $LAB_MGMT_VENDOR
+#   ... workload                       also what runs a workload cluster for real: kube-scheduler
+#                                      (beside the control plane), the Cluster API core manager
+#                                      (LAB_MGMT_CLUSTER_API_BIN) and cluster-autoscaler built
+#                                      with its clusterapi provider (LAB_MGMT_AUTOSCALER_BIN),
+#                                      both from the upstream archives in $LAB_MGMT_VENDOR
 #
 # The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
 # pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
@@ -141,6 +146,8 @@ declare -A ARCHIVE_SHA256=(
   [pulumi-language-dotnet-v3.107.1.tar.gz]=0cbf74600eb99410b73523883c581ab3473cf7940e1acf14cb99c951d59f3834
   [pulumi-command-v1.2.1-provider.tar.gz]=fb75e890a529036cbf095567c56b21f71bf4225312f4d31a1e2683d8e64d5731
   [pulumi-language-python-v3.259.0.tar.gz]=2ce827cb6325a6b67a2716f84fbfe914d87886e9c2b38eb39636388b974b669f
+  [cluster-api-v1.12.11.tar.gz]=07180f6b9266fac5263f03943a1224ed33881b76ff13e9bf948978bcc1e4c8f8
+  [cluster-autoscaler-1.35.2.tar.gz]=40e580abf5cca169348f2e909aaec8cf0f24cd28fcbab9ed364bdb158ae87a63
 )
 
 have_archives() {
@@ -322,10 +329,13 @@ KUBERNETES_VERSION=1.35.4
 ETCD_VERSION=3.6.16
 
 KUBERNETES_COMMANDS="kube-apiserver kube-controller-manager kubectl"
+# With a workload cluster, the box's second control plane really schedules pods: that decides which
+# ones fit nowhere, which is what cluster-autoscaler acts on.
 
 build_control_plane() {
   local out="$cache/kubernetes-v$KUBERNETES_VERSION-etcd-v$ETCD_VERSION/bin" src kube_mod staging version_flags="" missing=""
   local started=$SECONDS
+  wants workload && KUBERNETES_COMMANDS="$KUBERNETES_COMMANDS kube-scheduler"
   mkdir -p "$out"
   if [ -x "$out/etcd" ]; then
     say "etcd v$ETCD_VERSION: cached"
@@ -372,6 +382,43 @@ build_control_plane() {
   printf 'LAB_MGMT_CONTROL_PLANE_BIN=%s\n' "$out"
 }
 
+# The main module of each is an archive (the proxy refuses sigs.k8s.io/cluster-api at v1.12.x and
+# serves the autoscaler only as part of nothing); their dependencies come from the proxy.
+CLUSTER_API_VERSION=1.12.11
+AUTOSCALER_VERSION=1.35.2
+
+# build_from_archive NAME VERSION ARCHIVE BINARY PACKAGE [go build flags...]: prints VARIABLE's line.
+build_from_archive() {
+  local variable="$1" name="$2" version="$3" archive="$4" binary="$5" package="$6"
+  shift 6
+  local out="$cache/$name-v$version/bin" src="$cache/src/$name-v$version" started=$SECONDS
+  if [ -x "$out/$binary" ]; then
+    say "$binary v$version: cached"
+  elif ! have_archives "$archive"; then
+    say "$binary v$version: missing $archive (put it in $vendor or set LAB_MGMT_VENDOR)"
+    return 1
+  else
+    rm -rf "$src" && mkdir -p "$out"
+    unpack "$archive" "$src"
+    say "$binary v$version: building"
+    (cd "$src" && go build -trimpath "$@" -o "$out/$binary.partial" "$package")
+    finish "$out/$binary" "$started"
+    rm -rf "$src"
+  fi
+  printf '%s=%s\n' "$variable" "$out"
+}
+
+build_cluster_api() {
+  build_from_archive LAB_MGMT_CLUSTER_API_BIN cluster-api "$CLUSTER_API_VERSION" \
+    "cluster-api-v$CLUSTER_API_VERSION.tar.gz" cluster-api-manager . \
+    -ldflags "-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=v$CLUSTER_API_VERSION"
+}
+
+build_autoscaler() {
+  build_from_archive LAB_MGMT_AUTOSCALER_BIN cluster-autoscaler "$AUTOSCALER_VERSION" \
+    "cluster-autoscaler-$AUTOSCALER_VERSION.tar.gz" cluster-autoscaler . -tags clusterapi -ldflags "-s -w"
+}
+
 # Two lanes build side by side, so that both cores stay busy while one links or downloads (Go's
 # module and build caches are safe for concurrent builds), each printing its lines as it goes:
 # the CLI and what builds on its packages; beside it, the control plane, then the plugins that
@@ -398,6 +445,9 @@ cli_lane() {
     build_kubernetes_plugin
     build_language_host
   fi
+  if wants workload; then
+    build_autoscaler
+  fi
 }
 
 beside_lane() {
@@ -409,12 +459,15 @@ beside_lane() {
     build_proxmoxve_plugin
     build_command_plugin
   fi
+  if wants workload; then
+    build_cluster_api
+  fi
 }
 
 for target in "$@"; do
   case "$target" in
-    control-plane | plugins) ;;
-    *) say "unknown target $target; expected control-plane or plugins" && exit 2 ;;
+    control-plane | plugins | workload) ;;
+    *) say "unknown target $target; expected control-plane, plugins or workload" && exit 2 ;;
   esac
 done
 started=$SECONDS
