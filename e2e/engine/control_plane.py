@@ -30,14 +30,17 @@ ADMIN_USER = "admin"
 CONTROLLER_USER = "system:kube-controller-manager"
 OPERATOR_USER = "capi-operator-standin"
 INJECTOR_USER = "cert-manager-cainjector-standin"
+CLUSTER_API_USER = "capi-controller-manager"
 # Who may talk to the box, each with a token and a kubeconfig (`<user>.kubeconfig`) of its own, so
 # that the audit log tells the admin's requests (scripts, kubectl, the engine) from the
-# controllers'. All are cluster admins.
+# controllers' (the real Cluster API manager's too, e2e/controllers/cluster_api.py). All are
+# cluster admins.
 TOKENS = {
     ADMIN_USER: "lab-in-a-box-admin",
     CONTROLLER_USER: "lab-in-a-box-controller",
     OPERATOR_USER: "lab-in-a-box-operator",
     INJECTOR_USER: "lab-in-a-box-cainjector",
+    CLUSTER_API_USER: "lab-in-a-box-capi-manager",
 }
 READY_BOUND_SECONDS = 90
 

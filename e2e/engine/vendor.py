@@ -21,6 +21,8 @@ from pathlib import Path
 from e2e.engine.cli import REPO
 
 DIGESTS_FILE = Path(__file__).with_name("vendor-archives.sha256")
+CLUSTER_API_ARCHIVE = "cluster-api-v1.12.11.tar.gz"
+CAPMOX_ARCHIVE = "cluster-api-provider-proxmox-v0.9.0.tar.gz"
 
 
 class VendorError(RuntimeError):

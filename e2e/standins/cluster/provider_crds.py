@@ -20,8 +20,7 @@ import yaml
 
 from e2e.engine import vendor
 
-CAPI_ARCHIVE = "cluster-api-v1.12.11.tar.gz"
-CAPMOX_ARCHIVE = "cluster-api-provider-proxmox-v0.9.0.tar.gz"
+CAPI_ARCHIVE, CAPMOX_ARCHIVE = vendor.CLUSTER_API_ARCHIVE, vendor.CAPMOX_ARCHIVE
 # Provider CR (kind, name) -> the archive and the folder of its `crd/` kustomization.
 SOURCES = {
     ("CoreProvider", "cluster-api"): (CAPI_ARCHIVE, "config/crd"),
