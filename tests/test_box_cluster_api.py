@@ -76,6 +76,13 @@ def test_the_real_controllers_resolve_the_references_by_contract(core: Any) -> N
     assert core["v1beta1_requests"] == {}, "something asked for v1beta1: the CRDs need their conversion webhook"
 
 
+def test_without_the_contract_label_the_infrastructure_cannot_be_resolved(core: Any) -> None:
+    # The control: the same objects under another name, once the ProxmoxCluster CRD lost its labels.
+    assert cluster_api_core.CONTRACT_ERROR in core["unlabelled"]["log"]
+    assert "proxmoxclusters.infrastructure.cluster.x-k8s.io" in core["unlabelled"]["log"]
+    assert "ProxmoxCluster" not in core["unlabelled"]["condition"]
+
+
 def test_scaling_through_the_scale_subresource_makes_a_machine(core: Any) -> None:
     assert core["scaled"] == {"rc": 0, "stderr": ""}
     assert _writes(core, ADMIN_USER, "patch", "machinedeployments/scale")

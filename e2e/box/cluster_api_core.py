@@ -29,30 +29,33 @@ WORKERS = f"{NAME}-workers"
 MIN_SIZE, MAX_SIZE = "0", "3"
 SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-{}-size"
 BOUND_SECONDS = 120.0
+# The control's second cluster, and what Cluster API says of a CRD without its contract label.
+UNLABELLED = "lab2"
+CONTRACT_ERROR = "cannot find any versions matching contract versions"
 POLL_SECONDS = 0.25
 
 
-def lab_objects() -> list[dict[str, Any]]:
+def lab_objects(name: str = NAME) -> list[dict[str, Any]]:
     """The Cluster, its ProxmoxCluster, the worker ProxmoxMachineTemplate and KubeadmConfigTemplate,
     and the worker MachineDeployment, as CAPMOX v0.9.0's cluster-template.yaml renders them, less
     the control plane (no KubeadmControlPlane: its controller does not run here) and with no
     `spec.replicas` on the MachineDeployment."""
-    label = {"cluster.x-k8s.io/cluster-name": NAME}
+    label = {"cluster.x-k8s.io/cluster-name": name}
     infra, bootstrap = "infrastructure.cluster.x-k8s.io", "bootstrap.cluster.x-k8s.io"
     return [
         {
             "apiVersion": "cluster.x-k8s.io/v1beta2",
             "kind": "Cluster",
-            "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": label},
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": label},
             "spec": {
                 "clusterNetwork": {"pods": {"cidrBlocks": ["10.244.0.0/16"]}},
-                "infrastructureRef": {"apiGroup": infra, "kind": "ProxmoxCluster", "name": NAME},
+                "infrastructureRef": {"apiGroup": infra, "kind": "ProxmoxCluster", "name": name},
             },
         },
         {
             "apiVersion": f"{infra}/v1alpha2",
             "kind": "ProxmoxCluster",
-            "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": label},
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": label},
             "spec": {
                 "controlPlaneEndpoint": {"host": "192.168.4.50", "port": 6443},
                 "ipv4Config": {"addresses": ["192.168.4.60-192.168.4.69"], "prefix": 24, "gateway": "192.168.4.8"},
@@ -63,7 +66,7 @@ def lab_objects() -> list[dict[str, Any]]:
         {
             "apiVersion": f"{infra}/v1alpha2",
             "kind": "ProxmoxMachineTemplate",
-            "metadata": {"name": f"{NAME}-worker", "namespace": NAMESPACE},
+            "metadata": {"name": f"{name}-worker", "namespace": NAMESPACE},
             "spec": {
                 "template": {
                     "spec": {
@@ -78,7 +81,7 @@ def lab_objects() -> list[dict[str, Any]]:
         {
             "apiVersion": f"{bootstrap}/v1beta2",
             "kind": "KubeadmConfigTemplate",
-            "metadata": {"name": f"{NAME}-worker", "namespace": NAMESPACE},
+            "metadata": {"name": f"{name}-worker", "namespace": NAMESPACE},
             "spec": {
                 "template": {"spec": {"users": [{"name": "root", "sshAuthorizedKeys": ["ssh-ed25519 AAAA box"]}]}}
             },
@@ -87,30 +90,30 @@ def lab_objects() -> list[dict[str, Any]]:
             "apiVersion": "cluster.x-k8s.io/v1beta2",
             "kind": "MachineDeployment",
             "metadata": {
-                "name": WORKERS,
+                "name": f"{name}-workers",
                 "namespace": NAMESPACE,
                 "labels": label,
                 "annotations": {SIZE_ANNOTATION.format("min"): MIN_SIZE, SIZE_ANNOTATION.format("max"): MAX_SIZE},
             },
             "spec": {
-                "clusterName": NAME,
+                "clusterName": name,
                 "selector": {"matchLabels": {}},
                 "template": {
                     "metadata": {"labels": label},
                     "spec": {
-                        "clusterName": NAME,
+                        "clusterName": name,
                         "version": "v1.35.9",
                         "bootstrap": {
                             "configRef": {
                                 "apiGroup": bootstrap,
                                 "kind": "KubeadmConfigTemplate",
-                                "name": f"{NAME}-worker",
+                                "name": f"{name}-worker",
                             }
                         },
                         "infrastructureRef": {
                             "apiGroup": infra,
                             "kind": "ProxmoxMachineTemplate",
-                            "name": f"{NAME}-worker",
+                            "name": f"{name}-worker",
                         },
                     },
                 },
@@ -164,6 +167,32 @@ def _writes(cluster: control_plane.ControlPlane, mark: int) -> list[dict[str, An
     return writes
 
 
+def _condition(cluster: control_plane.ControlPlane, name: str, kind: str = "InfrastructureReady") -> str:
+    """`reason: message` of the Cluster's condition, or "" while it has none."""
+    found = _get(cluster, "cluster", name) or {}
+    for condition in found.get("status", {}).get("conditions", []):
+        if condition["type"] == kind:
+            return f"{condition['reason']}: {condition.get('message', '')}"
+    return ""
+
+
+def _without_contract_labels(
+    cluster: control_plane.ControlPlane, manager: cluster_api.ClusterApiManager
+) -> dict[str, Any]:
+    """The control: with the contract labels taken off the ProxmoxCluster CRD, a second Cluster's
+    infrastructure cannot be resolved, and the manager says why."""
+    crd = "crd/proxmoxclusters.infrastructure.cluster.x-k8s.io"
+    cluster.kubectl("label", crd, "cluster.x-k8s.io/v1beta1-", "cluster.x-k8s.io/v1beta2-")
+    cluster.kubectl("create", "-f", "-", stdin=yaml.safe_dump_all(lab_objects(UNLABELLED)[:2]))
+    said, _ = _until(
+        "the manager refusing an unlabelled CRD",
+        lambda: [
+            line for line in manager.log.read_text().splitlines() if CONTRACT_ERROR in line and UNLABELLED in line
+        ],
+    )
+    return {"log": said[0], "condition": _condition(cluster, UNLABELLED)}
+
+
 def core_controllers(root: str) -> dict[str, Any]:
     base, started = Path(root), time.monotonic()
     with (
@@ -191,17 +220,13 @@ def core_controllers(root: str) -> dict[str, Any]:
                 "MachineSet", lambda: (_get(cluster, "machinesets") or {}).get("items")
             )
             deployment = _get(cluster, "machinedeployment", WORKERS)
-            lab1, _ = _until(
-                "Cluster conditions",
-                lambda: (
-                    (found := _get(cluster, "cluster", NAME)) and found.get("status", {}).get("conditions") and found
-                ),
-            )
+            _until("Cluster reading its ProxmoxCluster", lambda: "ProxmoxCluster" in _condition(cluster, NAME))
             scaled = cluster.kubectl_as(
                 cluster.kubeconfig, "scale", "-n", NAMESPACE, f"machinedeployment/{WORKERS}", "--replicas=1"
             )
             machines, machine_seconds = _until("Machine", lambda: (_get(cluster, "machines") or {}).get("items"))
             lab1 = _get(cluster, "cluster", NAME)
+            unlabelled = _without_contract_labels(cluster, manager)
             return {
                 "crds_applied": operator.crds_applied,
                 "operator_notes": operator.notes,
@@ -223,6 +248,7 @@ def core_controllers(root: str) -> dict[str, Any]:
                     for crd in json.loads(cluster.kubectl("get", "crd", "-o", "json").stdout)["items"]
                 },
                 "writes": _writes(cluster, mark),
+                "unlabelled": unlabelled,
                 "v1beta1_requests": cluster_api.v1beta1_requests(cluster),
                 "manager_log_tail": manager.log_tail(60),
                 "seconds": round(time.monotonic() - started, 2),
