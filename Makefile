@@ -22,7 +22,8 @@ $(VENV):
 test: $(VENV)
 	$(PY) -m pytest
 
-# The real pulumi CLI, a real Kubernetes control plane and the kubernetes provider plugin, built
+# The real pulumi CLI, a real Kubernetes control plane, the provider plugins and what runs a workload
+# cluster for real (the Cluster API core manager, cluster-autoscaler, kube-scheduler), built
 # (or found cached) by e2e/engine/build-engine.sh; each test in a network namespace of its own, which
 # needs root or user namespaces, and iproute2 (docs/testing.md). The scenarios mostly wait (on a
 # booting guest, a controller, a bound), so ENGINE_WORKERS of them run side by side, each
@@ -30,7 +31,7 @@ test: $(VENV)
 ENGINE_WORKERS ?= 4
 
 test-engine: $(VENV)
-	built="$$(e2e/engine/build-engine.sh control-plane plugins)" && \
+	built="$$(e2e/engine/build-engine.sh control-plane plugins workload)" && \
 	env $$built $(PY) -m pytest -m engine -n $(ENGINE_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
 
 lint: $(VENV)
