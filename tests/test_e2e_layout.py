@@ -2,8 +2,8 @@
 test machinery's modules, the program never imports the test machinery, and each e2e package
 imports only from the packages below it (e2e/__init__.py): the engine, then the stand-ins (the
 HTTPS server they share, then one package for each thing they stand in for and the real
-controllers' package, none importing another), then the box and its scenarios. And no e2e module grows past about 400 lines: one that
-does holds more than one topic."""
+controllers' package, none importing another), then the box and its scenarios. And no e2e module
+grows past about 400 lines: one that does holds more than one topic."""
 
 from __future__ import annotations
 

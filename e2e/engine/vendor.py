@@ -44,14 +44,18 @@ def digests() -> dict[str, str]:
     return pinned
 
 
-@functools.cache
 def checked(archive: str) -> Path:
     """The archive's path, once its sha256 is the pinned one (checked once per process)."""
+    return _checked(vendor_dir(), archive)
+
+
+@functools.cache
+def _checked(directory: Path, archive: str) -> Path:
     if archive not in digests():
         raise VendorError(f"{archive} has no pinned sha256 in {DIGESTS_FILE}")
-    path = vendor_dir() / archive
+    path = directory / archive
     if not path.is_file():
-        raise VendorError(f"missing {archive}: put it in {vendor_dir()} or set LAB_MGMT_VENDOR")
+        raise VendorError(f"missing {archive}: put it in {directory} or set LAB_MGMT_VENDOR")
     actual = hashlib.sha256(path.read_bytes()).hexdigest()
     if actual != digests()[archive]:
         raise VendorError(f"{path} has sha256 {actual}, expected {digests()[archive]}: refusing to read it")
