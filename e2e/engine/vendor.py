@@ -6,7 +6,8 @@ beside the clone, as for the build.
 
     members("cluster-api-v1.12.11.tar.gz", "config/crd/bases/") -> {"config/crd/bases/x.yaml": "...", ...}
 
-A missing archive, or one whose digest is not the pinned one, raises with one line saying which
+Only YAML files are read (what the box needs: CRDs, kustomizations, webhook manifests). A
+missing archive, or one whose digest is not the pinned one, raises with one line saying which
 and where to put it.
 """
 
@@ -66,12 +67,23 @@ def members(archive: str, under: str, suffix: str = ".yaml") -> dict[str, str]:
     """The text of each file of the archive under the folder `under` (not below its subfolders)
     whose name ends in `suffix`, by its path in the tree (the archive's top folder left out),
     sorted by path."""
+    return {
+        path: text
+        for path, text in _tree(checked(archive)).items()
+        if path.startswith(under) and "/" not in path[len(under) :] and path.endswith(suffix)
+    }
+
+
+@functools.cache
+def _tree(archive: Path) -> dict[str, str]:
+    """Every YAML file of the archive, by its path in the tree: read once per process (a box reads
+    several folders of one archive)."""
     found = {}
-    with tarfile.open(checked(archive), "r:gz") as tar:
-        for member in tar.getmembers():
-            path = member.name.split("/", 1)[1] if "/" in member.name else ""
-            if member.isfile() and path.startswith(under) and "/" not in path[len(under) :] and path.endswith(suffix):
-                extracted = tar.extractfile(member)
+    with tarfile.open(archive, "r:gz") as tar:
+        for entry in tar.getmembers():
+            path = entry.name.split("/", 1)[1] if "/" in entry.name else ""
+            if entry.isfile() and path.endswith((".yaml", ".yml")):
+                extracted = tar.extractfile(entry)
                 if extracted is not None:
                     found[path] = extracted.read().decode()
     return dict(sorted(found.items()))
