@@ -41,7 +41,7 @@ def reconcile_clusters(client: Client, record: Record) -> None:
         if need_true(item, "status.initialization.provisioned") or owner(item, "Cluster", "cluster.x-k8s.io") is None:
             continue
         for key in UNKNOWN_CLUSTER_FIELDS:
-            if key in spec:
+            if spec.get(key):  # the CRD defaults externalManagedControlPlane to false
                 raise ValueError(f"{ident(item)} spec.{key}: the CAPMOX stand-in does not know it")
         need(item, "spec.controlPlaneEndpoint.host"), need(item, "spec.controlPlaneEndpoint.port")
         _pool(item)

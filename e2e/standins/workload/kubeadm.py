@@ -140,7 +140,9 @@ def reconcile_configs(client: Client, record: Record) -> None:
             raise ValueError(f"{ident(config)}: a control plane's config; the stand-in bootstraps workers only")
         if spec.get("format", "cloud-config") != "cloud-config":
             raise ValueError(f"{ident(config)} spec.format={spec['format']}: the stand-in writes cloud-config only")
-        cluster_name = need(config, f"metadata.labels.{CLUSTER_NAME_LABEL}")
+        cluster_name = meta.get("labels", {}).get(CLUSTER_NAME_LABEL)
+        if not cluster_name:
+            raise KeyError(f"{ident(config)} has no label {CLUSTER_NAME_LABEL}")
         cluster = client.get("clusters", CORE, meta["namespace"], cluster_name)
         if cluster is None or not need_true(cluster, "status.initialization.controlPlaneInitialized"):
             continue

@@ -138,7 +138,12 @@ def conditions(generation: int, reasons: dict[str, str]) -> list[dict[str, Any]]
     stamp = now()
     return [
         {
-            **{"type": kind, "status": "False" if reason.startswith("Not") else "True", "reason": reason},
+            **{
+                "type": kind,
+                "status": "False" if reason.startswith("Not") else "True",
+                "reason": reason,
+                "message": "",
+            },
             **{"observedGeneration": generation, "lastTransitionTime": stamp},
         }
         for kind, reason in reasons.items()
