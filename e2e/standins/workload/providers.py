@@ -1,0 +1,80 @@
+"""The workload clusters' stand-ins together, on a management cluster, for a block: the CAPMOX,
+KubeadmControlPlane and KubeadmConfig stand-ins and the workers' kubelets, one pass over all of
+them every `interval` seconds (a real controller's watch answers sooner), each part on its own so
+that one refusing an object does not stop the others. Each workload control plane they start
+stops with the block.
+
+    with providers.running(mgmt, root) as standins: ... standins.record.errors, .timeline
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from e2e.engine import control_plane
+from e2e.engine.control_plane import PROVIDERS_USER, ControlPlane
+from e2e.standins.cluster.controller_loop import looping
+from e2e.standins.workload import capmox, kubeadm, kubelet
+from e2e.standins.workload.objects import Client, Record
+
+# What lab1's kube-controller-manager runs: all its default controllers (the node lifecycle one
+# among them, which is why the kubelets heartbeat), as kubeadm's does.
+WORKLOAD_CONTROLLERS = ("*",)
+
+
+@dataclass
+class WorkloadStandIns:
+    record: Record = field(default_factory=Record)
+    running: dict[str, ControlPlane] = field(default_factory=dict)
+    """Each workload cluster's control plane, by `namespace/cluster`."""
+    registered: set[str] = field(default_factory=set)
+    started_in: dict[str, float] = field(default_factory=dict)
+    """Seconds each workload control plane took to answer, by `namespace/cluster`."""
+
+
+@contextmanager
+def running(mgmt: ControlPlane, root: Path, *, interval: float = 1.0) -> Iterator[WorkloadStandIns]:
+    standins = WorkloadStandIns()
+    client = Client(mgmt, PROVIDERS_USER)
+    with ExitStack() as stack:
+
+        def start(key: str, host: str, port: int) -> ControlPlane:
+            began = time.monotonic()
+            lab = stack.enter_context(
+                control_plane.running(
+                    root / key.replace("/", "-"), host, port=port, controllers=WORKLOAD_CONTROLLERS, scheduler=True
+                )
+            )
+            standins.started_in[key] = round(time.monotonic() - began, 1)
+            return lab
+
+        def destroy(machine: dict[str, Any]) -> None:
+            kubelet.forget(standins.running, standins.registered, machine)
+
+        parts: dict[str, Callable[[], None]] = {
+            "ProxmoxClusters": lambda: capmox.reconcile_clusters(client, standins.record),
+            "KubeadmControlPlanes": lambda: kubeadm.reconcile_control_planes(
+                client, standins.record, standins.running, start
+            ),
+            "KubeadmConfigs": lambda: kubeadm.reconcile_configs(client, standins.record),
+            "ProxmoxMachines": lambda: capmox.reconcile_machines(client, standins.record, destroy),
+            "kubelets": lambda: kubelet.reconcile(client, standins.record, standins.running, standins.registered),
+        }
+
+        def step() -> None:
+            for doing, part in parts.items():
+                try:
+                    part()
+                except (KeyError, ValueError, RuntimeError) as refused:
+                    message = f"cannot reconcile {doing}: {refused}"
+                    if message not in standins.record.errors:
+                        standins.record.errors.append(message)
+
+        # The stack's last exit (the first entered) stops the loop before the control planes.
+        with looping(mgmt, PROVIDERS_USER, step, standins.record.errors, "reconcile", interval=interval):
+            yield standins
