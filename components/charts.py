@@ -10,6 +10,10 @@ digest is kept beside the archive and checked on every later run. Both charts ar
 before the program registers anything, in a preview as in an up, as the tokens are: a repository
 out of reach stops a run with nothing begun.
 
+CAPMOX's cluster template (components.cluster_template) is kept the same way, as
+`cluster-template-<capmoxVersion>.yaml`, by `kept_asset`: a release asset has no index that lists
+its digest, so the first download is trusted and its sha256 recorded beside it.
+
 The file bears the name Helm gives it, `<chart>-<version>.tgz`, which is also the name an imported
 release's chart is looked for first in the project's folder: adopting the releases needs no Helm
 client configuration either.
@@ -80,14 +84,29 @@ class LocalChart:
 class ClusterCharts:
     cert_manager: LocalChart
     operator: LocalChart
+    cluster_template: str | None = None
+    """CAPMOX's cluster template for capmoxVersion (components.cluster_template renders it); None
+    when no workload cluster is declared, or, best effort, when it could not be fetched."""
 
 
 def cluster_charts(settings: Settings) -> ClusterCharts:
     """cert-manager's chart and the operator's in the project's folder (chart_directory), each
-    fetched first unless there; best effort with skipCredentialsCheck (local_chart)."""
+    fetched first unless there, and CAPMOX's cluster template where a workload cluster is
+    declared; best effort with skipCredentialsCheck (local_chart, kept_asset)."""
     cluster_api, directory = settings.cluster_api, chart_directory()
     best_effort = settings.proxmox.skip_credentials_check
+    template = None
+    if settings.workload.clusters:
+        version = cluster_api.providers.infrastructure
+        template = kept_asset(
+            cluster_template_url(settings.workload.capmox_release_url, version),
+            cluster_template_file_name(version),
+            directory,
+            setting_key="capmoxReleaseUrl",
+            best_effort=best_effort,
+        )
     return ClusterCharts(
+        cluster_template=template.decode() if template is not None else None,
         cert_manager=local_chart(
             ChartSource(
                 "cert-manager", cluster_api.cert_manager_version, cluster_api.cert_manager_repo, "certManagerChartRepo"
@@ -150,6 +169,54 @@ def local_chart(source: ChartSource, directory: Path, *, best_effort: bool = Fal
     _replace(archive, data)
     _replace(recorded, f"{digest}\n".encode())
     return LocalChart(source.chart, source.version, source.file_name)
+
+
+def cluster_template_url(release_url: str, capmox_version: str) -> str:
+    """Where CAPMOX publishes the default template of a release, as clusterctl fetches it."""
+    return f"{release_url.rstrip('/')}/{capmox_version}/cluster-template.yaml"
+
+
+def cluster_template_file_name(capmox_version: str) -> str:
+    return f"cluster-template-{capmox_version}.yaml"
+
+
+def kept_asset(
+    url: str, file_name: str, directory: Path, *, setting_key: str, best_effort: bool = False
+) -> bytes | None:
+    """A release asset kept in `directory` as `file_name`, fetched there first unless it is there.
+    There is no index to check it against, so the first download is trusted (trust on first use):
+    its sha256 is recorded beside it, and every later run checks the file against it; a file that
+    differs is fetched again and must then match the record. A file put there by hand, with no
+    record, is taken as it is. `best_effort` as in local_chart: out of reach, it warns and gives None."""
+    path, recorded = directory / file_name, directory / (file_name + DIGEST_SUFFIX)
+    expected = recorded.read_text().strip() if recorded.is_file() else None
+    if path.is_file():
+        kept = path.read_bytes()
+        if expected is None or _sha256(kept) == expected:
+            return kept
+    why = f"{file_name} is not in {directory}" if not path.is_file() else f"{path} is not what was fetched"
+    try:
+        data = fetch(url)
+    except (OSError, http.client.HTTPException, ValueError) as error:
+        unreachable = ChartRepositoryUnreachableError(
+            f"{PROJECT}:{setting_key}: cannot fetch {url} ({error}); the program needs it because {why}. "
+            f"Point {setting_key} at a mirror that serves it, or put the file there by hand "
+            f"(`curl -fLo {file_name} {url}` in that folder), then run again"
+        )
+        if not best_effort:
+            raise unreachable from None
+        pulumi.log.warn(f"{unreachable}. skipCredentialsCheck lets this run go on without it")
+        return None
+    if expected is not None and _sha256(data) != expected:
+        raise ChartRepositoryError(
+            f"{PROJECT}:{setting_key}: {url} has sha256 {_sha256(data)}, but {recorded} recorded {expected} "
+            f"when it was first fetched; nothing was kept. If the new content is to be trusted, delete "
+            f"{recorded.name} and run again"
+        )
+    _replace(path, data)
+    if expected is None:
+        _replace(recorded, f"{_sha256(data)}\n".encode())
+    return data
 
 
 def _download(source: ChartSource, why: str) -> tuple[bytes, str]:

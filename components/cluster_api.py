@@ -143,6 +143,9 @@ class ClusterApi(pulumi.ComponentResource):
     provider_versions: pulumi.Output[dict[str, str]]
     """Config key -> provider version, as deployed and Ready; read back by the next run's upgrade
     check."""
+    providers: list[kubernetes.apiextensions.CustomResource]
+    """The five provider CRs, each done once its provider is Ready: what a workload cluster's
+    objects wait for (their CRDs and webhooks come with the providers)."""
 
     def __init__(
         self,
@@ -176,7 +179,7 @@ class ClusterApi(pulumi.ComponentResource):
         credentials = _capmox_credentials(
             name, settings, proxmox_url, after=namespaces[INFRASTRUCTURE.namespace], opts=child
         )
-        self.provider_versions = _provider_crs(
+        self.provider_versions, self.providers = _provider_crs(
             name,
             settings,
             deployed_versions,
@@ -326,9 +329,9 @@ def _provider_crs(
     after: list[pulumi.Resource],
     namespaces: Mapping[str, pulumi.Resource],
     credentials: _Credentials,
-) -> pulumi.Output[dict[str, str]]:
+) -> tuple[pulumi.Output[dict[str, str]], list[kubernetes.apiextensions.CustomResource]]:
     """The five provider CRs, each after `after`, its namespace and (CAPMOX's) its credentials;
-    config key -> version as Ready."""
+    config key -> version as Ready, and the CRs."""
     wanted = provider_versions(settings.providers)
     # Resolves only if the run upgrades at most one provider; every CR's version waits on it, so
     # a refused run sends no CR at all.
@@ -336,6 +339,7 @@ def _provider_crs(
         lambda deployed: check_upgrade_order(deployed, wanted)
     )
     ready_versions: dict[str, pulumi.Output[str]] = {}
+    crs = []
     ready_within = f"{settings.provider_ready_timeout_minutes}m"
     for p in PROVIDERS:
         spec: dict[str, pulumi.Input[object]] = {"version": checked_versions[p.config_key]}
@@ -367,7 +371,8 @@ def _provider_crs(
         # Read back from the CR, whose outputs exist only once it was Ready: a provider that
         # failed or timed out leaves the stack's last Ready versions for the next check.
         ready_versions[p.config_key] = _live_spec(provider_cr).apply(lambda live: str(live["version"]))
-    return pulumi.Output.all(**ready_versions)
+        crs.append(provider_cr)
+    return pulumi.Output.all(**ready_versions), crs
 
 
 def credentials_secret_name(data: Mapping[str, str]) -> str:

@@ -1,5 +1,6 @@
 """What the program puts on the management cluster once it answers: cert-manager, the operator
-and its providers (ClusterApi), read-only access to it and to each workload cluster. __main__.py
+and its providers (ClusterApi), read-only access to it, and each workload cluster's Cluster API
+objects with read-only access into it. __main__.py
 wires this onto the k3s node it built; the lab in a box (e2e/box/box_program.py) wires the very same
 onto its own API server, so that what the box proves is what the program does."""
 
@@ -10,12 +11,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as kubernetes
 
 from components.charts import ClusterCharts
 from components.cluster_api import ClusterApi, ClusterNode, last_deployed_versions, last_deployment
+from components.cluster_template import ClusterTemplateError, render_cluster
 from components.readonly_access import ReadOnlyAccess
-from components.settings import Settings
-from components.workload_cluster import WorkloadClusterAccess
+from components.settings import PROJECT, Settings
+from components.settings import WorkloadCluster as WorkloadClusterSettings
+from components.workload_cluster import WorkloadCluster, WorkloadClusterAccess
 
 
 @dataclass(frozen=True)
@@ -53,10 +57,8 @@ def manage_cluster(
         token_generation=settings.access.readonly_token_generation,
     )
     workload_clusters = {
-        cluster.name: WorkloadClusterAccess(
-            cluster, node.provider, token_generation=settings.access.readonly_token_generation
-        )
-        for cluster in settings.access.workload_clusters
+        cluster.name: _workload_cluster(settings, cluster, node, cluster_charts, providers=cluster_api.providers)
+        for cluster in settings.workload.clusters
     }
     kubeconfigs = pulumi.Output.all(**{name: access.kubeconfig for name, access in workload_clusters.items()})
     return ManagementCluster(
@@ -64,4 +66,36 @@ def manage_cluster(
         readonly_kubeconfig=readonly.kubeconfig,
         # all() of no outputs is an empty list, not a mapping: dict() makes it one either way.
         workload_readonly_kubeconfigs=pulumi.Output.secret(kubeconfigs.apply(dict)),
+    )
+
+
+def _workload_cluster(
+    settings: Settings,
+    cluster: WorkloadClusterSettings,
+    node: ClusterNode,
+    cluster_charts: ClusterCharts,
+    *,
+    providers: list[kubernetes.apiextensions.CustomResource],
+) -> WorkloadClusterAccess:
+    """The cluster's Cluster API objects, once the providers are Ready, and read-only access to
+    it through the kubeconfig Secret Cluster API writes for it."""
+    if cluster_charts.cluster_template is None:
+        raise ClusterTemplateError(
+            f"{PROJECT}:workloadClusters: CAPMOX's cluster template for "
+            f"{settings.cluster_api.providers.infrastructure} "
+            f"could not be fetched (see the warning above), so {cluster.name}'s objects cannot be declared; "
+            "run again where capmoxReleaseUrl can be reached, or put the file in the project's folder"
+        )
+    workload = WorkloadCluster(
+        cluster,
+        render_cluster(cluster_charts.cluster_template, cluster),
+        node.on_cluster,
+        providers=providers,
+        control_plane_timeout_minutes=settings.workload.control_plane_timeout_minutes,
+    )
+    return WorkloadClusterAccess(
+        cluster,
+        workload.kubeconfig_secret_id,
+        node.provider,
+        token_generation=settings.access.readonly_token_generation,
     )

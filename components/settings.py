@@ -35,7 +35,10 @@ _DECLARED = _declared_config()
 # Optional, and secret: an ssh-agent serves instead. Pulumi.yaml cannot declare it, as the CLI
 # requires a declared key that has no default, and a default would be a plain value.
 _UNDECLARED_SECRET_KEYS = ("sshPrivateKey",)
-KEYS = (*_DECLARED, *_UNDECLARED_SECRET_KEYS)
+# A list of objects, which Pulumi.yaml cannot declare (a project's config types are string,
+# integer, boolean and arrays of those); absent is no workload cluster.
+_UNDECLARED_KEYS = ("workloadClusters",)
+KEYS = (*_DECLARED, *_UNDECLARED_SECRET_KEYS, *_UNDECLARED_KEYS)
 """Every key the program reads."""
 SECRET_KEYS = (*(key for key, spec in _DECLARED.items() if spec.get("secret")), *_UNDECLARED_SECRET_KEYS)
 """The keys set with `pulumi config set --secret`."""
@@ -483,36 +486,455 @@ def _read_existing_capmox_secret(r: _Reader) -> str | None:
 
 
 @dataclass(frozen=True)
-class WorkloadCluster:
-    namespace: str
-    name: str
-
-
-@dataclass(frozen=True)
 class AccessSettings:
-    """The read-only accounts, on the management cluster and on each workload cluster."""
+    """The read-only accounts, on the management cluster and on each workload cluster (those of
+    `workload.clusters`: one declaration gives a cluster and read-only access to it)."""
 
     readonly_token_generation: int
-    workload_clusters: tuple[WorkloadCluster, ...]
 
 
 def _read_access(r: _Reader) -> AccessSettings:
     return AccessSettings(
         readonly_token_generation=r.integer("readonlyTokenGeneration", GENERATION_RANGE, "token generation"),
-        workload_clusters=_read_workload_clusters(r),
     )
 
 
-def _read_workload_clusters(r: _Reader) -> tuple[WorkloadCluster, ...]:
-    clusters = []
-    for entry in r.string_list("workloadClusters") or ():
-        namespace, _, name = entry.partition("/")
-        if not (DNS_LABEL.fullmatch(namespace) and DNS_LABEL.fullmatch(name)):
-            r.fail("workloadClusters", f"{entry!r} is not of the form namespace/name")
-        clusters.append(WorkloadCluster(namespace, name))
-    if len({c.name for c in clusters}) != len(clusters):
-        r.fail("workloadClusters", "names a cluster twice; each cluster name must be unique")
-    return tuple(clusters)
+# --- workload clusters: WorkloadCluster (and its read-only access), Cilium, cluster-autoscaler ----
+
+# Not declared in Pulumi.yaml: a project's config block declares strings, numbers, booleans and
+# arrays of those only, never a list of objects. The stack sets it as a list (`--path`).
+WORKLOAD_CLUSTERS_KEY = "workloadClusters"
+WORKLOAD_DOCS = "docs/operations.md#workload-clusters"
+# Cluster API v1.12 (capiCoreVersion; CAPMOX v0.9 is tested with CAPI 1.11 and 1.12 only) supports
+# workload clusters up to Kubernetes 1.35: a newer minor waits for a newer Cluster API.
+NEWEST_WORKLOAD_KUBERNETES = (1, 35)
+CONTROL_PLANE_REPLICAS = (1, 3, 5)
+SOCKETS_RANGE = (1, 8)
+WORKER_COUNT_RANGE = (0, 100)
+IP_PREFIX_RANGE = (1, 32)
+CONTROL_PLANE_MINUTES_RANGE = (1, 240)
+# What Go's time.ParseDuration takes (cluster-autoscaler's flags), signs left out.
+GO_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+$")
+BOOT_DEVICE = re.compile(r"^(?:scsi|virtio|sata|ide)\d+$")
+INTERFACE = re.compile(r"^[A-Za-z0-9._-]{1,15}$")
+# Image tags of cluster-autoscaler that are known broken for this setup.
+BROKEN_AUTOSCALER_TAGS = {
+    "v1.35.0": "mis-resolves the infrastructure provider's API version (kubernetes/autoscaler#9439); use v1.35.2",
+}
+# The management cluster's resources are named `mgmt-*`: a workload cluster's would clash.
+RESERVED_CLUSTER_NAMES = ("mgmt",)
+
+
+@dataclass(frozen=True)
+class MachineSizing:
+    """One ProxmoxMachineTemplate's VM: what CAPMOX clones from the template VM."""
+
+    sockets: int
+    cores: int
+    memory_mib: int
+    disk_gib: int
+
+    @property
+    def cpus(self) -> int:
+        return self.sockets * self.cores
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    replicas: int
+    sizing: MachineSizing
+
+
+@dataclass(frozen=True)
+class Workers:
+    """The one worker MachineDeployment; cluster-autoscaler moves its replicas within min..max."""
+
+    min_size: int
+    max_size: int
+    sizing: MachineSizing
+
+
+@dataclass(frozen=True)
+class AutoscalerTimings:
+    """cluster-autoscaler's flags of the same names, as Go durations (upstream's defaults)."""
+
+    scan_interval: str
+    scale_down_unneeded_time: str
+    scale_down_delay_after_add: str
+    max_node_provision_time: str
+
+
+@dataclass(frozen=True)
+class WorkloadCluster:
+    """A workload cluster as CAPMOX's default cluster template takes it (components.cluster_template),
+    plus what the template gets wrong for this lab (VLAN, pod and service networks)."""
+
+    name: str
+    namespace: str
+    kubernetes_version: str
+    control_plane_endpoint: ipaddress.IPv4Address
+    """The kube-vip address of the API server."""
+    node_ip_ranges: tuple[str, ...]
+    """`a.b.c.d-a.b.c.e` ranges or CIDRs, as CAPMOX's ipv4Config.addresses takes them."""
+    ip_prefix: int
+    gateway: ipaddress.IPv4Address
+    dns_servers: tuple[str, ...]
+    ssh_public_keys: tuple[str, ...]
+    source_node: str
+    allowed_nodes: tuple[str, ...]
+    template_vm_id: int
+    boot_volume_device: str
+    bridge: str
+    vlan: int | None
+    pod_cidr: ipaddress.IPv4Network
+    service_cidr: ipaddress.IPv4Network
+    vip_interface: str
+    """Empty: kube-vip finds the interface itself."""
+    control_plane: ControlPlane
+    workers: Workers
+    autoscaler: AutoscalerTimings
+
+    @property
+    def node_network(self) -> ipaddress.IPv4Network:
+        return ipaddress.IPv4Network(f"{self.gateway}/{self.ip_prefix}", strict=False)
+
+
+@dataclass(frozen=True)
+class WorkloadSettings:
+    """The declared workload clusters and what every one of them gets alike."""
+
+    clusters: tuple[WorkloadCluster, ...]
+    capmox_release_url: str
+    """Where CAPMOX's release assets are, `<url>/<capmoxVersion>/cluster-template.yaml` among them."""
+    cilium_version: str
+    cilium_repo: str
+    autoscaler_chart_version: str
+    autoscaler_image_tag: str
+    autoscaler_repo: str
+    control_plane_timeout_minutes: int
+    """How long `pulumi up` waits for a new cluster's control plane (ControlPlaneInitialized)."""
+
+
+class _Entry:
+    """One object of workloadClusters, or an object inside it, read key by key. Every problem
+    names its key in full (`workloadClusters[0].workers.maxSize`); a key nobody read is refused."""
+
+    def __init__(self, r: _Reader, path: str, value: Mapping[str, Any]) -> None:
+        self.r, self.path, self._value = r, path, value
+        self._read: set[str] = set()
+
+    def fail(self, name: str, message: str) -> None:
+        self.r.fail(f"{self.path}.{name}", message)
+
+    def has(self, name: str) -> bool:
+        return self._value.get(name) is not None
+
+    def raw(self, name: str, default: Any = None) -> Any:
+        self._read.add(name)
+        value = self._value.get(name)
+        if value is None and default is None:
+            self.fail(name, "is required but not set")
+        return default if value is None else value
+
+    def text(self, name: str, pattern: re.Pattern[str], expected: str, default: str | None = None) -> str:
+        value = self.raw(name, default)
+        if value is None:
+            return ""
+        if not isinstance(value, str) or (value.strip() != default and not pattern.fullmatch(value.strip())):
+            self.fail(name, f"{value!r} is not {expected}")
+            return default or ""
+        return value.strip()
+
+    def integer(self, name: str, bounds: tuple[int, int], what: str, default: int | None = None) -> int:
+        value = self.raw(name, default)
+        if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
+            value = int(value)
+        if value is None or isinstance(value, bool) or not isinstance(value, int):
+            if value is not None:
+                self.fail(name, f"{value!r} is not a whole number")
+            return bounds[0]
+        if not bounds[0] <= value <= bounds[1]:
+            self.fail(name, f"{value} is outside the {what} range {bounds[0]}..{bounds[1]}")
+        return value
+
+    def strings(self, name: str, what: str, valid: Callable[[str], object], default: Any = None) -> tuple[str, ...]:
+        value = self.raw(name, default)
+        if value is None:
+            return ()
+        if not isinstance(value, (list, tuple)) or not all(isinstance(i, str) for i in value):
+            self.fail(name, f"{value!r} is not a list of strings (one entry each)")
+            return ()
+        if not value and default is None:
+            self.fail(name, f"is empty; give at least one {what}")
+        for item in value:
+            if not valid(item.strip()):
+                self.fail(name, f"{item[:40]!r} is not {what}")
+        return tuple(i.strip() for i in value)
+
+    def address(self, name: str) -> ipaddress.IPv4Address | None:
+        value = self.raw(name)
+        try:
+            return ipaddress.IPv4Address(str(value).strip()) if value is not None else None
+        except ValueError:
+            self.fail(name, f"{value!r} is not an IPv4 address")
+            return None
+
+    def network(self, name: str, default: str | None = None) -> ipaddress.IPv4Network | None:
+        value = self.raw(name, default)
+        try:
+            return ipaddress.IPv4Network(str(value).strip()) if value is not None else None
+        except ValueError:
+            self.fail(name, f"{value!r} is not an IPv4 network with its prefix length (e.g. 10.244.0.0/16)")
+            return None
+
+    def entry(self, name: str) -> _Entry:
+        value = self.raw(name, {})
+        if not isinstance(value, dict):
+            self.fail(name, f"{value!r} is not an object")
+            value = {}
+        return _Entry(self.r, f"{self.path}.{name}", value)
+
+    def done(self) -> None:
+        """Refuses the keys nobody read: a misspelt key would otherwise be ignored without a word."""
+        for unknown in sorted(set(self._value) - self._read):
+            self.fail(unknown, f"is not a setting this program knows; see {WORKLOAD_DOCS}")
+
+
+@dataclass(frozen=True)
+class _Lab:
+    """What a workload cluster's defaults and network checks take from the rest of the settings."""
+
+    proxmox_node: str
+    bridge: str
+    networks: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ...]
+    """The lab's networks and addresses a pod or service network must not overlap, each described."""
+
+
+def _lab(proxmox: ProxmoxSettings, vm: VmSettings) -> _Lab:
+    networks: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = [
+        (vm.address.network, f"the management VM's subnet {vm.address.network} (vmAddress)")
+    ]
+    host = urlparse(proxmox.endpoint).hostname or ""
+    if _is_ip_address(host):
+        networks.append((ipaddress.ip_network(host), f"the Proxmox VE API's address {host} (proxmoxEndpoint)"))
+    networks += [
+        (ipaddress.ip_network(d), f"the DNS server {d} (vmDnsServers)") for d in vm.dns_servers if _is_ip_address(d)
+    ]
+    return _Lab(proxmox.node, vm.bridge, tuple(networks))
+
+
+def _read_workload(r: _Reader, lab: _Lab) -> WorkloadSettings:
+    clusters = tuple(_read_workload_cluster(entry, lab) for entry in _workload_entries(r))
+    names = [c.name for c in clusters]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        r.fail(WORKLOAD_CLUSTERS_KEY, f"declares the cluster {name!r} twice; each cluster name must be unique")
+    return WorkloadSettings(
+        clusters=clusters,
+        capmox_release_url=r.https_url("capmoxReleaseUrl"),
+        cilium_version=r.version("ciliumVersion", BARE_SEMVER, "1.19.8"),
+        cilium_repo=r.https_url("ciliumChartRepo"),
+        autoscaler_chart_version=r.version("clusterAutoscalerChartVersion", BARE_SEMVER, "9.59.0"),
+        autoscaler_image_tag=_read_autoscaler_image_tag(r),
+        autoscaler_repo=r.https_url("clusterAutoscalerChartRepo"),
+        control_plane_timeout_minutes=r.integer(
+            "workloadControlPlaneTimeoutMinutes", CONTROL_PLANE_MINUTES_RANGE, "minutes"
+        ),
+    )
+
+
+def _read_autoscaler_image_tag(r: _Reader) -> str:
+    tag = r.version("clusterAutoscalerImageTag", V_SEMVER, "v1.35.2")
+    if tag in BROKEN_AUTOSCALER_TAGS:
+        r.fail("clusterAutoscalerImageTag", f"{tag} {BROKEN_AUTOSCALER_TAGS[tag]}")
+    return tag
+
+
+def _workload_entries(r: _Reader) -> list[_Entry]:
+    """workloadClusters as a list of objects; absent or empty is no workload cluster at all."""
+    text = r.optional(WORKLOAD_CLUSTERS_KEY)
+    try:
+        items = json.loads(text) if text is not None else []
+    except ValueError:
+        items = None
+    if not isinstance(items, list):
+        r.fail(WORKLOAD_CLUSTERS_KEY, f"is not a list of clusters, each an object; see {WORKLOAD_DOCS}")
+        return []
+    entries = []
+    for index, item in enumerate(items):
+        path = f"{WORKLOAD_CLUSTERS_KEY}[{index}]"
+        if isinstance(item, dict):
+            entries.append(_Entry(r, path, item))
+        elif isinstance(item, str):
+            r.fail(
+                path,
+                f"{item!r} names a cluster only; declare the cluster as an object with its settings "
+                f"(name, namespace, network, sizing), which also gives it read-only access: see {WORKLOAD_DOCS}",
+            )
+        else:
+            r.fail(path, f"{item!r} is not an object; see {WORKLOAD_DOCS}")
+    return entries
+
+
+def _read_workload_cluster(e: _Entry, lab: _Lab) -> WorkloadCluster:
+    name = e.text("name", DNS_LABEL, "a DNS label (lower case letters, digits, '-')")
+    if name in RESERVED_CLUSTER_NAMES:
+        e.fail("name", f"{name!r} is the management cluster's own name in this program; pick another")
+    network = _read_cluster_network(e)
+    cluster = WorkloadCluster(
+        name=name,
+        namespace=e.text("namespace", DNS_LABEL, "a namespace name", default="default"),
+        kubernetes_version=_read_workload_kubernetes(e),
+        **network,
+        ssh_public_keys=e.strings("sshPublicKeys", "an OpenSSH public key line", _is_ssh_public_key),
+        source_node=e.text("sourceNode", DNS_LABEL, "a Proxmox node name", default=lab.proxmox_node),
+        allowed_nodes=e.strings("allowedNodes", "a Proxmox node name", DNS_LABEL.fullmatch, default=[]),
+        template_vm_id=e.integer("templateVmId", VMID_RANGE, "Proxmox VMID"),
+        boot_volume_device=e.text("bootVolumeDevice", BOOT_DEVICE, "a Proxmox disk like scsi0", default="scsi0"),
+        bridge=e.text("bridge", NAME, "a Linux bridge name", default=lab.bridge),
+        vip_interface=e.text("vipInterface", INTERFACE, "a network interface name", default=""),
+        control_plane=_read_control_plane(e.entry("controlPlane")),
+        workers=_read_workers(e.entry("workers")),
+        autoscaler=_read_autoscaler_timings(e.entry("autoscaler")),
+    )
+    _check_pod_and_service_networks(e, cluster, lab)
+    e.done()
+    return cluster
+
+
+def _read_workload_kubernetes(e: _Entry) -> str:
+    version = e.text("kubernetesVersion", V_SEMVER, "a Kubernetes release of the form v1.35.9")
+    if version and tuple(int(p) for p in version[1:].split(".")[:2]) > NEWEST_WORKLOAD_KUBERNETES:
+        newest = ".".join(map(str, NEWEST_WORKLOAD_KUBERNETES))
+        e.fail(
+            "kubernetesVersion",
+            f"{version} is newer than Kubernetes {newest}, the newest that Cluster API v1.12 "
+            "(capiCoreVersion; CAPMOX v0.9 is tested with CAPI 1.11 and 1.12) supports for a workload cluster",
+        )
+    return version
+
+
+def _read_cluster_network(e: _Entry) -> dict[str, Any]:
+    """The nodes' network (as WorkloadCluster's fields): addresses inside the network that the
+    gateway and prefix make, the endpoint outside the nodes' ranges."""
+    endpoint = e.address("controlPlaneEndpoint")
+    ranges = e.strings("nodeIpRanges", "an address range a.b.c.d-a.b.c.e or a CIDR", _address_span)
+    prefix = e.integer("ipPrefix", IP_PREFIX_RANGE, "prefix length")
+    gateway = e.address("gateway")
+    vlan_set = e.raw("vlan", default="")
+    vlan = None if vlan_set == "" else e.integer("vlan", VLAN_RANGE, "VLAN id")
+    network = ipaddress.IPv4Network(f"{gateway}/{prefix}", strict=False) if gateway else None
+    spans = [span for text in ranges if (span := _address_span(text))]
+    for text, (first, last) in zip(ranges, spans, strict=False):
+        if network is not None and not (first in network and last in network):
+            e.fail("nodeIpRanges", f"{text} is outside the nodes' network {network} (gateway/ipPrefix)")
+    if gateway is not None and any(first <= gateway <= last for first, last in spans):
+        e.fail("gateway", f"{gateway} is inside nodeIpRanges; a node would be given the gateway's address")
+    if endpoint is not None and network is not None and endpoint not in network:
+        e.fail(
+            "controlPlaneEndpoint", f"{endpoint} is outside the nodes' network {network}; kube-vip announces it there"
+        )
+    if endpoint is not None and any(first <= endpoint <= last for first, last in spans):
+        e.fail("controlPlaneEndpoint", f"{endpoint} is inside nodeIpRanges; a node could be given the same address")
+    return {
+        "control_plane_endpoint": endpoint or ipaddress.IPv4Address(0),
+        "node_ip_ranges": ranges,
+        "ip_prefix": prefix,
+        "gateway": gateway or ipaddress.IPv4Address(0),
+        "dns_servers": e.strings("dnsServers", "an IP address of a DNS server", _is_ip_address),
+        "vlan": vlan,
+        "pod_cidr": e.network("podCidr") or _NO_NETWORK,
+        "service_cidr": e.network("serviceCidr", default="10.96.0.0/12") or _NO_NETWORK,
+    }
+
+
+# Stands in for a network that was refused (the run stops before it is used); it overlaps nothing.
+_NO_NETWORK = ipaddress.IPv4Network("0.0.0.0/32")
+
+
+def _address_span(text: str) -> tuple[ipaddress.IPv4Address, ipaddress.IPv4Address] | None:
+    """The first and last address of `a.b.c.d-a.b.c.e` or of a CIDR; None for anything else."""
+    try:
+        if "-" in text:
+            first, last = (ipaddress.IPv4Address(part.strip()) for part in text.split("-", 1))
+        elif "/" in text:
+            network = ipaddress.IPv4Network(text)
+            first, last = network[0], network[-1]
+        else:
+            return None
+    except ValueError:
+        return None
+    return (first, last) if first <= last else None
+
+
+def _check_pod_and_service_networks(e: _Entry, cluster: WorkloadCluster, lab: _Lab) -> None:
+    """Neither the pod nor the service network may overlap the other or the lab: a pod address
+    that is also a lab address is routed to the pod, and the host behind it is cut off."""
+    taken = [
+        *lab.networks,
+        (cluster.node_network, f"the cluster's node network {cluster.node_network} (gateway/ipPrefix)"),
+        (
+            ipaddress.ip_network(cluster.control_plane_endpoint),
+            f"the control-plane endpoint {cluster.control_plane_endpoint} (controlPlaneEndpoint)",
+        ),
+        *(
+            (ipaddress.ip_network(d), f"the DNS server {d} (dnsServers)")
+            for d in cluster.dns_servers
+            if _is_ip_address(d)
+        ),
+    ]
+    for key, cidr, example in (
+        ("podCidr", cluster.pod_cidr, "10.244.0.0/16"),
+        ("serviceCidr", cluster.service_cidr, "10.96.0.0/12"),
+    ):
+        if cidr == _NO_NETWORK:
+            continue
+        for network, what in taken:
+            if network.version == 4 and cidr.overlaps(network):
+                e.fail(key, f"{cidr} overlaps {what}; pick e.g. {example}")
+    if _NO_NETWORK not in (cluster.pod_cidr, cluster.service_cidr) and cluster.pod_cidr.overlaps(cluster.service_cidr):
+        e.fail("serviceCidr", f"{cluster.service_cidr} overlaps podCidr {cluster.pod_cidr}")
+
+
+def _read_sizing(e: _Entry) -> MachineSizing:
+    """CAPMOX's template's own defaults: 2 sockets of 4 cores, 16 GiB, a 100 GiB boot disk."""
+    return MachineSizing(
+        sockets=e.integer("sockets", SOCKETS_RANGE, "sockets", default=2),
+        cores=e.integer("cores", CORES_RANGE, "cores", default=4),
+        memory_mib=e.integer("memoryMib", MEMORY_MIB_RANGE, "memory MiB", default=16384),
+        disk_gib=e.integer("diskGib", DISK_GIB_RANGE, "disk GiB", default=100),
+    )
+
+
+def _read_control_plane(e: _Entry) -> ControlPlane:
+    replicas = e.integer("replicas", (1, 5), "control-plane replicas", default=1)
+    if replicas not in CONTROL_PLANE_REPLICAS:
+        e.fail("replicas", f"{replicas} is not 1, 3 or 5 (etcd needs an odd number of members)")
+    control_plane = ControlPlane(replicas=replicas, sizing=_read_sizing(e))
+    e.done()
+    return control_plane
+
+
+def _read_workers(e: _Entry) -> Workers:
+    min_size = e.integer("minSize", WORKER_COUNT_RANGE, "worker count", default=0)
+    max_size = e.integer("maxSize", (1, WORKER_COUNT_RANGE[1]), "worker count")
+    if e.has("maxSize") and max_size < min_size:
+        e.fail("maxSize", f"{max_size} is below minSize {min_size}")
+    workers = Workers(min_size=min_size, max_size=max_size, sizing=_read_sizing(e))
+    e.done()
+    return workers
+
+
+def _read_autoscaler_timings(e: _Entry) -> AutoscalerTimings:
+    """cluster-autoscaler's own defaults; the lab in a box sets them short."""
+    duration = "a Go duration such as 10s, 10m or 1h30m"
+    timings = AutoscalerTimings(
+        scan_interval=e.text("scanInterval", GO_DURATION, duration, default="10s"),
+        scale_down_unneeded_time=e.text("scaleDownUnneededTime", GO_DURATION, duration, default="10m"),
+        scale_down_delay_after_add=e.text("scaleDownDelayAfterAdd", GO_DURATION, duration, default="10m"),
+        max_node_provision_time=e.text("maxNodeProvisionTime", GO_DURATION, duration, default="15m"),
+    )
+    e.done()
+    return timings
 
 
 # --- all of them, once ----------------------------------------------------------------------------
@@ -526,6 +948,7 @@ class Settings:
     k3s: K3sSettings
     cluster_api: ClusterApiSettings
     access: AccessSettings
+    workload: WorkloadSettings
     adopt: bool
     """Take the running lab into the stack as it is (docs/adoption.md): import, change nothing."""
     adopt_cluster_objects: bool
@@ -559,13 +982,15 @@ def _check_adoption(r: _Reader, settings: Settings) -> None:
 def parse_settings(raw: Mapping[str, str]) -> Settings:
     """Build the settings from raw config strings (keys without the project prefix)."""
     r = _Reader(raw)
+    proxmox, vm = _read_proxmox(r), _read_vm(r)
     settings = Settings(
-        proxmox=_read_proxmox(r),
-        vm=_read_vm(r),
+        proxmox=proxmox,
+        vm=vm,
         image=_read_image(r),
         k3s=_read_k3s(r),
         cluster_api=_read_cluster_api(r),
         access=_read_access(r),
+        workload=_read_workload(r, _lab(proxmox, vm)),
         adopt=r.boolean("adopt"),
         adopt_cluster_objects=r.boolean("adoptClusterObjects"),
     )

@@ -125,6 +125,13 @@ def stack_config(overrides: Mapping[str, Any] | None = None, unset: tuple[str, .
     return {f"{PROJECT}:{k}": config_value(v) for k, v in values.items()}
 
 
+def stack_workload_clusters() -> list[dict[str, Any]]:
+    """The workload clusters Pulumi.lab.yaml declares (lab1), as a list of objects to change."""
+    stack = yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text())["config"]
+    clusters: list[dict[str, Any]] = stack[f"{PROJECT}:workloadClusters"]
+    return clusters
+
+
 def _plain(value: Any) -> Any:
     """Deserialized RPC values to plain data: secrets as {SECRET: value}, unknowns as UNKNOWN,
     whole floats as ints."""
@@ -428,11 +435,17 @@ CHART_SETTINGS = (
 )
 
 
+# The tests' stand-in for CAPMOX's cluster-template.yaml (the same variables and objects).
+CLUSTER_TEMPLATE = REPO / "tests" / "data" / "cluster-template-test.yaml"
+
+
 def chart_repositories(config: Mapping[str, str]) -> dict[str, bytes]:
     """URL -> content: what the configured chart repositories serve, in memory: an index listing
     the configured version of their chart, its archive under a path relative to the repository,
-    and its sha256 (the archive is a stand-in the mocks never unpack)."""
-    files = {}
+    and its sha256 (the archive is a stand-in the mocks never unpack); and CAPMOX's release
+    assets, its cluster template (CLUSTER_TEMPLATE) for the configured capmoxVersion."""
+    release_url = config[f"{PROJECT}:capmoxReleaseUrl"].rstrip("/")
+    files = {f"{release_url}/{config[f'{PROJECT}:capmoxVersion']}/cluster-template.yaml": CLUSTER_TEMPLATE.read_bytes()}
     for chart, repo_key, version_key in CHART_SETTINGS:
         repo, version = config[f"{PROJECT}:{repo_key}"].rstrip("/"), config[f"{PROJECT}:{version_key}"]
         archive = f"{chart} {version}\n".encode()

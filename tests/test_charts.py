@@ -26,11 +26,15 @@ FIRST_RUN_REQUESTS = [
 ]
 ARCHIVES = ["cert-manager-v1.21.2.tgz", "cluster-api-operator-0.28.0.tgz"]
 
+# The charts alone: CAPMOX's cluster template, fetched the same way for a workload cluster, is
+# tested in test_cluster_template.py.
+NO_WORKLOAD: dict[str, object] = {"workloadClusters": []}
+
 
 @pytest.fixture
 def fetched(tmp_path: Path) -> harness.Run:
     """A first run in an empty project folder (`tmp_path`): it fetches both charts."""
-    return harness.run_program(chart_directory=tmp_path)
+    return harness.run_program(NO_WORKLOAD, chart_directory=tmp_path)
 
 
 def test_a_first_run_fetches_each_chart_once_and_keeps_it_with_its_digest(fetched: harness.Run, tmp_path: Path) -> None:
@@ -45,13 +49,13 @@ def test_a_first_run_fetches_each_chart_once_and_keeps_it_with_its_digest(fetche
 def test_with_both_archives_in_place_a_run_asks_no_repository_and_needs_none(
     fetched: harness.Run, tmp_path: Path
 ) -> None:
-    again = harness.run_program(chart_directory=tmp_path, charts_served={})
+    again = harness.run_program(NO_WORKLOAD, chart_directory=tmp_path, charts_served={})
     assert again.chart_requests == []
     assert harness.changed(fetched, again) == set()
 
 
 def test_a_chart_bump_fetches_the_new_chart_alone(fetched: harness.Run, tmp_path: Path) -> None:
-    bumped = harness.run_program({"certManagerVersion": "v1.21.3"}, chart_directory=tmp_path)
+    bumped = harness.run_program({**NO_WORKLOAD, "certManagerVersion": "v1.21.3"}, chart_directory=tmp_path)
     assert bumped.chart_requests == [f"{JETSTACK}/index.yaml", f"{JETSTACK}/charts/cert-manager-v1.21.3.tgz"]
     assert bumped.get(*CERT_MANAGER).plain["chart"] == "cert-manager-v1.21.3.tgz"
     # The old archive stays: going back needs no repository either.
@@ -61,7 +65,7 @@ def test_a_chart_bump_fetches_the_new_chart_alone(fetched: harness.Run, tmp_path
 def test_an_archive_put_in_place_by_hand_is_taken_as_it_is(tmp_path: Path) -> None:
     for name in ARCHIVES:
         (tmp_path / name).write_bytes(b"pulled by hand")
-    run = harness.run_program(chart_directory=tmp_path, charts_served={})
+    run = harness.run_program(NO_WORKLOAD, chart_directory=tmp_path, charts_served={})
     assert run.chart_requests == []
     assert run.get(*OPERATOR).plain["chart"] == "cluster-api-operator-0.28.0.tgz"
 
@@ -70,7 +74,7 @@ def test_an_archive_that_changed_since_it_was_fetched_is_fetched_again(fetched: 
     archive = tmp_path / "cert-manager-v1.21.2.tgz"
     good = archive.read_bytes()
     archive.write_bytes(good[:3])
-    again = harness.run_program(chart_directory=tmp_path)
+    again = harness.run_program(NO_WORKLOAD, chart_directory=tmp_path)
     assert again.chart_requests == FIRST_RUN_REQUESTS[:2]
     assert archive.read_bytes() == good
 
@@ -78,7 +82,7 @@ def test_an_archive_that_changed_since_it_was_fetched_is_fetched_again(fetched: 
 def test_a_missing_chart_whose_repository_is_out_of_reach_stops_the_run_before_anything(tmp_path: Path) -> None:
     record = harness.Run()
     with pytest.raises(ChartRepositoryError) as refused:
-        harness.run_program(chart_directory=tmp_path, charts_served={}, record=record)
+        harness.run_program(NO_WORKLOAD, chart_directory=tmp_path, charts_served={}, record=record)
     message = str(refused.value)
     assert message.startswith(f"lab-mgmt:certManagerChartRepo: cannot fetch cert-manager v1.21.2 from {JETSTACK}")
     assert f"cert-manager-v1.21.2.tgz is not in {tmp_path}" in message
@@ -90,7 +94,9 @@ def test_a_missing_chart_whose_repository_is_out_of_reach_stops_the_run_before_a
 def test_with_skip_credentials_check_a_repository_out_of_reach_warns_and_the_run_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    offline = harness.run_program(overrides={"skipCredentialsCheck": True}, chart_directory=tmp_path, charts_served={})
+    offline = harness.run_program(
+        overrides={**NO_WORKLOAD, "skipCredentialsCheck": True}, chart_directory=tmp_path, charts_served={}
+    )
     assert offline.chart_requests == [f"{JETSTACK}/index.yaml", f"{OPERATOR_REPO}/index.yaml"]
     assert list(tmp_path.iterdir()) == []
     warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
@@ -108,7 +114,7 @@ def test_a_changed_archive_with_its_repository_out_of_reach_is_refused_naming_it
 ) -> None:
     (tmp_path / "cluster-api-operator-0.28.0.tgz").write_bytes(b"truncated")
     with pytest.raises(ChartRepositoryError, match="lab-mgmt:capiOperatorChartRepo: cannot fetch") as refused:
-        harness.run_program(chart_directory=tmp_path, charts_served={})
+        harness.run_program(NO_WORKLOAD, chart_directory=tmp_path, charts_served={})
     assert "cluster-api-operator-0.28.0.tgz is no longer what was fetched" in str(refused.value)
 
 

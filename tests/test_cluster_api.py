@@ -557,7 +557,8 @@ def test_a_mirror_is_where_a_missing_chart_comes_from_and_changes_no_release(run
         "capiOperatorChartRepo": "https://charts.mirror.lab/capi-operator",
     }
     mirrored = harness.run_program(overrides=mirrors)
-    assert {url.rsplit("/", 1)[0].removesuffix("/charts") for url in mirrored.chart_requests} == set(mirrors.values())
+    chart_requests = [url for url in mirrored.chart_requests if not url.endswith("/cluster-template.yaml")]
+    assert {url.rsplit("/", 1)[0].removesuffix("/charts") for url in chart_requests} == set(mirrors.values())
     assert harness.changed(run, mirrored) == set()
 
 

@@ -38,7 +38,8 @@ RELEASES = {
 }
 STACKS: dict[str, dict[str, Any]] = {
     "lab": {},
-    "lab adopted": {"adopt": True, "capmoxExistingSecret": "capmox-variables"},
+    # As test_adoption.py adopts it: lab1's objects are taken over only in issue 31.
+    "lab adopted": {"adopt": True, "capmoxExistingSecret": "capmox-variables", "workloadClusters": []},
 }
 
 
@@ -112,7 +113,8 @@ def _without_operator_wait(graph: list[dict[str, Any]], wait: set[str]) -> list[
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_design_pass_moved_only_the_operator_wait(stack: str) -> None:
     before = _with_local_charts(json.loads(BEFORE_DESIGN_PASS.read_text())[stack])
-    after = shape(harness.run_program(STACKS[stack]))
+    # That graph had no workload cluster: lab1's objects came later (issue 30).
+    after = shape(harness.run_program({**STACKS[stack], "workloadClusters": []}))
     assert _without_operator_wait(after, OPERATOR_WAIT_AFTER) == _without_operator_wait(before, OPERATOR_WAIT_BEFORE)
     waited_on = {
         resource["resource"]: set(resource["dependencies"]) & (OPERATOR_WAIT_BEFORE | OPERATOR_WAIT_AFTER)

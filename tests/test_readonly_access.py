@@ -228,7 +228,7 @@ def test_objects_are_on_the_management_cluster(run: harness.Run) -> None:
 
 @pytest.fixture(scope="module")
 def with_workload() -> harness.Run:
-    return harness.run_program(overrides={"workloadClusters": ["default/lab1"]})
+    return harness.run_program()  # the lab stack declares lab1
 
 
 def token_secrets(run: harness.Run) -> dict[str, str]:
@@ -236,7 +236,7 @@ def token_secrets(run: harness.Run) -> dict[str, str]:
 
 
 def test_bumping_the_generation_rotates_every_token_and_nothing_else(with_workload: harness.Run) -> None:
-    rotated = harness.run_program(overrides={"workloadClusters": ["default/lab1"], "readonlyTokenGeneration": 2})
+    rotated = harness.run_program(overrides={"readonlyTokenGeneration": 2})
     assert token_secrets(with_workload) == {
         "mgmt-readonly-token": "lab-mgmt-readonly-token-1",
         "lab1-readonly-token": "lab-mgmt-readonly-token-1",
@@ -248,9 +248,10 @@ def test_bumping_the_generation_rotates_every_token_and_nothing_else(with_worklo
     assert harness.changed(with_workload, rotated) == {(SECRET, "mgmt-readonly-token"), (SECRET, "lab1-readonly-token")}
 
 
-def test_bumping_the_generation_without_workload_clusters(run: harness.Run) -> None:
-    rotated = harness.run_program(overrides={"readonlyTokenGeneration": 2})
-    assert harness.changed(run, rotated) == {(SECRET, "mgmt-readonly-token")}
+def test_bumping_the_generation_without_workload_clusters() -> None:
+    without: dict[str, object] = {"workloadClusters": []}
+    rotated = harness.run_program(overrides={**without, "readonlyTokenGeneration": 2})
+    assert harness.changed(harness.run_program(without), rotated) == {(SECRET, "mgmt-readonly-token")}
 
 
 # --- kubeconfig outputs ------------------------------------------------------------------------

@@ -260,18 +260,25 @@ BAD_INPUTS: list[Any] = [
         id="kubeconfigPath-in-repo",
     ),
     pytest.param(
-        {"workloadClusters": ["lab1"]},
+        {"workloadClusters": ["default/lab1"]},
         (),
-        "workloadClusters",
-        "'lab1' is not of the form namespace/name",
-        id="workloadClusters-no-namespace",
+        "workloadClusters[0]",
+        "names a cluster only; declare the cluster as an object",
+        id="workloadClusters-string-entry",
     ),
     pytest.param(
-        {"workloadClusters": ["ns\n/lab1"]},
+        {"workloadClusters": "lab1"},
         (),
         "workloadClusters",
-        "is not of the form namespace/name",
-        id="workloadClusters-trailing-newline",
+        "is not a list of clusters, each an object",
+        id="workloadClusters-not-a-list",
+    ),
+    pytest.param(
+        {"clusterAutoscalerImageTag": "v1.35.0"},
+        (),
+        "clusterAutoscalerImageTag",
+        "kubernetes/autoscaler#9439",
+        id="clusterAutoscalerImageTag-v1.35.0",
     ),
     pytest.param({"vmVlanTag": "\u00b2"}, (), "vmVlanTag", "is not a VLAN id", id="vmVlanTag-superscript-digit"),
     pytest.param(
@@ -344,7 +351,8 @@ def test_every_problem_is_reported_at_once() -> None:
     }
     error, run = failing_run(overrides, unset=("proxmoxNode",))
     lines = problems(error.value)
-    keys = sorted(line.removeprefix(PREFIX).split(":", 1)[0] for line in lines)
+    # A workload cluster's problem names its entry (`workloadClusters[0]`).
+    keys = sorted(re.split(r"[:\[]", line.removeprefix(PREFIX), maxsplit=1)[0] for line in lines)
     assert keys == sorted([*overrides, "proxmoxNode"])
     assert registered_by_program(run) == set()
 
@@ -437,7 +445,16 @@ def test_lab_versions(lab: Settings) -> None:
     )
     assert capi.capmox_token_id == "capmox@pve!capi"
     assert lab.access.readonly_token_generation == 1
-    assert lab.access.workload_clusters == ()
+    workload = lab.workload
+    assert (workload.cilium_version, workload.autoscaler_chart_version, workload.autoscaler_image_tag) == (
+        "1.19.8",
+        "9.59.0",
+        "v1.35.2",
+    )
+    assert workload.capmox_release_url == (
+        "https://github.com/ionos-cloud/cluster-api-provider-proxmox/releases/download"
+    )
+    assert workload.control_plane_timeout_minutes == 30
 
 
 def test_each_provider_cr_is_waited_on_for_15_minutes_unless_set() -> None:
@@ -474,6 +491,9 @@ def test_settings_are_immutable(lab: Settings) -> None:
         lab.cluster_api,
         lab.cluster_api.providers,
         lab.access,
+        lab.workload,
+        lab.workload.clusters[0],
+        lab.workload.clusters[0].workers,
     ]
     for part in parts:
         for field in dataclasses.fields(part):
@@ -515,7 +535,7 @@ def test_the_readers_read_exactly_the_keys_pulumi_yaml_declares() -> None:
 def test_pulumi_yaml_defaults_stand_in_for_unset_keys_as_the_cli_gives_them() -> None:
     lab = lab_raw()
     unset = {key for key, value in DEFAULTS.items() if lab[key] == config_value(value)}
-    assert unset >= {"workloadClusters", "kubeconfigPath", "capmoxExistingSecret"}
+    assert unset >= {"kubeconfigPath", "capmoxExistingSecret", "ciliumChartRepo"}
     assert parse_settings({key: value for key, value in lab.items() if key not in unset}) == parse_settings(lab)
 
 
@@ -537,3 +557,85 @@ def test_leaving_the_cluster_objects_out_needs_adoption() -> None:
     ]
     first_run = lab_raw(adopt="true", capmoxExistingSecret="capmox-variables", adoptClusterObjects="false")
     assert parse_settings(first_run).adopt_cluster_objects is False
+
+
+# --- workload clusters ---------------------------------------------------------------------------
+
+
+def lab1_raw(**changes: Any) -> dict[str, str]:
+    """The lab's config with lab1's entry changed (a None value removes the key)."""
+    [lab1] = harness.stack_workload_clusters()
+    lab1.update(changes)
+    return lab_raw(workloadClusters=config_value([{k: v for k, v in lab1.items() if v is not None}]))
+
+
+def test_lab1_is_read_with_the_templates_defaults(lab: Settings) -> None:
+    [lab1] = lab.workload.clusters
+    assert (lab1.name, lab1.namespace, lab1.kubernetes_version) == ("lab1", "default", "v1.35.9")
+    assert (lab1.source_node, lab1.bridge, lab1.vlan) == ("pv1-1", "vmbr0", 4)
+    assert lab1.node_network == ipaddress.IPv4Network("192.168.4.0/24")
+    assert lab1.dns_servers == ("8.8.8.8", "2.2.2.2")
+    assert (str(lab1.pod_cidr), str(lab1.service_cidr)) == ("10.244.0.0/16", "10.96.0.0/12")
+    assert lab1.control_plane.replicas == 1
+    assert lab1.workers.sizing == lab1.control_plane.sizing
+    assert (lab1.workers.sizing.cpus, lab1.workers.sizing.memory_mib, lab1.workers.sizing.disk_gib) == (8, 16384, 100)
+    assert (lab1.workers.min_size, lab1.workers.max_size) == (0, 3)
+    assert lab1.autoscaler.scale_down_unneeded_time == "10m"
+
+
+def test_no_workload_cluster_when_absent() -> None:
+    raw = lab_raw()
+    del raw["workloadClusters"]
+    assert parse_settings(raw).workload.clusters == ()
+
+
+WORKLOAD_REFUSALS: list[Any] = [
+    pytest.param(
+        {"podCidr": "192.168.0.0/16"},
+        "workloadClusters[0].podCidr: 192.168.0.0/16 overlaps the management VM's subnet 192.168.4.0/24 "
+        "(vmAddress); pick e.g. 10.244.0.0/16",
+        id="podCidr-overlaps-the-lab",
+    ),
+    pytest.param({"podCidr": None}, "workloadClusters[0].podCidr: is required", id="podCidr-missing"),
+    pytest.param(
+        {"serviceCidr": "10.244.128.0/20"},
+        "workloadClusters[0].serviceCidr: 10.244.128.0/20 overlaps podCidr 10.244.0.0/16",
+        id="serviceCidr-overlaps-pods",
+    ),
+    pytest.param({"podCidr": "8.0.0.0/8"}, "podCidr: 8.0.0.0/8 overlaps the DNS server 8.8.8.8 (dnsServers)", id="dns"),
+    pytest.param(
+        {"nodeIpRanges": ["192.168.4.60-192.168.4.41"]},
+        "nodeIpRanges: '192.168.4.60-192.168.4.41' is not an address range",
+        id="range-backwards",
+    ),
+    pytest.param(
+        {"nodeIpRanges": ["192.168.5.0/28"]}, "is outside the nodes' network 192.168.4.0/24", id="range-outside"
+    ),
+    pytest.param(
+        {"controlPlaneEndpoint": "192.168.4.45"}, "controlPlaneEndpoint: 192.168.4.45 is inside", id="vip-in-range"
+    ),
+    pytest.param({"gateway": "192.168.5.1"}, "outside the nodes' network 192.168.5.0/24", id="gateway-elsewhere"),
+    pytest.param({"nodes": 3}, "workloadClusters[0].nodes: is not a setting this program knows", id="unknown-key"),
+    pytest.param({"workers": {"minSize": 1}}, "workloadClusters[0].workers.maxSize: is required", id="maxSize-missing"),
+    pytest.param({"workers": {"minSize": 2, "maxSize": 1}}, "maxSize: 1 is below minSize 2", id="max-below-min"),
+    pytest.param({"workers": {"maxSize": 3, "cpus": 4}}, "workers.cpus: is not a setting", id="unknown-nested"),
+    pytest.param({"controlPlane": {"replicas": 2}}, "replicas: 2 is not 1, 3 or 5", id="even-control-plane"),
+    pytest.param({"kubernetesVersion": "v1.36.1"}, "newer than Kubernetes 1.35", id="kubernetes-1.36"),
+    pytest.param({"vlan": 0}, "vlan: 0 is outside the VLAN id range", id="vlan-0"),
+    pytest.param({"autoscaler": {"scanInterval": "10"}}, "scanInterval: '10' is not a Go duration", id="duration"),
+    pytest.param({"sshPublicKeys": ["ssh-ed25519 AAAA"]}, "sshPublicKeys: 'ssh-ed25519 AAAA' is not", id="ssh-key"),
+    pytest.param({"name": "mgmt"}, "name: 'mgmt' is the management cluster's", id="name-mgmt"),
+]
+
+
+@pytest.mark.parametrize(("changes", "fragment"), WORKLOAD_REFUSALS)
+def test_a_bad_workload_cluster_is_refused_naming_its_key(changes: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(SettingsError) as error:
+        parse_settings(lab1_raw(**changes))
+    assert any(fragment in line for line in problems(error.value)), problems(error.value)
+
+
+def test_two_clusters_of_one_name_are_refused() -> None:
+    [lab1] = harness.stack_workload_clusters()
+    with pytest.raises(SettingsError, match="declares the cluster 'lab1' twice"):
+        parse_settings(lab_raw(workloadClusters=config_value([lab1, lab1])))
