@@ -81,12 +81,22 @@ class LocalChart:
 
 
 @dataclass(frozen=True)
+class WorkloadCharts:
+    """What every workload cluster is made from, fetched only where one is declared."""
+
+    cluster_template: str | None
+    """CAPMOX's cluster template for capmoxVersion (components.cluster_template renders it); None,
+    best effort, when it could not be fetched."""
+    cilium: LocalChart
+    autoscaler: LocalChart
+
+
+@dataclass(frozen=True)
 class ClusterCharts:
     cert_manager: LocalChart
     operator: LocalChart
-    cluster_template: str | None = None
-    """CAPMOX's cluster template for capmoxVersion (components.cluster_template renders it); None
-    when no workload cluster is declared, or, best effort, when it could not be fetched."""
+    workload: WorkloadCharts | None = None
+    """None when no workload cluster is declared: then none of its sources is asked."""
 
 
 def cluster_charts(settings: Settings) -> ClusterCharts:
@@ -95,18 +105,8 @@ def cluster_charts(settings: Settings) -> ClusterCharts:
     declared; best effort with skipCredentialsCheck (local_chart, kept_asset)."""
     cluster_api, directory = settings.cluster_api, chart_directory()
     best_effort = settings.proxmox.skip_credentials_check
-    template = None
-    if settings.workload.clusters:
-        version = cluster_api.providers.infrastructure
-        template = kept_asset(
-            cluster_template_url(settings.workload.capmox_release_url, version),
-            cluster_template_file_name(version),
-            directory,
-            setting_key="capmoxReleaseUrl",
-            best_effort=best_effort,
-        )
     return ClusterCharts(
-        cluster_template=template.decode() if template is not None else None,
+        workload=_workload_charts(settings, directory, best_effort=best_effort) if settings.workload.clusters else None,
         cert_manager=local_chart(
             ChartSource(
                 "cert-manager", cluster_api.cert_manager_version, cluster_api.cert_manager_repo, "certManagerChartRepo"
@@ -121,6 +121,29 @@ def cluster_charts(settings: Settings) -> ClusterCharts:
             directory,
             best_effort=best_effort,
         ),
+    )
+
+
+def _workload_charts(settings: Settings, directory: Path, *, best_effort: bool) -> WorkloadCharts:
+    workload, version = settings.workload, settings.cluster_api.providers.infrastructure
+    template = kept_asset(
+        cluster_template_url(workload.capmox_release_url, version),
+        cluster_template_file_name(version),
+        directory,
+        setting_key="capmoxReleaseUrl",
+        best_effort=best_effort,
+    )
+    autoscaler = ChartSource(
+        "cluster-autoscaler", workload.autoscaler_chart_version, workload.autoscaler_repo, "clusterAutoscalerChartRepo"
+    )
+    return WorkloadCharts(
+        cluster_template=template.decode() if template is not None else None,
+        cilium=local_chart(
+            ChartSource("cilium", workload.cilium_version, workload.cilium_repo, "ciliumChartRepo"),
+            directory,
+            best_effort=best_effort,
+        ),
+        autoscaler=local_chart(autoscaler, directory, best_effort=best_effort),
     )
 
 

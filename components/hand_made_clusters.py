@@ -44,7 +44,7 @@ class ManagementClusterUnreadableError(pulumi.RunError):
 def refuse_hand_made(namespace: str, name: str, kubeconfig: str) -> None:
     """Raises HandMadeClusterError when the Cluster `namespace/name` exists on the management
     cluster that `kubeconfig` (its admin kubeconfig) reaches, and no Pulumi program applied it."""
-    live = _read(kubeconfig, CLUSTER_API_PATH.format(namespace=namespace, name=name))
+    live = read_object(kubeconfig, CLUSTER_API_PATH.format(namespace=namespace, name=name))
     if live is None:
         return
     managers = [str(entry.get("manager", "")) for entry in live.get("metadata", {}).get("managedFields") or []]
@@ -59,7 +59,7 @@ def refuse_hand_made(namespace: str, name: str, kubeconfig: str) -> None:
     )
 
 
-def _read(kubeconfig: str, path: str) -> dict[str, Any] | None:
+def read_object(kubeconfig: str, path: str) -> dict[str, Any] | None:
     """The object at `path`, or None where the API server answers 404 (no such object, or no
     Cluster API types installed yet)."""
     server, context, headers = _client(kubeconfig)

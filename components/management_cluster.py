@@ -19,7 +19,7 @@ from components.cluster_template import ClusterTemplateError, render_cluster
 from components.readonly_access import ReadOnlyAccess
 from components.settings import PROJECT, Settings
 from components.settings import WorkloadCluster as WorkloadClusterSettings
-from components.workload_cluster import WorkloadCluster, WorkloadClusterAccess
+from components.workload_cluster import WorkloadCluster
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,11 @@ def manage_cluster(
         context_name=f"{settings.vm.name}-ro",
         token_generation=settings.access.readonly_token_generation,
     )
-    workload_clusters = {
-        cluster.name: _workload_cluster(settings, cluster, node, cluster_charts, providers=cluster_api.providers)
+    workload_clusters = [
+        _workload_cluster(settings, cluster, node, cluster_charts, providers=cluster_api.providers)
         for cluster in settings.workload.clusters
-    }
-    kubeconfigs = pulumi.Output.all(**{name: access.kubeconfig for name, access in workload_clusters.items()})
+    ]
+    kubeconfigs = pulumi.Output.all(**{w.name: w.readonly_kubeconfig for w in workload_clusters})
     return ManagementCluster(
         provider_versions=cluster_api.provider_versions,
         readonly_kubeconfig=readonly.kubeconfig,
@@ -76,26 +76,24 @@ def _workload_cluster(
     cluster_charts: ClusterCharts,
     *,
     providers: list[kubernetes.apiextensions.CustomResource],
-) -> WorkloadClusterAccess:
-    """The cluster's Cluster API objects, once the providers are Ready, and read-only access to
-    it through the kubeconfig Secret Cluster API writes for it."""
-    if cluster_charts.cluster_template is None:
+) -> WorkloadCluster:
+    """The cluster's Cluster API objects, once the providers are Ready, and what goes with it."""
+    workload_charts = cluster_charts.workload
+    if workload_charts is None or workload_charts.cluster_template is None:
         raise ClusterTemplateError(
             f"{PROJECT}:workloadClusters: CAPMOX's cluster template for "
             f"{settings.cluster_api.providers.infrastructure} "
             f"could not be fetched (see the warning above), so {cluster.name}'s objects cannot be declared; "
             "run again where capmoxReleaseUrl can be reached, or put the file in the project's folder"
         )
-    workload = WorkloadCluster(
+    return WorkloadCluster(
         cluster,
-        render_cluster(cluster_charts.cluster_template, cluster),
-        node.on_cluster,
-        providers=providers,
-        control_plane_timeout_minutes=settings.workload.control_plane_timeout_minutes,
-    )
-    return WorkloadClusterAccess(
-        cluster,
-        workload.kubeconfig_secret_id,
+        render_cluster(workload_charts.cluster_template, cluster),
         node.provider,
+        management_kubeconfig=node.kubeconfig,
+        on_cluster=node.on_cluster,
+        charts=workload_charts,
+        workload=settings.workload,
+        providers=providers,
         token_generation=settings.access.readonly_token_generation,
     )

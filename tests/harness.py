@@ -33,7 +33,7 @@ from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.settings import ROOT
 from pulumi.runtime.sync_await import _sync_await
 
-from components import charts, credentials
+from components import charts, credentials, hand_made_clusters
 from components.settings import DEFAULTS, SECRET_KEYS, config_value
 
 REPO = Path(__file__).resolve().parent.parent
@@ -203,6 +203,8 @@ class Run:
     """(endpoint, token id, token secret, insecure) of every token check the program made."""
     chart_requests: list[str] = field(default_factory=list)
     """The URL of every request to a chart repository."""
+    cluster_reads: list[str] = field(default_factory=list)
+    """The API path of every object the program read from the management cluster itself."""
 
     def get(self, type_: str, name: str) -> Resource:
         return self.resources[(type_, name)]
@@ -432,6 +434,8 @@ def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
 CHART_SETTINGS = (
     ("cert-manager", "certManagerChartRepo", "certManagerVersion"),
     ("cluster-api-operator", "capiOperatorChartRepo", "capiOperatorVersion"),
+    ("cilium", "ciliumChartRepo", "ciliumVersion"),
+    ("cluster-autoscaler", "clusterAutoscalerChartRepo", "clusterAutoscalerChartVersion"),
 )
 
 
@@ -473,6 +477,17 @@ def _fetch_from(served: Mapping[str, bytes], run: Run) -> Any:
     return fetch
 
 
+def _management_cluster(live: Mapping[str, Mapping[str, Any]], run: Run) -> Any:
+    """components.hand_made_clusters.read_object for the block: `live` (API path -> object)
+    only, every read recorded; any other object does not exist."""
+
+    def read_object(kubeconfig: str, path: str) -> Mapping[str, Any] | None:
+        run.cluster_reads.append(path)
+        return live.get(path)
+
+    return read_object
+
+
 def run_program(
     overrides: Mapping[str, Any] | None = None,
     unset: tuple[str, ...] = (),
@@ -486,6 +501,7 @@ def run_program(
     record: Run | None = None,
     chart_directory: Path | None = None,
     charts_served: Mapping[str, bytes] | None = None,
+    live_objects: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Run:
     """Run __main__.py once with the lab stack's config changed by `overrides`/`unset`.
     `previous_outputs` are the stack outputs of the last deployment, as a StackReference to the
@@ -496,7 +512,8 @@ def run_program(
     privilege). Pass `record` to keep what a run that raises
     registered before it failed. `chart_directory` is the project's folder where the program
     keeps the chart archives (a new empty one by default); `charts_served` what the chart
-    repositories serve, URL -> content (by default, `chart_repositories` of the config)."""
+    repositories serve, URL -> content (by default, `chart_repositories` of the config);
+    `live_objects` what the management cluster holds, API path -> object (by default nothing)."""
     run = record if record is not None else Run()
     mocks = _Mocks(previous_outputs, vm_mac, live_outputs or {})
     ROOT.set(None)
@@ -520,6 +537,7 @@ def run_program(
         with (
             _patched(credentials, "read_permissions", _permissions_table(run, table)),
             _patched(charts, "fetch", _fetch_from(served, run)),
+            _patched(hand_made_clusters, "read_object", _management_cluster(live_objects or {}, run)),
             tempfile.TemporaryDirectory() as empty,
             _patched(charts, "chart_directory", lambda: chart_directory or Path(empty)),
         ):

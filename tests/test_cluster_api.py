@@ -555,6 +555,8 @@ def test_a_mirror_is_where_a_missing_chart_comes_from_and_changes_no_release(run
     mirrors = {
         "certManagerChartRepo": "https://charts.mirror.lab/jetstack",
         "capiOperatorChartRepo": "https://charts.mirror.lab/capi-operator",
+        "ciliumChartRepo": "https://charts.mirror.lab/cilium",
+        "clusterAutoscalerChartRepo": "https://charts.mirror.lab/autoscaler",
     }
     mirrored = harness.run_program(overrides=mirrors)
     chart_requests = [url for url in mirrored.chart_requests if not url.endswith("/cluster-template.yaml")]
@@ -562,7 +564,9 @@ def test_a_mirror_is_where_a_missing_chart_comes_from_and_changes_no_release(run
     assert harness.changed(run, mirrored) == set()
 
 
-@pytest.mark.parametrize("key", ["certManagerChartRepo", "capiOperatorChartRepo"])
+@pytest.mark.parametrize(
+    "key", ["certManagerChartRepo", "capiOperatorChartRepo", "ciliumChartRepo", "clusterAutoscalerChartRepo"]
+)
 def test_a_chart_repository_must_be_https(key: str) -> None:
     with pytest.raises(SettingsError, match=f"lab-mgmt:{key}: 'http://charts.mirror.lab' is not an https:// URL"):
         harness.run_program(overrides={key: "http://charts.mirror.lab"})

@@ -236,7 +236,7 @@ def test_kubernetes_objects_use_the_explicit_provider(lab: Run) -> None:
     k8s = [
         r
         for r in lab.resources.values()
-        if r.type.startswith("kubernetes:") and "WorkloadClusterAccess$pulumi:providers" not in r.provider
+        if r.type.startswith("kubernetes:") and "WorkloadCluster$pulumi:providers" not in r.provider
     ]
     assert k8s
     for resource in k8s:

@@ -1,8 +1,11 @@
-"""The workload clusters declared in workloadClusters: their Cluster API objects on the management
-cluster (WorkloadCluster), and read-only access into each, through its own Kubernetes provider
-from CAPI's admin kubeconfig Secret."""
+"""The workload clusters declared in workloadClusters (WorkloadCluster): their Cluster API objects
+on the management cluster, checked first not to be someone else's; and, through the cluster's own
+Kubernetes provider from CAPI's admin kubeconfig Secret, Cilium and read-only access inside it;
+cluster-autoscaler beside its objects."""
 
 from __future__ import annotations
+
+import hashlib
 
 import harness
 import pytest
@@ -16,11 +19,15 @@ from test_readonly_access import (
     uses_provider,
 )
 
-COMPONENT = "homelab:index:WorkloadClusterAccess"
+from components.hand_made_clusters import HandMadeClusterError
+
 CLUSTER_COMPONENT = "homelab:index:WorkloadCluster"
 CAPI = "kubernetes:cluster.x-k8s.io/v1beta2"
 PMT = "kubernetes:infrastructure.cluster.x-k8s.io/v1alpha2:ProxmoxMachineTemplate"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
+CUSTOM_RESOURCE_TYPES = tuple(
+    f"kubernetes:{prefix}cluster.x-k8s.io/" for prefix in ("", "controlplane.", "bootstrap.", "infrastructure.")
+)
 LAB1_RBAC = [
     (CLUSTER_ROLE, "lab1-readonly-role"),
     (ACCOUNT, "lab1-readonly-account"),
@@ -40,15 +47,16 @@ def lab1() -> harness.Run:
 
 
 def test_no_workload_clusters_by_default(without: harness.Run) -> None:
-    assert without.of_type(COMPONENT) == []
+    assert without.of_type(CLUSTER_COMPONENT) == []
     assert [name for _, name in without.names() if name.startswith("lab1")] == []
     assert {r.name for r in without.of_type(K8S_PROVIDER)} == {"mgmt-kubernetes"}
     assert secret_output(without, "workloadReadonlyKubeconfigs") == {}
 
 
 def test_component(lab1: harness.Run) -> None:
-    assert [r.name for r in lab1.of_type(COMPONENT)] == ["lab1"]
-    assert [r.name for r in lab1.of_type(CLUSTER_COMPONENT)] == ["lab1"]
+    component = lab1.get(CLUSTER_COMPONENT, "lab1")
+    for part in ("homelab:index:Cilium", "homelab:index:ClusterAutoscaler", "homelab:index:ReadOnlyAccess"):
+        assert [r.parent for r in lab1.of_type(part) if r.name.startswith("lab1")] == [component.urn], part
 
 
 def test_provider_uses_the_clusters_admin_kubeconfig_as_a_secret(lab1: harness.Run) -> None:
@@ -57,7 +65,7 @@ def test_provider_uses_the_clusters_admin_kubeconfig_as_a_secret(lab1: harness.R
     # Read from the `value` key of CAPI's Secret, base64-decoded.
     assert provider.plain["kubeconfig"] == harness.WORKLOAD_KUBECONFIG
     assert provider.plain["clusterIdentifier"] == "default/lab1"
-    assert provider.parent == lab1.get(COMPONENT, "lab1").urn
+    assert provider.parent == lab1.get(CLUSTER_COMPONENT, "lab1").urn
 
 
 @pytest.mark.parametrize("key", LAB1_RBAC, ids=lambda key: key[1])
@@ -97,12 +105,12 @@ def test_adding_a_workload_cluster_only_adds(without: harness.Run, lab1: harness
         *(name for _, name in LAB1_RBAC),
         *cluster_objects,
     }
-    assert len(cluster_objects - {"lab1-kubernetes", "lab1-admin-kubeconfig"}) == 7
+    assert len(cluster_objects - {"lab1-kubernetes", "lab1-admin-kubeconfig", "lab1-cilium", "lab1-autoscaler"}) == 7
 
 
 def custom_resources(run: harness.Run) -> list[harness.Resource]:
     component = run.get(CLUSTER_COMPONENT, "lab1").urn
-    return [r for r in run.resources.values() if r.parent == component]
+    return [r for r in run.resources.values() if r.parent == component and r.type.startswith(CUSTOM_RESOURCE_TYPES)]
 
 
 def test_the_seven_objects_are_on_the_management_cluster_in_lab1s_namespace(lab1: harness.Run) -> None:
@@ -176,3 +184,104 @@ def test_the_cluster_is_done_when_its_control_plane_is_initialized(lab1: harness
     assert cluster.custom_timeouts == {"create": "30m", "update": "30m"}
     assert cluster.plain["spec"]["clusterNetwork"]["pods"] == {"cidrBlocks": ["10.244.0.0/16"]}
     assert cluster.plain["spec"]["clusterNetwork"]["services"] == {"cidrBlocks": ["10.96.0.0/12"]}
+
+
+# --- Cilium, cluster-autoscaler and the guard ------------------------------------------------------
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+CLUSTER_PATH = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters/lab1"
+
+
+def test_cilium_is_installed_inside_the_cluster_once_its_control_plane_is_initialized(lab1: harness.Run) -> None:
+    cilium = lab1.get(RELEASE, "lab1-cilium")
+    assert uses_provider(lab1, cilium, "lab1-kubernetes")
+    assert (cilium.plain["chart"], cilium.plain["namespace"], cilium.plain["name"]) == (
+        "cilium-1.19.8.tgz",
+        "kube-system",
+        "cilium",
+    )
+    assert cilium.plain["values"] == {"ipam": {"mode": "kubernetes"}, "operator": {"replicas": 1}}
+    # Its provider's kubeconfig is read from the Secret whose id waits on the Cluster, which the
+    # engine holds until ControlPlaneInitialized (test_the_cluster_is_done_when_...).
+    assert lab1.get(K8S_PROVIDER, "lab1-kubernetes").plain["kubeconfig"] == harness.WORKLOAD_KUBECONFIG
+
+
+def test_the_autoscaler_runs_on_the_management_cluster_in_the_clusters_namespace(lab1: harness.Run) -> None:
+    autoscaler = lab1.get(RELEASE, "lab1-autoscaler")
+    mgmt = lab1.get(K8S_PROVIDER, "mgmt-kubernetes").urn
+    assert autoscaler.provider.startswith(mgmt + "::")
+    assert autoscaler.deleted_with == lab1.get("proxmoxve:index/vmLegacy:VmLegacy", "mgmt-vm").urn
+    assert (autoscaler.plain["chart"], autoscaler.plain["namespace"], autoscaler.plain["name"]) == (
+        "cluster-autoscaler-9.59.0.tgz",
+        "default",
+        "lab1-autoscaler",
+    )
+    assert lab1.get(f"{CAPI}:MachineDeployment", "lab1-workers").urn in autoscaler.dependencies
+
+
+def test_the_autoscaler_reads_lab1_through_its_kubeconfig_secret_with_the_rule_the_chart_lacks(
+    lab1: harness.Run,
+) -> None:
+    values = lab1.get(RELEASE, "lab1-autoscaler").plain["values"]
+    assert values["cloudProvider"] == "clusterapi"
+    assert values["clusterAPIMode"] == "kubeconfig-incluster"
+    assert values["clusterAPIKubeconfigSecret"] == "lab1-kubeconfig"
+    assert values["autoDiscovery"] == {"clusterName": "lab1", "namespace": "default"}
+    assert values["image"] == {"tag": "v1.35.2"}
+    assert values["rbac"] == {
+        "clusterScoped": False,
+        "additionalRules": [
+            {
+                "apiGroups": ["infrastructure.cluster.x-k8s.io"],
+                "resources": ["proxmoxmachinetemplates"],
+                "verbs": ["get", "list", "watch"],
+            }
+        ],
+    }
+    assert values["extraArgs"] == {
+        "scan-interval": "10s",
+        "scale-down-unneeded-time": "10m",
+        "scale-down-delay-after-add": "10m",
+        "max-node-provision-time": "15m",
+    }
+
+
+def test_a_new_workload_kubeconfig_restarts_the_autoscaler_and_nothing_else(lab1: harness.Run) -> None:
+    digest = hashlib.sha256(harness.WORKLOAD_KUBECONFIG.encode()).hexdigest()
+    annotations = lab1.get(RELEASE, "lab1-autoscaler").plain["values"]["podAnnotations"]
+    assert annotations == {"lab-mgmt.homelab/workload-kubeconfig-sha256": digest}
+    # The digest is in the release's values as plain text: it reveals nothing of the kubeconfig.
+    assert not harness.contains_plain(lab1.get(RELEASE, "lab1-autoscaler").inputs, "client-key-data")
+
+
+def test_the_autoscaler_timings_are_settings(lab1: harness.Run) -> None:
+    [cluster] = harness.stack_workload_clusters()
+    quick = {"scanInterval": "2s", "scaleDownUnneededTime": "20s", "scaleDownDelayAfterAdd": "5s"}
+    run = harness.run_program({"workloadClusters": [{**cluster, "autoscaler": quick}]})
+    assert run.get(RELEASE, "lab1-autoscaler").plain["values"]["extraArgs"] == {
+        "scan-interval": "2s",
+        "scale-down-unneeded-time": "20s",
+        "scale-down-delay-after-add": "5s",
+        "max-node-provision-time": "15m",
+    }
+    assert {name for _, name in harness.changed(lab1, run)} == {"lab1-autoscaler"}
+
+
+def test_the_cluster_is_looked_for_on_the_management_cluster_first(lab1: harness.Run) -> None:
+    assert lab1.cluster_reads == [CLUSTER_PATH]
+
+
+def _live_cluster(*managers: str) -> dict[str, dict[str, object]]:
+    return {CLUSTER_PATH: {"metadata": {"name": "lab1", "managedFields": [{"manager": m} for m in managers]}}}
+
+
+def test_a_cluster_made_by_hand_is_refused_and_none_of_its_objects_is_sent() -> None:
+    record = harness.Run()
+    with pytest.raises(HandMadeClusterError, match="the Cluster default/lab1 exists on the management cluster"):
+        harness.run_program(live_objects=_live_cluster("kubectl-client-side-apply"), record=record)
+    assert not [r for r in record.resources.values() if r.type.startswith(CUSTOM_RESOURCE_TYPES)]
+
+
+def test_a_cluster_this_program_made_is_declared_as_before(lab1: harness.Run) -> None:
+    again = harness.run_program(live_objects=_live_cluster("pulumi-kubernetes-8a2b4c1d", "manager"))
+    assert harness.changed(lab1, again) == set()
