@@ -5,7 +5,9 @@ repository path an `index.yaml` and the chart archives it lists.
 
 The charts are stand-ins too: a chart of the real name and version whose template renders a
 ConfigMap named after the release, so the objects a release owns can be told apart, and whatever
-other templates and CRDs a test gives it. Every request
+other templates and CRDs a test gives it (`cilium_chart`: Cilium's DaemonSet and operator, as
+the workload cluster waits on them). Besides the charts it serves CAPMOX's release asset
+`cluster-template.yaml` (`capmox_release_assets`). Every request
 is recorded; any other path or method is answered 404 naming it and recorded as unknown, so a test
 can fail on it. A test can take the repositories down for a while (`down`).
 """
@@ -25,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from e2e.engine import vendor
 from e2e.standins import https_server
 
 TEMPLATE = """apiVersion: v1
@@ -48,6 +51,8 @@ class Chart:
     """CustomResourceDefinitions the chart installs before its templates (its crds/ folder)."""
     templates: tuple[str, ...] = ()
     """Templates besides the ConfigMap, such as the Deployment of the operator the chart runs."""
+    values: str = "{}\n"
+    """The chart's values.yaml: its defaults."""
 
     def metadata(self) -> dict[str, str]:
         return {"apiVersion": "v2", "name": self.name, "version": self.version, "appVersion": self.version}
@@ -66,7 +71,7 @@ class Chart:
         the digest the index lists is the archive's that is served."""
         files = {
             "Chart.yaml": yaml.safe_dump(self.metadata()),
-            "values.yaml": "{}\n",
+            "values.yaml": self.values,
             **self.template_files(),
             **{f"crds/crd-{index}.yaml": crd for index, crd in enumerate(self.crds)},
         }
@@ -127,11 +132,14 @@ def _index(charts: Sequence[Chart]) -> bytes:
 
 
 @contextmanager
-def serve(repositories: Mapping[str, Sequence[Chart]], directory: Path) -> Iterator[ChartRepoStandIn]:
-    """The repositories (path -> charts) at https://127.0.0.1:<ephemeral port>/<path>."""
+def serve(
+    repositories: Mapping[str, Sequence[Chart]], directory: Path, assets: Mapping[str, bytes] | None = None
+) -> Iterator[ChartRepoStandIn]:
+    """The repositories (path -> charts) at https://127.0.0.1:<ephemeral port>/<path>, and any
+    other files at the paths `assets` names (a release's assets: capmox_release_assets)."""
     address = "127.0.0.1"
     key, cert = https_server.self_signed_certificate(directory, "chart-repo-standin", address)
-    files: dict[str, bytes] = {}
+    files: dict[str, bytes] = dict(assets or {})
     for path, charts in repositories.items():
         files[f"/{path}/index.yaml"] = _index(charts)
         files.update({f"/{path}/{chart.archive_name}": chart.archive() for chart in charts})
@@ -168,3 +176,84 @@ def serve(repositories: Mapping[str, Sequence[Chart]], directory: Path) -> Itera
 
         standin = ChartRepoStandIn(f"https://{address}:{port}", cert, listening, listen)
         yield standin
+
+
+# Cilium as the box's chart repository serves it (`cilium_chart`): our own minimal templates, not
+# upstream's. They stand in for the objects a `helm install --wait` of Cilium waits on in the
+# workload cluster, a DaemonSet `cilium` on every Node (it tolerates every taint) and the
+# Deployment `cilium-operator`, with upstream's default of two operator replicas
+# (`.Values.operator.replicas`) that may not share a Node (upstream's required anti-affinity by
+# hostname) and a toleration of the control plane's taint: on a cluster with one Node a second
+# replica stays Pending. The datapath itself cannot run here: nothing routes pod traffic.
+CILIUM_VALUES = "operator:\n  replicas: 2\n"
+CILIUM_AGENT = """apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: cilium
+  namespace: {{ .Release.Namespace }}
+  labels: {k8s-app: cilium, app.kubernetes.io/part-of: cilium}
+spec:
+  selector: {matchLabels: {k8s-app: cilium}}
+  template:
+    metadata: {labels: {k8s-app: cilium, app.kubernetes.io/part-of: cilium}}
+    spec:
+      priorityClassName: system-node-critical
+      nodeSelector: {kubernetes.io/os: linux}
+      tolerations: [{operator: Exists}]
+      containers:
+      - name: cilium-agent
+        image: "quay.io/cilium/cilium:v{{ .Chart.AppVersion }}"
+        resources: {requests: {cpu: 100m, memory: 100Mi}}
+"""
+CILIUM_OPERATOR = """apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: cilium-operator
+  namespace: {{ .Release.Namespace }}
+  labels: {io.cilium/app: operator, name: cilium-operator, app.kubernetes.io/part-of: cilium}
+spec:
+  replicas: {{ .Values.operator.replicas }}
+  selector: {matchLabels: {io.cilium/app: operator, name: cilium-operator}}
+  template:
+    metadata: {labels: {io.cilium/app: operator, name: cilium-operator, app.kubernetes.io/part-of: cilium}}
+    spec:
+      priorityClassName: system-cluster-critical
+      nodeSelector: {kubernetes.io/os: linux}
+      tolerations:
+      - {key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - topologyKey: kubernetes.io/hostname
+            labelSelector: {matchLabels: {io.cilium/app: operator}}
+      containers:
+      - name: cilium-operator
+        image: "quay.io/cilium/operator-generic:v{{ .Chart.AppVersion }}"
+        resources: {requests: {cpu: 50m, memory: 64Mi}}
+"""
+
+
+def cilium_chart(version: str) -> Chart:
+    """The chart `cilium` at `version` (which its images are tagged with, as upstream's appVersion)."""
+    return Chart("cilium", version, templates=(CILIUM_AGENT, CILIUM_OPERATOR), values=CILIUM_VALUES)
+
+
+# CAPMOX's release asset `cluster-template.yaml`, which the program fetches from
+# `{capmoxReleaseUrl}/{capmoxVersion}/cluster-template.yaml` (a GitHub release's download URL).
+CAPMOX_ASSETS = "capmox"
+CAPMOX_TEMPLATE = "templates/cluster-template.yaml"
+CAPMOX_ARCHIVED = "v0.9.0"
+# v0.9.1, the lab's CAPMOX, has no archive here: it gets v0.9.0's template, since the research
+# (../shared/notes/lab1-autoscaler-research.md, section 1) found no difference in templates/
+# between v0.9.0 and a later main. Any other version is a 404.
+CAPMOX_SERVED_AS_ARCHIVED = ("v0.9.1",)
+
+
+def capmox_release_assets() -> dict[str, bytes]:
+    """`/capmox/<version>/cluster-template.yaml` for v0.9.0 and v0.9.1, read from the CAPMOX v0.9.0
+    archive (its digest checked, e2e/engine/vendor.py) when the repository starts serving."""
+    template = vendor.member(vendor.CAPMOX_ARCHIVE, CAPMOX_TEMPLATE).encode()
+    return {
+        f"/{CAPMOX_ASSETS}/{version}/cluster-template.yaml": template
+        for version in (CAPMOX_ARCHIVED, *CAPMOX_SERVED_AS_ARCHIVED)
+    }

@@ -16,7 +16,9 @@ Where a box asks for them (opt-in: `real_crds=True`; the boxes without a workloa
 their speed), it also installs each provider's real CRDs before it marks the provider Ready, as the
 operator applies a provider's components: read from the upstream archives with their contract
 labels (e2e/standins/cluster/provider_crds.py), applied server-side and waited for until
-Established. A provider with no archive (IPAM in-cluster) gets none, and a line in `notes`.
+Established. A provider with no archive (IPAM in-cluster) gets none, and a line in `notes`. A box
+can have it start what the operator would deploy for a provider (`on_installed`: the real Cluster
+API manager once the CoreProvider's CRDs are in), before the provider is marked Ready.
 
 It talks to the API server under an identity of its own, so its writes are not the engine's. Until
 the cluster exists (its kubeconfig is written once the API server answers, as when the box's k3s is
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +58,11 @@ class OperatorStandIn:
     """kind, name, the CRDs' names and the seconds their apply and Established took, per provider."""
     notes: list[str] = field(default_factory=list)
     """What it could not install for a provider, one line each (a provider with no archive)."""
+    on_installed: Callable[[str, str], None] | None = None
+    """Called with a provider CR's kind and name once its CRDs are in, before it is marked Ready
+    (where the operator would start the provider's Deployment: a box starts a real manager)."""
+    started: set[str] = field(default_factory=set)
+    """kind/name of each provider `on_installed` was called for (once each)."""
 
     def withhold(self, kind: str, namespace: str, name: str) -> None:
         """From now on, until `release`, that CR is never marked Ready."""
@@ -95,6 +102,13 @@ def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, 
         version = item["spec"]["version"]
         if standin.applies_crds and not _install_crds(cluster, standin, item["kind"], meta["name"]):
             continue
+        if standin.on_installed is not None and f"{item['kind']}/{meta['name']}" not in standin.started:
+            try:
+                standin.on_installed(item["kind"], meta["name"])
+            except RuntimeError as failed:
+                standin.errors.append(f"{item['kind']}/{meta['name']}: {failed}")
+                continue
+            standin.started.add(f"{item['kind']}/{meta['name']}")
         ready = {
             "observedGeneration": generation,
             "installedVersion": version,
@@ -222,11 +236,13 @@ def running(
     *,
     runs_pods_in: str | None = None,
     real_crds: bool = False,
+    on_installed: Callable[[str, str], None] | None = None,
 ) -> Iterator[OperatorStandIn]:
     """Reconciles the provider CRs of `kinds` (plural.group) on `cluster` for the block, installing
-    each provider's real CRDs first if `real_crds`, and runs the Pods of namespace
-    `runs_pods_in`."""
-    standin = OperatorStandIn(install_seconds, tuple(kinds), applies_crds=real_crds)
+    each provider's real CRDs first if `real_crds` and calling `on_installed(kind, name)` once per
+    provider before it is Ready (a RuntimeError keeps it not Ready, said in `errors`, and it is
+    called again on the next pass), and runs the Pods of namespace `runs_pods_in`."""
+    standin = OperatorStandIn(install_seconds, tuple(kinds), applies_crds=real_crds, on_installed=on_installed)
     seen: dict[str, float] = {}
 
     def step() -> None:

@@ -10,32 +10,47 @@ KCP's etcd health checks through a port-forward to control-plane pods):
   initialization.controlPlaneInitialized, the replica counts, selector, version,
   observedGeneration and the conditions Available (which the Cluster's ControlPlaneAvailable
   mirrors), Initialized, CertificatesAvailable, EtcdClusterHealthy, ControlPlaneComponentsHealthy.
+  The control plane's VM is one Node in the workload cluster, registered through the kubelet
+  stand-in's code (kubelet.node_of, kubelet.register; it heartbeats and runs pods there too) with
+  the providerID of the initConfiguration's kubelet arguments, the `node-role.kubernetes.io/
+  control-plane` label and kubeadm's default `node-role.kubernetes.io/control-plane:NoSchedule`
+  taint, and the capacity of the KCP's ProxmoxMachineTemplate; kubeadm init's CoreDNS (two
+  replicas tolerating that taint) is applied, so that what tolerates the control plane runs
+  there and never asks the autoscaler for a worker.
   It makes no control-plane Machines: in v1beta2 the Cluster's ControlPlaneInitialized comes from
   the KCP's status (internal/controllers/cluster), and one control plane runs here whatever a VM
-  would be, so spec.replicas other than 1 is refused (MachinesReady says NoReplicas).
+  would be, so spec.replicas other than 1 is refused (MachinesReady says NoReplicas). A Machine
+  of its own would have the real Machine controller reconcile it as KCP's (its bootstrap a
+  KubeadmConfig with an initConfiguration, its deletion guarded by KCP's etcd checks), which is
+  KCP's own logic and not the contract; the Node alone is what the workload cluster needs.
 - KubeadmConfig (bootstrap.cluster.x-k8s.io/v1beta2), a worker's, made from its
   KubeadmConfigTemplate by the MachineSet controller: once a Machine owns it and the Cluster's
   control plane is initialized (a join waits for it, as the real provider does), a bootstrap data
   Secret named after it (cloud-config writing the kubeadm JoinConfiguration, as the real one
-  does), then status.initialization.dataSecretCreated, status.dataSecretName and the conditions
-  Ready, DataSecretAvailable and CertificatesAvailable. A control plane's (initConfiguration) or a
-  non-cloud-config format is refused.
+  does, with Cluster API's `node.cluster.x-k8s.io/uninitialized:NoSchedule` taint added to its
+  nodeRegistration as the real provider adds it), then status.initialization.dataSecretCreated,
+  status.dataSecretName and the conditions Ready, DataSecretAvailable and CertificatesAvailable.
+  A control plane's (initConfiguration) or a non-cloud-config format is refused.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
-from e2e.engine.control_plane import ADMIN_USER, ControlPlane
-from e2e.standins.workload.capmox import need_true
+from e2e.engine.control_plane import ADMIN_USER, KUBELET_USER, ControlPlane
+from e2e.standins.workload import kubelet
+from e2e.standins.workload.capmox import need_true, size
 from e2e.standins.workload.objects import (
     BOOTSTRAP,
     CLUSTER_NAME_LABEL,
     CONTROL_PLANE,
     CORE,
+    INFRASTRUCTURE,
+    JOIN_CONFIG_PATH,
     SECRET_TYPE,
     Client,
     Record,
@@ -46,7 +61,8 @@ from e2e.standins.workload.objects import (
     owner_ref,
 )
 
-JOIN_CONFIG_PATH = "/run/kubeadm/kubeadm-join-config.yaml"
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+UNINITIALIZED_TAINT = {"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"}
 KCP_CONDITIONS = {
     "Available": "Available",
     "Initialized": "Initialized",
@@ -65,10 +81,15 @@ KCP_CONDITIONS = {
 
 
 def reconcile_control_planes(
-    client: Client, record: Record, running: dict[str, ControlPlane], start: Callable[[str, str, int], ControlPlane]
+    client: Client,
+    record: Record,
+    running: dict[str, ControlPlane],
+    start: Callable[[str, str, int], ControlPlane],
+    control_plane_nodes: dict[str, str],
 ) -> None:
     """`running` holds each workload cluster's control plane by `namespace/cluster`;
-    `start(key, host, port)` starts one for the rest of the stand-ins' block."""
+    `start(key, host, port)` starts one for the rest of the stand-ins' block;
+    `control_plane_nodes` gets the name of the Node each one registers, by the same key."""
     for kcp in client.items("kubeadmcontrolplanes", CONTROL_PLANE):
         meta = kcp["metadata"]
         cluster_name = owner(kcp, "Cluster", "cluster.x-k8s.io")
@@ -88,6 +109,10 @@ def reconcile_control_planes(
             running[key] = start(key, endpoint["host"], int(endpoint["port"]))
             record.did(f"control plane up at {endpoint['host']}:{endpoint['port']}", ident(kcp))
         _write_kubeconfig(client, record, kcp, cluster_name, running[key])
+        if key not in control_plane_nodes:
+            control_plane_nodes[key] = _register_control_plane_node(client, kcp, endpoint["host"], running[key])
+            _kubeadm_addons(running[key])
+            record.did(f"control-plane Node {control_plane_nodes[key]} registered, CoreDNS applied", ident(kcp))
         status = kcp.get("status") or {}
         if (
             need_true(kcp, "status.initialization.controlPlaneInitialized")
@@ -104,6 +129,72 @@ def reconcile_control_planes(
         }
         client.patch(kcp, {"status": status}, status=True)
         record.did("control plane initialized", ident(kcp))
+
+
+def _register_control_plane_node(client: Client, kcp: dict[str, Any], address: str, lab: ControlPlane) -> str:
+    """The Node of the one control-plane VM, as `kubeadm init` registers it, through the kubelet
+    stand-in's code: named as CAPMOX names a KCP's VM (`<kcp>-<5 characters>`, here of the KCP's
+    uid), the initConfiguration's kubelet arguments (the providerID with a VM uuid derived from
+    the KCP's uid), the labels kubeadm's mark-control-plane phase sets and its default taint
+    `node-role.kubernetes.io/control-plane:NoSchedule` (unless the initConfiguration names
+    taints), the capacity of the KCP's ProxmoxMachineTemplate, the control-plane endpoint as its
+    address (the box's one address for it). Its name."""
+    meta = kcp["metadata"]
+    name, vm_uuid = f"{meta['name']}-{meta['uid'][:5]}", str(uuid.uuid5(uuid.NAMESPACE_URL, meta["uid"]))
+    registration = dict(need(kcp, "spec.kubeadmConfigSpec").get("initConfiguration", {}).get("nodeRegistration", {}))
+    registration.setdefault("taints", [{"key": CONTROL_PLANE_LABEL, "effect": "NoSchedule"}])
+    node = kubelet.node_of(ident(kcp), name, registration, vm_uuid)
+    node["metadata"]["labels"] |= {
+        CONTROL_PLANE_LABEL: "",
+        "node.kubernetes.io/exclude-from-external-load-balancers": "",
+    }
+    template_name = need(kcp, "spec.machineTemplate.spec.infrastructureRef.name")
+    template = client.get("proxmoxmachinetemplates", INFRASTRUCTURE, meta["namespace"], template_name)
+    if template is None:
+        raise KeyError(f"{ident(kcp)}: no ProxmoxMachineTemplate {template_name}")
+    capacity = size({**template, "spec": need(template, "spec.template.spec")})
+    addresses = [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}]
+    kubelet.register(
+        Client(lab, KUBELET_USER), node, capacity, addresses, version=need(kcp, "spec.version"), vm_uuid=vm_uuid
+    )
+    return name
+
+
+# kubeadm init's CoreDNS addon, as this stand-in writes it (not kubeadm's manifest): two replicas
+# that tolerate the control plane's taint, so that they run there and never ask for a worker.
+COREDNS = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "coredns", "namespace": "kube-system", "labels": {"k8s-app": "kube-dns"}},
+    "spec": {
+        "replicas": 2,
+        "selector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        "template": {
+            "metadata": {"labels": {"k8s-app": "kube-dns"}},
+            "spec": {
+                "priorityClassName": "system-cluster-critical",
+                "nodeSelector": {"kubernetes.io/os": "linux"},
+                "tolerations": [
+                    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+                    {"key": CONTROL_PLANE_LABEL, "effect": "NoSchedule"},
+                ],
+                "containers": [
+                    {
+                        "name": "coredns",
+                        "image": "registry.k8s.io/coredns/coredns:v1.12.1",
+                        "resources": {"requests": {"cpu": "100m", "memory": "70Mi"}, "limits": {"memory": "170Mi"}},
+                    }
+                ],
+            },
+        },
+    },
+}
+
+
+def _kubeadm_addons(lab: ControlPlane) -> None:
+    """What `kubeadm init` installs that the box's workloads meet: CoreDNS (kube-proxy is left out:
+    nothing here routes Service traffic)."""
+    Client(lab, ADMIN_USER).apply(COREDNS)
 
 
 def _write_kubeconfig(
@@ -151,6 +242,12 @@ def reconcile_configs(client: Client, record: Record) -> None:
             "kind": "JoinConfiguration",
             **spec.get("joinConfiguration", {}),
         }
+        # As the real provider does: the Node joins with Cluster API's uninitialized taint, which
+        # the Machine controller drops once it has synced the Node's labels.
+        registration = join.setdefault("nodeRegistration", {})
+        taints = registration.setdefault("taints", [])
+        if not any(taint["key"] == UNINITIALIZED_TAINT["key"] for taint in taints):
+            taints.append(UNINITIALIZED_TAINT)
         cloud_config = {
             "write_files": [
                 {"path": JOIN_CONFIG_PATH, "owner": "root:root", "permissions": "0640", "content": json.dumps(join)}
@@ -185,15 +282,3 @@ def reconcile_configs(client: Client, record: Record) -> None:
         }
         client.patch(config, {"status": status}, status=True)
         record.did("bootstrap data written", ident(config))
-
-
-def join_configuration(bootstrap_value: str) -> dict[str, Any]:
-    """The kubeadm JoinConfiguration a worker's bootstrap data (as written above) holds."""
-    body = bootstrap_value.split("#cloud-config\n", 1)
-    if len(body) != 2:
-        raise ValueError("the bootstrap data is no cloud-config")
-    for written in json.loads(body[1]).get("write_files", []):
-        if written["path"] == JOIN_CONFIG_PATH:
-            found: dict[str, Any] = json.loads(written["content"])
-            return found
-    raise ValueError(f"the bootstrap data writes no {JOIN_CONFIG_PATH}")

@@ -22,18 +22,36 @@ from typing import Any
 
 from e2e.engine.control_plane import KUBELET_USER, ControlPlane
 from e2e.standins.workload.capmox import need_true, size
-from e2e.standins.workload.kubeadm import join_configuration
-from e2e.standins.workload.objects import CORE, INFRASTRUCTURE, Client, Record, ident, need, now, owner
+from e2e.standins.workload.objects import (
+    CORE,
+    INFRASTRUCTURE,
+    Client,
+    Record,
+    ident,
+    join_configuration,
+    need,
+    now,
+    owner,
+)
 
 KNOWN_KUBELET_ARGS = ("provider-id", "node-labels")
 INSTANCE_ID = ("'{{ ds.meta_data.instance_id }}'", "{{ ds.meta_data.instance_id }}")
 LEASE_SECONDS = 40
 
 
-def reconcile(client: Client, record: Record, running: dict[str, ControlPlane], registered: set[str]) -> None:
+def reconcile(
+    client: Client,
+    record: Record,
+    running: dict[str, ControlPlane],
+    registered: set[str],
+    control_plane_nodes: dict[str, str],
+) -> None:
     """Registers, heartbeats and runs pods for every provisioned ProxmoxMachine whose workload
-    cluster runs; `registered` holds `namespace/cluster/node` of each Node registered."""
-    nodes: dict[str, list[str]] = {}
+    cluster runs; `registered` holds `namespace/cluster/node` of each Node registered. The Node
+    of each workload cluster's control plane (`control_plane_nodes`, by `namespace/cluster`,
+    registered by the KubeadmControlPlane stand-in through `register`) heartbeats and runs its
+    pods the same way."""
+    nodes: dict[str, list[str]] = {key: [name] for key, name in control_plane_nodes.items() if key in running}
     for item in client.items("proxmoxmachines", INFRASTRUCTURE):
         meta = item["metadata"]
         if "deletionTimestamp" in meta or not need_true(item, "status.initialization.provisioned"):
@@ -55,6 +73,8 @@ def reconcile(client: Client, record: Record, running: dict[str, ControlPlane], 
         _heartbeat(lab, names)
         for pod in _run_pods(lab, names):
             record.did(f"Pod running in {key}", pod)
+        for pod in _remove_terminated(lab, names):
+            record.did(f"Pod terminated in {key}", pod)
 
 
 def forget(running: dict[str, ControlPlane], registered: set[str], machine: dict[str, Any]) -> None:
@@ -75,37 +95,60 @@ def _register(client: Client, lab: Client, item: dict[str, Any], machine: dict[s
     if secret is None:
         raise KeyError(f"{ident(machine)}'s bootstrap data Secret is gone")
     join = join_configuration(base64.b64decode(secret["data"]["value"]).decode())
-    registration = join.get("nodeRegistration", {})
-    arguments = {arg["name"]: arg["value"] for arg in registration.get("kubeletExtraArgs", [])}
-    for name in arguments:
-        if name not in KNOWN_KUBELET_ARGS:
-            raise ValueError(f"{ident(machine)}: kubelet argument {name}: the kubelet stand-in does not know it")
     vm_uuid = need(item, "spec.providerID").removeprefix("proxmox://")
+    node = node_of(ident(machine), meta["name"], join.get("nodeRegistration", {}), vm_uuid)
+    if node["spec"]["providerID"] != spec["providerID"]:
+        raise ValueError(
+            f"{ident(item)}: the kubelet would register providerID {node['spec']['providerID']!r}, "
+            f"not {spec['providerID']!r}"
+        )
+    addresses = [{"type": a["type"], "address": a["address"]} for a in need(item, "status.addresses")]
+    register(lab, node, size(item), addresses, version=need(machine, "spec.version"), vm_uuid=vm_uuid)
+
+
+def node_of(owner_name: str, name: str, registration: dict[str, Any], vm_uuid: str) -> dict[str, Any]:
+    """The Node a kubelet started by kubeadm with `registration` (a Join- or InitConfiguration's
+    nodeRegistration) registers on the VM `vm_uuid`: its providerID (cloud-init's instance id
+    filled in), the labels a kubelet sets and the `node-labels` argument's, and the taints as
+    kubeadm passes them (`taints` absent: none for a join; an init's caller gives kubeadm's
+    default). A kubelet argument it does not know is refused, naming `owner_name`."""
+    arguments = {arg["name"]: arg["value"] for arg in registration.get("kubeletExtraArgs", [])}
+    for argument in arguments:
+        if argument not in KNOWN_KUBELET_ARGS:
+            raise ValueError(f"{owner_name}: kubelet argument {argument}: the kubelet stand-in does not know it")
     provider_id = arguments.get("provider-id", "")
     for form in INSTANCE_ID:
         provider_id = provider_id.replace(form, vm_uuid)
-    if provider_id != spec["providerID"]:
-        raise ValueError(
-            f"{ident(item)}: the kubelet would register providerID {provider_id!r}, not {spec['providerID']!r}"
-        )
     labels = {
-        "kubernetes.io/hostname": meta["name"],
+        "kubernetes.io/hostname": name,
         **{"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"},
         **{"beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"},
     }
     for pair in filter(None, arguments.get("node-labels", "").split(",")):
         label, _, value = pair.partition("=")
         labels[label] = value
-    lab.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": meta["name"], "labels": labels},
-            "spec": {"providerID": provider_id, "taints": registration.get("taints", [])},
-        }
-    )
-    capacity, stamp = size(item), now()
-    addresses = [{"type": a["type"], "address": a["address"]} for a in need(item, "status.addresses")]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"providerID": provider_id, "taints": registration.get("taints", [])},
+    }
+
+
+def register(
+    lab: Client,
+    node: dict[str, Any],
+    capacity: dict[str, str],
+    addresses: list[dict[str, str]],
+    *,
+    version: str,
+    vm_uuid: str,
+) -> None:
+    """`node` (node_of's) created in the workload cluster `lab`, then its status as a kubelet
+    reports it: capacity and allocatable, addresses, the pressure conditions False, Ready True,
+    nodeInfo with the kubelet's `version`."""
+    lab.apply(node)
+    stamp = now()
     pressure = {"MemoryPressure": "KubeletHasSufficientMemory", "DiskPressure": "KubeletHasNoDiskPressure"}
     pressure["PIDPressure"] = "KubeletHasSufficientPID"
     node_conditions = [
@@ -124,13 +167,17 @@ def _register(client: Client, lab: Client, item: dict[str, Any], machine: dict[s
         **{"machineID": vm_uuid.replace("-", ""), "systemUUID": vm_uuid, "bootID": vm_uuid},
         **{"kernelVersion": "6.8.0", "osImage": "Ubuntu 24.04 (kubelet stand-in)", "operatingSystem": "linux"},
         **{"containerRuntimeVersion": "containerd://stand-in", "architecture": "amd64", "kubeProxyVersion": ""},
-        "kubeletVersion": need(machine, "spec.version"),
+        "kubeletVersion": version,
     }
     status = {
         **{"capacity": capacity, "allocatable": capacity, "addresses": addresses},
         **{"conditions": node_conditions, "nodeInfo": node_info},
     }
-    lab.patch({"apiVersion": "v1", "kind": "Node", "metadata": {"name": meta["name"]}}, {"status": status}, status=True)
+    lab.patch(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node["metadata"]["name"]}},
+        {"status": status},
+        status=True,
+    )
 
 
 def _heartbeat(lab: Client, names: list[str]) -> None:
@@ -169,3 +216,25 @@ def _run_pods(lab: Client, names: list[str]) -> list[str]:
         lab.patch(pod, {"status": status}, status=True)
         started.append(ident(pod))
     return started
+
+
+def _remove_terminated(lab: Client, names: list[str]) -> list[str]:
+    """Each pod on these Nodes that is being deleted (a drain's eviction, a scale-down) is gone
+    once its containers would have stopped: the kubelet's final delete, with no grace left."""
+    removed = []
+    for pod in lab.items("pods", "v1"):
+        if pod["spec"].get("nodeName") in names and "deletionTimestamp" in pod["metadata"]:
+            meta = pod["metadata"]
+            lab.run(
+                "delete",
+                "pod",
+                meta["name"],
+                "-n",
+                meta["namespace"],
+                "--grace-period=0",
+                "--force",
+                "--ignore-not-found",
+                "--wait=false",
+            )
+            removed.append(ident(pod))
+    return removed

@@ -20,6 +20,8 @@ BOOTSTRAP = "bootstrap.cluster.x-k8s.io/v1beta2"
 INFRASTRUCTURE = "infrastructure.cluster.x-k8s.io/v1alpha2"
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 SECRET_TYPE = "cluster.x-k8s.io/secret"
+# Where a worker's bootstrap data (the KubeadmConfig stand-in's) writes its kubeadm JoinConfiguration.
+JOIN_CONFIG_PATH = "/run/kubeadm/kubeadm-join-config.yaml"
 
 
 @dataclass
@@ -148,3 +150,15 @@ def conditions(generation: int, reasons: dict[str, str]) -> list[dict[str, Any]]
         }
         for kind, reason in reasons.items()
     ]
+
+
+def join_configuration(bootstrap_value: str) -> dict[str, Any]:
+    """The kubeadm JoinConfiguration a worker's bootstrap data (as written above) holds."""
+    body = bootstrap_value.split("#cloud-config\n", 1)
+    if len(body) != 2:
+        raise ValueError("the bootstrap data is no cloud-config")
+    for written in json.loads(body[1]).get("write_files", []):
+        if written["path"] == JOIN_CONFIG_PATH:
+            found: dict[str, Any] = json.loads(written["content"])
+            return found
+    raise ValueError(f"the bootstrap data writes no {JOIN_CONFIG_PATH}")

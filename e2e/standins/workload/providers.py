@@ -33,6 +33,8 @@ class WorkloadStandIns:
     running: dict[str, ControlPlane] = field(default_factory=dict)
     """Each workload cluster's control plane, by `namespace/cluster`."""
     registered: set[str] = field(default_factory=set)
+    control_plane_nodes: dict[str, str] = field(default_factory=dict)
+    """The Node each workload control plane registered, by `namespace/cluster`."""
     started_in: dict[str, float] = field(default_factory=dict)
     """Seconds each workload control plane took to answer, by `namespace/cluster`."""
 
@@ -59,11 +61,13 @@ def running(mgmt: ControlPlane, root: Path, *, interval: float = 1.0) -> Iterato
         parts: dict[str, Callable[[], None]] = {
             "ProxmoxClusters": lambda: capmox.reconcile_clusters(client, standins.record),
             "KubeadmControlPlanes": lambda: kubeadm.reconcile_control_planes(
-                client, standins.record, standins.running, start
+                client, standins.record, standins.running, start, standins.control_plane_nodes
             ),
             "KubeadmConfigs": lambda: kubeadm.reconcile_configs(client, standins.record),
             "ProxmoxMachines": lambda: capmox.reconcile_machines(client, standins.record, destroy),
-            "kubelets": lambda: kubelet.reconcile(client, standins.record, standins.running, standins.registered),
+            "kubelets": lambda: kubelet.reconcile(
+                client, standins.record, standins.running, standins.registered, standins.control_plane_nodes
+            ),
         }
 
         def step() -> None:

@@ -1,0 +1,181 @@
+"""One box for a workload cluster (lab1) with the real Cluster API core, for any scenario that
+needs one: the test's own (e2e/box/workload_lab1.py) and the program's (its `pulumi up` through
+box_program.py declaring lab1, once the program side lands).
+
+    with workload_box.running(base) as box:        # inside in_new_netns(..., addresses=ADDRESSES)
+        engine = box.engine()                      # the program's engine (box_program.py), or
+        box.install_providers()                    # the providers as the program would apply them
+        ...                                        # box.mgmt, box.manager, box.standins, box.charts
+
+For the block it runs, in the test's network namespace:
+
+- the management cluster's real control plane at VM_ADDRESS (`box.mgmt`, admin kubeconfig
+  `box.mgmt.kubeconfig`);
+- the operator stand-in with the real CRDs (`real_crds=True`): when a provider CR appears (applied
+  by the program, or by `install_providers`), it installs that provider's CRDs from the archives,
+  and for the CoreProvider it starts the REAL Cluster API core manager with its webhooks
+  (e2e/controllers/cluster_api.py; `box.manager`) before marking the provider Ready, where
+  cluster-api-operator would deploy it;
+- the operator chart's webhook server and cert-manager's CA injector stand-ins (what the program's
+  operator release needs, as in the cluster-part scenarios, cluster_part.py);
+- the chart repositories' stand-in (`box.charts`, trusted by `box.engine()`): cert-manager, the
+  operator chart with the provider CRDs, `cilium` at `cilium_version` (chart_repo_standin.
+  cilium_chart), any `extra_charts` (the autoscaler's, for instance), and CAPMOX's release asset
+  `cluster-template.yaml` under `box.capmox_release_url` (`<url>/<version>/cluster-template.yaml`,
+  v0.9.0 and v0.9.1; anything else a 404 recorded in `box.charts.unknown`);
+- the workload stand-ins' loop (e2e/standins/workload/providers.py: KCP, KubeadmConfig, CAPMOX and
+  the kubelets; `box.standins`), which starts lab1's real control plane at the ProxmoxCluster's
+  endpoint (LAB1_ADDRESS in the box's lab) once the real Cluster controller has done its part.
+
+`box.problems()` is everything any stand-in refused or did not know: a scenario asserts it empty.
+The namespace must hold ADDRESSES (the management cluster's and lab1's endpoint).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from e2e.box.cluster_part import CHART_REPOS, CHART_TEMPLATES, _box_engine, _operator_webhooks
+from e2e.box.scenarios import LAB1_ADDRESS, OPERATOR_INSTALL_SECONDS, VM_ADDRESS
+from e2e.controllers import cluster_api
+from e2e.engine import control_plane
+from e2e.engine.cli import Engine
+from e2e.standins.cluster import (
+    admission_webhook_standin,
+    cainjector_standin,
+    chart_repo_standin,
+    operator_standin,
+    playbook_lab,
+)
+from e2e.standins.workload import providers
+
+ADDRESSES = (VM_ADDRESS, LAB1_ADDRESS)
+CILIUM_VERSION = "1.18.4"
+READY_BOUND_SECONDS = 120.0
+
+
+@dataclass
+class WorkloadBox:
+    base: Path
+    mgmt: control_plane.ControlPlane
+    operator: operator_standin.OperatorStandIn
+    standins: providers.WorkloadStandIns
+    charts: chart_repo_standin.ChartRepoStandIn
+    webhook: admission_webhook_standin.WebhookStandIn
+    injector: cainjector_standin.CainjectorStandIn
+    managers: list[cluster_api.ClusterApiManager] = field(default_factory=list)
+    """The real Cluster API manager, once the operator stand-in started it (one at most)."""
+
+    @property
+    def manager(self) -> cluster_api.ClusterApiManager:
+        if not self.managers:
+            raise RuntimeError("the Cluster API manager has not started: no CoreProvider is installed yet")
+        return self.managers[0]
+
+    @property
+    def capmox_release_url(self) -> str:
+        """What the program's CAPMOX release URL setting is set to in the box."""
+        return f"{self.charts.url}/{chart_repo_standin.CAPMOX_ASSETS}"
+
+    def repo_url(self, repository: str) -> str:
+        """A chart repository's URL: `jetstack`, `capi-operator`, `cilium` or an extra one."""
+        return f"{self.charts.url}/{repository}"
+
+    def engine(self) -> Engine:
+        """The real engine running the program's cluster part (box_program.py) against `mgmt`,
+        trusting the chart repositories' stand-in; its stack config is the caller's to set."""
+        return _box_engine(self.base, self.charts, self.mgmt)
+
+    def install_providers(self) -> float:
+        """What the program's cluster part applies, for a scenario without it: the operator's
+        provider CRDs and the provider CRs at the stack's versions; returns once every provider is
+        Ready and the manager runs (the seconds it took)."""
+        started = time.monotonic()
+        crds = [playbook_lab.provider_crd(kind) for kind in playbook_lab.PROVIDERS]
+        self.mgmt.kubectl("apply", "-f", "-", stdin="---\n".join(crds))
+        names = [f"crd/{kind.lower()}s.{playbook_lab.PROVIDER_GROUP}" for kind in playbook_lab.PROVIDERS]
+        self.mgmt.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        self.mgmt.kubectl("apply", "-f", "-", stdin=playbook_lab.capi_providers_yaml({}))
+        while len(self.operator.reconciled) < len(playbook_lab.PROVIDERS) or not self.managers:
+            if self.operator.errors or time.monotonic() - started > READY_BOUND_SECONDS:
+                raise RuntimeError(f"providers not Ready: {self.operator.errors or 'none within the bound'}")
+            time.sleep(0.25)
+        return round(time.monotonic() - started, 2)
+
+    def problems(self) -> dict[str, list[str]]:
+        """What each stand-in refused or did not know; all empty in a good run."""
+        return {
+            "operator": self.operator.errors,
+            "workload": self.standins.record.errors,
+            "webhook_unknown": self.webhook.unknown,
+            "injector": self.injector.errors,
+            "charts_unknown": self.charts.unknown,
+        }
+
+
+def chart_repositories(
+    cilium_version: str, extra: Mapping[str, Sequence[chart_repo_standin.Chart]]
+) -> dict[str, list[chart_repo_standin.Chart]]:
+    """cert-manager's, the operator's (with the provider CRDs, as cluster_first_run serves it),
+    Cilium's, and `extra`."""
+    return {
+        "jetstack": list(CHART_REPOS["jetstack"]),
+        "capi-operator": [
+            chart_repo_standin.Chart(
+                "cluster-api-operator",
+                playbook_lab.PLAYBOOK_CHARTS["cluster-api-operator"][2],
+                tuple(playbook_lab.provider_crd(kind) for kind in playbook_lab.PROVIDERS),
+                CHART_TEMPLATES["cluster-api-operator"],
+            )
+        ],
+        "cilium": [chart_repo_standin.cilium_chart(cilium_version)],
+        **{path: list(charts) for path, charts in extra.items()},
+    }
+
+
+@contextmanager
+def running(
+    base: Path,
+    *,
+    cilium_version: str = CILIUM_VERSION,
+    extra_charts: Mapping[str, Sequence[chart_repo_standin.Chart]] | None = None,
+    operator_install_seconds: float = OPERATOR_INSTALL_SECONDS,
+    interval: float = 1.0,
+) -> Iterator[WorkloadBox]:
+    """The workload box for the block (see the module's docstring); `interval` is the workload
+    stand-ins' pass."""
+    with ExitStack() as stack:
+        mgmt = stack.enter_context(control_plane.running(base / "mgmt", VM_ADDRESS))
+        # Entered before the operator's loop, so closed after it: nothing starts a manager then.
+        managers_stack = stack.enter_context(ExitStack())
+        managers: list[cluster_api.ClusterApiManager] = []
+
+        def on_installed(kind: str, name: str) -> None:
+            if kind == "CoreProvider" and not managers:
+                managers.append(
+                    managers_stack.enter_context(cluster_api.running(mgmt, base / "cluster-api", VM_ADDRESS))
+                )
+
+        operator = stack.enter_context(
+            operator_standin.running(
+                mgmt,
+                playbook_lab.PROVIDER_RESOURCES,
+                operator_install_seconds,
+                real_crds=True,
+                on_installed=on_installed,
+            )
+        )
+        webhook, injector = stack.enter_context(_operator_webhooks(mgmt, base))
+        charts = stack.enter_context(
+            chart_repo_standin.serve(
+                chart_repositories(cilium_version, extra_charts or {}),
+                base,
+                chart_repo_standin.capmox_release_assets(),
+            )
+        )
+        standins = stack.enter_context(providers.running(mgmt, base / "workload", interval=interval))
+        yield WorkloadBox(base, mgmt, operator, standins, charts, webhook, injector, managers)
