@@ -253,7 +253,7 @@ def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
     whose gate or up fails ends it there."""
     result: dict[str, Any] = {"handover": _handover(lab)}
     result["charts_left"] = lab.cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "name").stdout.split()
-    result["settings"] = cluster_adoption.adoption_settings(lab.engine, lab.charts, workload_clusters=[])
+    result["settings"] = cluster_adoption.adoption_settings(lab.engine, lab.charts)
     # As the playbook left it, the VM has no OS type: the provider reads it as "", which its own
     # schema refuses, so the import cannot even be planned (step 2 has the owner set it).
     result["as_left"] = {"preview": box._observed(lab, "preview"), "gate": _gate(lab, base)}

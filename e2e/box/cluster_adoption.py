@@ -40,18 +40,15 @@ def _adopting(
     base: Path,
     charts: chart_repo_standin.ChartRepoStandIn,
     cluster: control_plane.ControlPlane,
-    workload_clusters: list[str],
 ) -> tuple[Engine, list[dict[str, Any]]]:
     """docs/adoption.md step 2 on a fresh laptop: the README's first run, the adoption settings;
     the chart repositories are the stand-in's."""
     engine = _box_engine(base, charts, cluster)
     steps = _readme_first_run(engine, _lab_secrets())
-    return engine, steps + adoption_settings(engine, charts, workload_clusters)
+    return engine, steps + adoption_settings(engine, charts)
 
 
-def adoption_settings(
-    engine: Engine, charts: chart_repo_standin.ChartRepoStandIn, workload_clusters: list[str]
-) -> list[dict[str, Any]]:
+def adoption_settings(engine: Engine, charts: chart_repo_standin.ChartRepoStandIn) -> list[dict[str, Any]]:
     """docs/adoption.md step 2 after the README's first run: the adoption settings; the chart
     repositories are the stand-in's."""
     settings: list[tuple[str, ...]] = [
@@ -60,8 +57,6 @@ def adoption_settings(
         ("certManagerChartRepo", f"{charts.url}/jetstack"),
         ("capiOperatorChartRepo", f"{charts.url}/capi-operator"),
     ]
-    # docs/operations.md: read-only access to a workload cluster.
-    settings += [("--path", f"workloadClusters[{index}]", cluster) for index, cluster in enumerate(workload_clusters)]
     return [_step(engine, ("config", "set", *setting)) for setting in settings]
 
 
@@ -79,7 +74,7 @@ def adoption_of_an_incomplete_lab(root: str) -> dict[str, Any]:
         )
         _handover(cluster, base, base / "manifests")
         with chart_repo_standin.serve(CHART_REPOS, base) as charts:
-            engine, steps = _adopting(base, charts, cluster, workload_clusters=[])
+            engine, steps = _adopting(base, charts, cluster)
             preview = _engine_run(engine, cluster, "preview")
         return {"steps": steps, "preview": preview, **_webhook_standins(webhook, injector)}
 
@@ -111,7 +106,7 @@ def adoption_run(root: str) -> dict[str, Any]:
         lab1_before = playbook_lab.snapshot(lab1, playbook_lab.CORE_KINDS)
         lab1_mark = len(lab1.audit())
         with chart_repo_standin.serve(CHART_REPOS, base) as charts:
-            engine, steps = _adopting(base, charts, cluster, workload_clusters=["default/lab1"])
+            engine, steps = _adopting(base, charts, cluster)
             runs = [_engine_run(engine, cluster, action) for action in ("preview", "up", "preview", "up")]
             outputs = engine.outputs()
             readonly = _readonly_reads(
@@ -119,9 +114,6 @@ def adoption_run(root: str) -> dict[str, Any]:
                 base / "readonly.kubeconfig",
                 outputs["readonlyKubeconfig"],
                 coreproviders=("get", f"coreproviders.{playbook_lab.PROVIDER_GROUP}", "-A"),
-            )
-            lab1_readonly = _readonly_reads(
-                lab1, base / "lab1-readonly.kubeconfig", outputs["workloadReadonlyKubeconfigs"]["lab1"]
             )
             lab1_writes = [request for request in _requests_since(lab1, lab1_mark) if request[0] in WRITES]
             adopted = playbook_lab.snapshot(cluster)
@@ -134,7 +126,6 @@ def adoption_run(root: str) -> dict[str, Any]:
             "provider_versions": outputs["providerVersions"],
             "secret_outputs": engine.secret_outputs(),
             "readonly": readonly,
-            "lab1_readonly": lab1_readonly,
             "lab1_before": lab1_before,
             "lab1_after": playbook_lab.snapshot(lab1, playbook_lab.CORE_KINDS),
             "lab1_writes": lab1_writes,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-PROJECT_FILES = ("Pulumi.yaml", "Pulumi.lab.yaml", "__main__.py", "requirements.txt")
+PROJECT, STACK = "lab-mgmt", "lab"
+PROJECT_FILES = ("Pulumi.yaml", f"Pulumi.{STACK}.yaml", "__main__.py", "requirements.txt")
 PASSPHRASE = "lab-in-a-box"
 CLI_TIMEOUT_SECONDS = 900
 
@@ -194,19 +196,33 @@ class EngineRun:
         return {}
 
 
+def _without_workload_clusters(stack_file: Path) -> None:
+    """The stack file with `workloadClusters: []`, the rest of it as it is, byte for byte."""
+    text = stack_file.read_text()
+    start = text.index(f"  {PROJECT}:workloadClusters:")
+    following = re.search(r"^  \S", text[start + 1 :], re.MULTILINE)
+    end = start + 1 + following.start() if following else len(text)
+    stack_file.write_text(f"{text[:start]}  {PROJECT}:workloadClusters: []\n{text[end:]}")
+
+
 def fresh_engine(
     root: Path,
     *,
     legacy_layout: bool = False,
     extra_env: Mapping[str, str] | None = None,
     main: Path = REPO / "__main__.py",
+    workload_clusters: bool = False,
 ) -> Engine:
     """A copy of the project under `root` (with `main` as its `__main__.py`), the plugins installed
-    in its PULUMI_HOME, and an empty backend, as on a user's laptop."""
+    in its PULUMI_HOME, and an empty backend, as on a user's laptop. Pulumi.lab.yaml's workload
+    cluster (lab1) is left out unless `workload_clusters`: a box stands in for it only where it
+    runs lab1's controllers and stand-ins (e2e/box/workload_box.py)."""
     engine = Engine(built_bin("LAB_MGMT_ENGINE_BIN", "pulumi"), root, legacy_layout, extra_env or {})
     engine.project.mkdir(parents=True)
     for name in PROJECT_FILES:
         shutil.copy2(REPO / name, engine.project / name)
+    if not workload_clusters:
+        _without_workload_clusters(engine.project / f"Pulumi.{STACK}.yaml")
     shutil.copy2(main, engine.project / "__main__.py")
     shutil.copytree(REPO / "components", engine.project / "components", ignore=shutil.ignore_patterns("__pycache__"))
     # Pulumi.yaml's runtime options name `.venv` beside the program: the one the tests run in.
