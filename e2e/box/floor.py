@@ -11,10 +11,14 @@ the program. `interleaved` times its no-op `pulumi up` and the program's in turn
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -96,4 +100,49 @@ def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
         "program_min": min(program),
         "ratio_median": round(statistics.median(program) / statistics.median(floor), 2),
         "ratio_min": round(min(program) / min(floor), 2),
+    }
+
+
+def traced_up(engine: Engine, log: Path) -> dict[str, Any]:
+    """One more no-op `pulumi up`, untimed, with the engine's gRPC log (PULUMI_DEBUG_GRPC: every
+    call between the engine, the program and the plugins, timestamped) written to `log`."""
+    traced = dataclasses.replace(engine, extra_env={**engine.extra_env, "PULUMI_DEBUG_GRPC": str(log)})
+    run = timed_up(traced)
+    found = phases(log)
+    # Before its first gRPC call and after its last: the CLI itself (the state and secrets read
+    # and written, plugins found).
+    return {**run, "phases": {**found, "cli_alone": round(run["seconds"] - found.pop("logged"), 2)}}
+
+
+def _when(entry: dict[str, Any]) -> float:
+    """An entry's timestamp in seconds (RFC 3339 with nanoseconds, which fromisoformat cuts to
+    microseconds here)."""
+    stamp = re.sub(r"(\.\d{6})\d*", r"\1", entry["timestamp"]).replace("Z", "+00:00")
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+def phases(log: Path) -> dict[str, float]:
+    """Where a traced run's time went, in seconds, from its gRPC log: the language host before
+    the program runs; the program from its start to the engine's answer to its first
+    registration (the stack's, which the Python SDK sends once the program's own code has run:
+    imports, settings, the token checks, building the graph); then until the program's last
+    registration is answered; the rest of the program's run (its shutdown); the time the log
+    spans. And the provider calls (plugins' Configure, Check, Diff, Read ...), summed: they
+    overlap the phases above."""
+    entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    # The engine's side of the program's calls has no start time, only its answer's.
+    answered = [entry for entry in entries if entry.get("progress") == "response_completed"]
+    run = next(entry for entry in entries if entry["method"].endswith("LanguageRuntime/Run"))
+    run_end = next(entry for entry in answered if entry["method"].endswith("LanguageRuntime/Run"))
+    monitor = [entry for entry in answered if "/pulumirpc.ResourceMonitor/" in entry["method"]]
+    first_registered = next(entry for entry in monitor if entry["method"].endswith("/RegisterResource"))
+    provider = [entry for entry in answered if "/pulumirpc.ResourceProvider/" in entry["method"]]
+    start, begun = _when(entries[0]), _when(run)
+    return {
+        "before_program": round(begun - start, 2),
+        "program_to_first_registration": round(_when(first_registered) - begun, 2),
+        "registrations": round(_when(monitor[-1]) - _when(first_registered), 2),
+        "program_shutdown": round(_when(run_end) - _when(monitor[-1]), 2),
+        "provider_calls": round(sum(entry.get("duration", 0) for entry in provider) / 1e9, 2),
+        "logged": round(_when(entries[-1]) - start, 2),
     }

@@ -181,6 +181,14 @@ def _bench(root: Path) -> int:
         )
         for index, run in enumerate(bench["program"], 1):
             print("  ", _what_it_did(f"no-op {index}", run))
+        traced = result["traced"]
+        print(
+            f"where the time goes, one run of each with PULUMI_DEBUG_GRPC "
+            f"(floor {traced['floor']['seconds']}s / no-op {traced['program']['seconds']}s):"
+        )
+        for phase, seconds in traced["floor"]["phases"].items():
+            print(f"   {phase.replace('_', ' ')}: {seconds}s / {traced['program']['phases'][phase]}s")
+        runs += [traced["floor"], traced["program"]]
         runs += [*bench["floor"], *bench["program"]]
     if "k3s_bump" in result:
         bump = result["k3s_bump"]["up"]
