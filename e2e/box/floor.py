@@ -111,7 +111,8 @@ def traced_up(engine: Engine, log: Path) -> dict[str, Any]:
     found = phases(log)
     # Before its first gRPC call and after its last: the CLI itself (the state and secrets read
     # and written, plugins found).
-    return {**run, "phases": {**found, "cli_alone": round(run["seconds"] - found.pop("logged"), 2)}}
+    cli_alone = round(run["seconds"] - found.pop("logged"), 2)
+    return {**run, "phases": {**found, "cli_alone": cli_alone}}
 
 
 def _when(entry: dict[str, Any]) -> float:
