@@ -35,16 +35,13 @@ from urllib.parse import urljoin
 import pulumi
 import yaml
 
-from components.settings import PROJECT, Settings
+from components.settings import PROJECT, YAML_LOADER, Settings
 
 CONNECT_SECONDS = 10
 """To connect, and for any read to answer."""
 DOWNLOAD_SECONDS = 60
 """For a whole response: the index of a large repository, or an archive."""
 DIGEST_SUFFIX = ".sha256"
-# A large repository's index (charts.jetstack.io's lists every version ever released) parses in a
-# fraction of the time with libyaml, where the installed PyYAML has it.
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ChartRepositoryError(pulumi.RunError):
@@ -247,7 +244,7 @@ def _download(source: ChartSource, why: str) -> tuple[bytes, str]:
     digest listed with it."""
     base = source.repo.rstrip("/") + "/"
     try:
-        entry = _entry(source, yaml.load(fetch(base + "index.yaml"), Loader=_LOADER))  # noqa: S506 - a safe loader
+        entry = _entry(source, yaml.load(fetch(base + "index.yaml"), Loader=YAML_LOADER))  # noqa: S506 - a safe loader
         url = urljoin(base, str(entry["urls"][0]))
         data = fetch(url)
     except (OSError, http.client.HTTPException, ValueError, yaml.YAMLError) as error:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,10 +66,13 @@ def test_uuid_token_secrets_pass() -> None:
 
 def test_each_token_is_checked_once_against_the_configured_endpoint() -> None:
     run = harness.run_program()
-    assert run.permission_calls == [
-        ("https://192.168.0.8:8006/", PROGRAM_TOKEN, PROGRAM_SECRET, True),
-        ("https://192.168.0.8:8006/", CAPMOX_TOKEN, CAPMOX_SECRET, True),
-    ]
+    # Both at once: in either order.
+    assert sorted(run.permission_calls) == sorted(
+        [
+            ("https://192.168.0.8:8006/", PROGRAM_TOKEN, PROGRAM_SECRET, True),
+            ("https://192.168.0.8:8006/", CAPMOX_TOKEN, CAPMOX_SECRET, True),
+        ]
+    )
 
 
 def test_the_check_honours_proxmox_insecure() -> None:
@@ -186,6 +190,20 @@ def test_an_unreachable_api_says_how_to_skip(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(CredentialsError) as raised:
         credentials.verify_tokens(settings)
     assert "set lab-mgmt:skipCredentialsCheck true to skip this check" in str(raised.value)
+
+
+def test_both_tokens_are_checked_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run waits for the slower of the two round trips, not for both one after the other."""
+    both_asking = threading.Barrier(2, timeout=10)
+
+    def waiting_for_the_other(
+        endpoint: str, token_id: str, token_secret: str, *, insecure: bool
+    ) -> credentials.Permissions:
+        both_asking.wait()
+        return harness.FULL_PERMISSIONS
+
+    monkeypatch.setattr(credentials, "read_permissions", waiting_for_the_other)
+    credentials.verify_tokens(parse_settings(lab_raw()))
 
 
 # --- the real HTTPS call, against the loopback stand-in -----------------------------------------

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import NameOID
 from harness import CA_DATA, CLIENT_CA, K3S_KUBECONFIG, client_certificate, k3s_kubeconfig, not_after
 
+from components import kubeconfig
 from components.kubeconfig import (
     CertificateError,
     KubeconfigError,
@@ -67,6 +68,18 @@ def test_rename_is_deterministic() -> None:
 def test_rename_refuses_what_k3s_does_not_write(text: str) -> None:
     with pytest.raises(KubeconfigError):
         rename_k3s_kubeconfig(text, "192.168.4.21", "lab-mgmt")
+
+
+@pytest.mark.skipif(not hasattr(yaml, "CSafeDumper"), reason="PyYAML without libyaml")
+def test_the_documents_are_the_same_text_with_libyaml_or_without(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A laptop whose PyYAML lacks libyaml must get the same kubeconfig outputs, or its next run
+    would change them."""
+    token_args = ("https://192.168.4.21:6443", CA_DATA, "eyJhbGciOiJSUzI1NiJ9.e30.c2ln", "lab-mgmt-ro")
+    token, renamed = token_kubeconfig(*token_args), rename_k3s_kubeconfig(K3S_KUBECONFIG, "192.168.4.21", "lab-mgmt")
+    monkeypatch.setattr(kubeconfig, "_LOADER", yaml.SafeLoader)
+    monkeypatch.setattr(kubeconfig, "_DUMPER", yaml.SafeDumper)
+    assert token_kubeconfig(*token_args) == token
+    assert rename_k3s_kubeconfig(K3S_KUBECONFIG, "192.168.4.21", "lab-mgmt") == renamed
 
 
 def test_token_kubeconfig() -> None:

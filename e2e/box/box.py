@@ -345,7 +345,7 @@ def _observed(box: Box, action: str, *args: str) -> dict[str, Any]:
     return {
         "rc": run.rc,
         "output": run.output,
-        "seconds": round(seconds, 1),
+        "seconds": round(seconds, 2),
         "steps": run.steps(),
         "summary": run.summary(),
         "warnings": run.diagnostics("warning"),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from e2e.box import scenarios
+from e2e.box import floor, scenarios
 from e2e.box.box import (
     CAPMOX_BUMP,
     CERT_MANAGER_BUMP,
@@ -228,11 +228,20 @@ def _rebuild(box: Box) -> dict[str, Any]:
     return result
 
 
-def whole_box_k3s_bump(root: str) -> dict[str, Any]:
-    """`make bench`'s: the first run, the no-op second one and a k3s bump."""
+def whole_box_bench(root: str) -> dict[str, Any]:
+    """`make bench`'s: the first run, the no-op second one, then the no-op against the engine's
+    floor (floor.py: each `pulumi up` in turn, the chart repositories down; then one traced run
+    of each), and a k3s bump."""
     with running(Path(root)) as box:
         result = _installed(box)
         if result["second_up"]["rc"] == 0:
+            floor_engine = floor.floor_engine(box, box.engine.outputs()["kubeconfig"])
+            with box.charts.down():
+                result["bench"] = floor.interleaved(floor_engine, lambda: _observed(box, "up"))
+                result["traced"] = {
+                    "floor": floor.traced_up(floor_engine, Path(root) / "grpc-floor.jsonl"),
+                    "program": floor.traced_up(box.engine, Path(root) / "grpc-program.jsonl"),
+                }
             result["k3s_bump"] = _k3s_bump(box)
         return {**result, **_standins(box)}
 
