@@ -2,7 +2,8 @@
 test machinery's modules, the program never imports the test machinery, and each e2e package
 imports only from the packages below it (e2e/__init__.py): the engine, then the stand-ins (the
 HTTPS server they share, then one package for each thing they stand in for, none importing
-another), then the box and its scenarios. And no e2e module grows past about 400 lines: one that
+another, then the workload cluster's stand-ins, which run on the management cluster's), then the
+box and its scenarios. And no e2e module grows past about 400 lines: one that
 does holds more than one topic."""
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ LAYERS = (
     ("e2e.engine",),
     ("e2e.standins.https_server",),
     ("e2e.standins.proxmox", "e2e.standins.guest", "e2e.standins.cluster"),
+    # A workload cluster's providers and kubelets act on the management cluster, with its loop.
+    ("e2e.standins.workload",),
     ("e2e.box",),
 )
 LONGEST_MODULE_LINES = 420

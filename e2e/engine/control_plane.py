@@ -1,6 +1,7 @@
 """A real Kubernetes control plane for tests: etcd, kube-apiserver and kube-controller-manager's
 service account token controller (built by `e2e/engine/build-engine.sh control-plane`, whose directory
-the caller names in LAB_MGMT_CONTROL_PLANE_BIN), serving at the VM's address on port 6443, with
+the caller names in LAB_MGMT_CONTROL_PLANE_BIN), serving at the VM's address on port 6443 (or at a
+workload cluster's control-plane endpoint, with more controllers and kube-scheduler: lab1), with
 an admin token, and an audit log of every request on HelmCharts and provider CRs (with what was
 sent, but for a patch of a provider CR), on Secrets, and of every write, so that a test can tell
 what a script or the engine did and in which order.
@@ -30,6 +31,9 @@ ADMIN_USER = "admin"
 CONTROLLER_USER = "system:kube-controller-manager"
 OPERATOR_USER = "capi-operator-standin"
 INJECTOR_USER = "cert-manager-cainjector-standin"
+SCHEDULER_USER = "system:kube-scheduler"
+PROVIDERS_USER = "capi-providers-standin"
+KUBELET_USER = "kubelet-standin"
 # Who may talk to the box, each with a token and a kubeconfig (`<user>.kubeconfig`) of its own, so
 # that the audit log tells the admin's requests (scripts, kubectl, the engine) from the
 # controllers'. All are cluster admins.
@@ -38,6 +42,9 @@ TOKENS = {
     CONTROLLER_USER: "lab-in-a-box-controller",
     OPERATOR_USER: "lab-in-a-box-operator",
     INJECTOR_USER: "lab-in-a-box-cainjector",
+    SCHEDULER_USER: "lab-in-a-box-scheduler",
+    PROVIDERS_USER: "lab-in-a-box-capi-providers",
+    KUBELET_USER: "lab-in-a-box-kubelet",
 }
 READY_BOUND_SECONDS = 90
 
@@ -82,6 +89,11 @@ class ControlPlane:
     bin_dir: Path
     root: Path
     address: str
+    port: int = 6443
+
+    @property
+    def server(self) -> str:
+        return f"https://{self.address}:{self.port}"
 
     @property
     def kubeconfig(self) -> Path:
@@ -115,20 +127,18 @@ class ControlPlane:
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def _write_kubeconfig(path: Path, server: str, ca: Path, user: str, token: str) -> None:
+def kubeconfig_text(server: str, ca: Path, user: str, token: str) -> str:
     """Like k3s's: the server's certificate (self-signed, so its own CA) in the file."""
     ca_data = base64.b64encode(ca.read_bytes()).decode()
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "box", "cluster": {"server": server, "certificate-authority-data": ca_data}}],
-                "users": [{"name": user, "user": {"token": token}}],
-                "contexts": [{"name": "box", "context": {"cluster": "box", "user": user}}],
-                "current-context": "box",
-            }
-        )
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "box", "cluster": {"server": server, "certificate-authority-data": ca_data}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [{"name": "box", "context": {"cluster": "box", "user": user}}],
+            "current-context": "box",
+        }
     )
 
 
@@ -160,13 +170,18 @@ def running(
     bind_address: str | None = None,
     pki: Pki | None = None,
     controllers: Sequence[str] = ("serviceaccount-token-controller",),
+    port: int = 6443,
+    scheduler: bool = False,
 ) -> Iterator[ControlPlane]:
     """etcd and kube-apiserver at `address`:6443 for the block; stopped afterwards. The API server
     listens on `bind_address` (default: `address`) and serves `pki`'s certificate where given,
     else one of its own. Started again on the same `root`, it keeps its data and its service
     account signing key, so the tokens it issued stay valid, as a restarted k3s's do.
     kube-controller-manager runs `controllers` (by default the token controller alone, which
-    fills service account token Secrets in, as k3s's does)."""
+    fills service account token Secrets in, as k3s's does). With `scheduler`, kube-scheduler
+    runs too (a workload cluster, where it decides which pods fit on which Node). `port` is the
+    API server's (a workload cluster's control-plane endpoint may name another); etcd listens on
+    `address`'s 2379 and 2380 whatever it is, so two clusters need two addresses."""
     bin_dir = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kube-apiserver")
     root.mkdir(parents=True, exist_ok=True)
     (root / "tokens.csv").write_text(
@@ -185,7 +200,7 @@ def running(
         if pki
         else [f"--cert-dir={root / 'pki'}"]
     )
-    server = f"https://{address}:6443"
+    server = f"https://{address}:{port}"
     etcd_log = (root / "etcd.log").open("wb")
     apiserver_log = (root / "kube-apiserver.log").open("wb")
     etcd = subprocess.Popen(
@@ -206,7 +221,7 @@ def running(
             f"--etcd-servers=http://{address}:2379",
             f"--bind-address={bind_address or address}",
             f"--advertise-address={address}",
-            "--secure-port=6443",
+            f"--secure-port={port}",
             *tls,
             f"--token-auth-file={root / 'tokens.csv'}",
             "--authorization-mode=RBAC",
@@ -226,9 +241,9 @@ def running(
     try:
         _wait_ready(server, processes, root)
         ca = pki.ca if pki else root / "pki" / "apiserver.crt"
-        cluster = ControlPlane(bin_dir, root, address)
+        cluster = ControlPlane(bin_dir, root, address, port)
         for user, token in TOKENS.items():
-            _write_kubeconfig(cluster.kubeconfig_of(user), server, ca, user, token)
+            cluster.kubeconfig_of(user).write_text(kubeconfig_text(server, ca, user, token))
         controller_log = (root / "kube-controller-manager.log").open("wb")
         logs.append(controller_log)
         processes["kube-controller-manager"] = subprocess.Popen(
@@ -244,6 +259,19 @@ def running(
             stdout=controller_log,
             stderr=subprocess.STDOUT,
         )
+        if scheduler:
+            scheduler_log = (root / "kube-scheduler.log").open("wb")
+            logs.append(scheduler_log)
+            processes["kube-scheduler"] = subprocess.Popen(
+                [
+                    str(built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kube-scheduler") / "kube-scheduler"),
+                    f"--kubeconfig={cluster.kubeconfig_of(SCHEDULER_USER)}",
+                    "--leader-elect=false",
+                    "--secure-port=0",
+                ],
+                stdout=scheduler_log,
+                stderr=subprocess.STDOUT,
+            )
         yield cluster
     finally:
         for process in reversed(processes.values()):

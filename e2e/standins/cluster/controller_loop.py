@@ -20,15 +20,21 @@ POLL_SECONDS = 2.0
 
 @contextmanager
 def looping(
-    cluster: ControlPlane, user: str, step: Callable[[], None], errors: list[str], doing: str
+    cluster: ControlPlane,
+    user: str,
+    step: Callable[[], None],
+    errors: list[str],
+    doing: str,
+    *,
+    interval: float = POLL_SECONDS,
 ) -> Iterator[None]:
-    """`step` as `user` on `cluster` for the block; an object of a shape it does not know (a
-    KeyError or ValueError) is said in `errors` as `cannot <doing>: ...`, never skipped in
-    silence."""
+    """`step` as `user` on `cluster` every `interval` seconds for the block; an object of a shape
+    it does not know (a KeyError or ValueError) is said in `errors` as `cannot <doing>: ...`, never
+    skipped in silence."""
     stop = threading.Event()
 
     def loop() -> None:
-        while not stop.wait(POLL_SECONDS):
+        while not stop.wait(interval):
             if not cluster.kubeconfig_of(user).exists():
                 continue
             try:
