@@ -136,19 +136,14 @@ json.dump(schema, open(sys.argv[3], "w"))' "$cmd/schema.json" "$KUBERNETES_PLUGI
 
 # What the Go module proxy refuses comes as exact upstream archives (`git archive` of the tagged
 # commits, ../shared/vendor/README.md) from the directory LAB_MGMT_VENDOR names: by default the
-# shared folder beside the clone, which CI has. Each is checked against the sha256 written here
-# before anything is unpacked from it.
+# shared folder beside the clone, which CI has. Each is checked against its sha256 in
+# e2e/engine/vendor-archives.sha256 (sha256sum's format; the box's tests read the same file,
+# e2e/engine/vendor.py) before anything is unpacked from it.
 vendor="${LAB_MGMT_VENDOR:-$repo/../shared/vendor}"
-declare -A ARCHIVE_SHA256=(
-  [pulumi-proxmoxve-v8.3.0-provider.tar.gz]=eb7877e8d08af97933552f379b732f1ab17c723db48732031cf21e465a4c03d1
-  [terraform-provider-proxmox-v0.111.1.tar.gz]=f9007da4c358d18b9a839472f8276705637a79327face163dddcf0b93e28d723
-  [pulumi-yaml-v1.36.0.tar.gz]=bec44690b4173f32c13baf1911ef045adcbcae09a0f111a1eb434ce3b5d06d21
-  [pulumi-language-dotnet-v3.107.1.tar.gz]=0cbf74600eb99410b73523883c581ab3473cf7940e1acf14cb99c951d59f3834
-  [pulumi-command-v1.2.1-provider.tar.gz]=fb75e890a529036cbf095567c56b21f71bf4225312f4d31a1e2683d8e64d5731
-  [pulumi-language-python-v3.259.0.tar.gz]=2ce827cb6325a6b67a2716f84fbfe914d87886e9c2b38eb39636388b974b669f
-  [cluster-api-v1.12.11.tar.gz]=07180f6b9266fac5263f03943a1224ed33881b76ff13e9bf948978bcc1e4c8f8
-  [cluster-autoscaler-1.35.2.tar.gz]=40e580abf5cca169348f2e909aaec8cf0f24cd28fcbab9ed364bdb158ae87a63
-)
+declare -A ARCHIVE_SHA256=()
+while read -r digest archive; do
+  ARCHIVE_SHA256[$archive]="$digest"
+done <"$repo/e2e/engine/vendor-archives.sha256"
 
 have_archives() {
   local archive
