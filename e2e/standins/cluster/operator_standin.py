@@ -12,6 +12,12 @@ Available status a step waits for), it also stands in for the scheduler and the 
 node for that namespace: each Pending Pod is bound to the node and reported running and ready, so
 the cluster's own controllers make its ReplicaSet ready and its Deployment Available.
 
+Where a box asks for them (opt-in: `real_crds=True`; the boxes without a workload cluster keep
+their speed), it also installs each provider's real CRDs before it marks the provider Ready, as the
+operator applies a provider's components: read from the upstream archives with their contract
+labels (e2e/standins/cluster/provider_crds.py), applied server-side and waited for until
+Established. A provider with no archive (IPAM in-cluster) gets none, and a line in `notes`.
+
 It talks to the API server under an identity of its own, so its writes are not the engine's. Until
 the cluster exists (its kubeconfig is written once the API server answers, as when the box's k3s is
 installed during a run) it waits.
@@ -27,7 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from e2e.engine.control_plane import OPERATOR_USER, ControlPlane
+from e2e.standins.cluster import provider_crds
 from e2e.standins.cluster.controller_loop import looping
+
+CRDS_ESTABLISHED_BOUND = "60s"
 
 
 @dataclass
@@ -42,6 +51,11 @@ class OperatorStandIn:
     """namespace/name of each Pod it started, in order."""
     withheld: set[str] = field(default_factory=set)
     """kind/namespace/name of each CR it leaves not Ready."""
+    applies_crds: bool = False
+    crds_applied: list[dict[str, Any]] = field(default_factory=list)
+    """kind, name, the CRDs' names and the seconds their apply and Established took, per provider."""
+    notes: list[str] = field(default_factory=list)
+    """What it could not install for a provider, one line each (a provider with no archive)."""
 
     def withhold(self, kind: str, namespace: str, name: str) -> None:
         """From now on, until `release`, that CR is never marked Ready."""
@@ -79,6 +93,8 @@ def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, 
         if time.monotonic() - first_seen < standin.install_seconds:
             continue
         version = item["spec"]["version"]
+        if standin.applies_crds and not _install_crds(cluster, standin, item["kind"], meta["name"]):
+            continue
         ready = {
             "observedGeneration": generation,
             "installedVersion": version,
@@ -102,6 +118,42 @@ def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, 
                 "at": time.time(),
             }
         )
+
+
+def _install_crds(cluster: ControlPlane, standin: OperatorStandIn, kind: str, name: str) -> bool:
+    """The provider's real CRDs applied and Established (once per provider); False on a failure,
+    said in `errors`."""
+    if any(done["kind"] == kind and done["name"] == name for done in standin.crds_applied):
+        return True
+    started = time.monotonic()
+    crds = provider_crds.crds(kind, name)
+    if not crds:
+        note = provider_crds.MISSING[(kind, name)]
+        if note not in standin.notes:
+            standin.notes.append(note)
+    else:
+        as_operator = cluster.kubeconfig_of(OPERATOR_USER)
+        listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": crds})
+        applied = cluster.kubectl_as(
+            as_operator, "apply", "--server-side", "--field-manager=capi-operator", "-f", "-", stdin=listed
+        )
+        names = [f"crd/{crd['metadata']['name']}" for crd in crds]
+        established = applied.returncode == 0 and cluster.kubectl_as(
+            as_operator, "wait", "--for=condition=Established", f"--timeout={CRDS_ESTABLISHED_BOUND}", *names
+        )
+        for done in (applied, established):
+            if done and done.returncode != 0:
+                standin.errors.append(f"{kind}/{name} CRDs: {done.stderr.strip()}")
+                return False
+    standin.crds_applied.append(
+        {
+            "kind": kind,
+            "name": name,
+            "crds": [crd["metadata"]["name"] for crd in crds],
+            "seconds": round(time.monotonic() - started, 2),
+        }
+    )
+    return True
 
 
 def _run_pods(cluster: ControlPlane, namespace: str, standin: OperatorStandIn) -> None:
@@ -164,11 +216,17 @@ def _now() -> str:
 
 @contextmanager
 def running(
-    cluster: ControlPlane, kinds: Sequence[str], install_seconds: float, *, runs_pods_in: str | None = None
+    cluster: ControlPlane,
+    kinds: Sequence[str],
+    install_seconds: float,
+    *,
+    runs_pods_in: str | None = None,
+    real_crds: bool = False,
 ) -> Iterator[OperatorStandIn]:
-    """Reconciles the provider CRs of `kinds` (plural.group) on `cluster` for the block, and runs
-    the Pods of namespace `runs_pods_in`."""
-    standin = OperatorStandIn(install_seconds, tuple(kinds))
+    """Reconciles the provider CRs of `kinds` (plural.group) on `cluster` for the block, installing
+    each provider's real CRDs first if `real_crds`, and runs the Pods of namespace
+    `runs_pods_in`."""
+    standin = OperatorStandIn(install_seconds, tuple(kinds), applies_crds=real_crds)
     seen: dict[str, float] = {}
 
     def step() -> None:
