@@ -13,7 +13,9 @@ stops the old process and starts a new one.
 
 from __future__ import annotations
 
+import base64
 import json
+import subprocess
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box import autoscaler_program
-from e2e.box.scenarios import VM_ADDRESS, _step
+from e2e.box.scenarios import VM_ADDRESS, _lab_secrets, _step
 from e2e.engine import control_plane
 from e2e.engine.cli import fresh_engine
 from e2e.standins.cluster import chart_repo_standin, pod_runner, provider_crds
@@ -33,8 +35,9 @@ CONTROLLERS = (
     "deployment-controller",
     "replicaset-controller",
 )
-# lab1 as the program installs it; lab2 without the proxmoxmachinetemplates rule.
-CLUSTERS = {"lab1": True, "lab2": False}
+# lab1 as the program installs it; lab2 without the proxmoxmachinetemplates rule, and with a lease of
+# its own: both clusters' kubeconfigs point at the one API server, where the lease is kept.
+CLUSTERS = {"lab1": (True, None), "lab2": (False, "lab2-autoscaler")}
 WAIT_SECONDS = 180.0
 
 
@@ -147,6 +150,32 @@ def _state(runners: dict[str, pod_runner.PodRunner]) -> str:
     )
 
 
+def _inside(pid: int, namespace: str, *command: str) -> str:
+    """What `command` prints in the process's own namespace (`--mount`, `--uts`)."""
+    done = subprocess.run(["nsenter", "-t", str(pid), namespace, *command], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def _process(pid: int) -> dict[str, Any]:
+    """What a running process got, read from /proc and from inside its namespaces: its argv, its
+    environment, its hostname, and the files at their mount paths as it sees them."""
+    proc = Path(f"/proc/{pid}")
+    account = "/var/run/secrets/kubernetes.io/serviceaccount"
+    token = _inside(pid, "--mount", "cat", f"{account}/token")
+    payload = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return {
+        "argv": (proc / "cmdline").read_bytes().decode().split("\0")[:-1],
+        "environ": sorted((proc / "environ").read_bytes().decode().split("\0")[:-1]),
+        "kubeconfig": _inside(pid, "--mount", "cat", "/etc/kubernetes/value"),
+        "namespace": _inside(pid, "--mount", "cat", f"{account}/namespace"),
+        "ca": _inside(pid, "--mount", "cat", f"{account}/ca.crt"),
+        "token_claims": claims,
+        "hostname": _inside(pid, "--uts", "cat", "/proc/sys/kernel/hostname").strip(),
+        "etc_on_the_machine_unchanged": not Path("/etc/kubernetes").exists(),
+    }
+
+
 def _service_account(cluster: str) -> str:
     return f"system:serviceaccount:{cluster}:{cluster}-autoscaler"
 
@@ -179,8 +208,8 @@ def real_autoscaler(root: str) -> dict[str, Any]:
 
         def want(digest: str) -> None:
             releases = [
-                {"cluster": name, "namespace": name, "digest": digest, "proxmox_rule": rule}
-                for name, rule in CLUSTERS.items()
+                {"cluster": name, "namespace": name, "digest": digest, "proxmox_rule": rule, "lease": lease}
+                for name, (rule, lease) in CLUSTERS.items()
             ]
             wanted.write_text(json.dumps({"repository": f"{charts.url}/autoscaler", "releases": releases}))
 
@@ -194,7 +223,11 @@ def real_autoscaler(root: str) -> dict[str, Any]:
             },
             main=Path(autoscaler_program.__file__),
         )
+        # The project's required settings have no default: the stack holds them, as any lab's does.
         steps = [_step(engine, ("stack", "init", "lab"))]
+        steps += [
+            _step(engine, ("config", "set", "--secret", key), stdin=value) for key, value in _lab_secrets().items()
+        ]
         mark = time.monotonic()
         first = engine.run("up")
         timings["first pulumi up (both releases Ready)"] = round(time.monotonic() - mark, 1)
@@ -228,6 +261,7 @@ def real_autoscaler(root: str) -> dict[str, Any]:
             return "started" in later and "stopped" in later
 
         _until("lab1's autoscaler restarted by the rollout", rolled, timings, mark, lambda: _state(runners))
+        process = _process([e for e in runners["lab1"].events if e["event"] == "started"][-1]["pid"])
         pods = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
         deployment = json.loads(
             cluster.kubectl("get", "deployment", "-n", "lab1", "lab1-autoscaler", "-o", "json").stdout
@@ -237,7 +271,7 @@ def real_autoscaler(root: str) -> dict[str, Any]:
             "runs": [{"rc": run.rc, "summary": run.summary(), "output": run.output[-3000:]} for run in (first, second)],
             "timings": timings,
             "runners": {
-                name: {"events": runner.events, "errors": runner.errors, "logs": runner.logs()}
+                name: {"events": list(runner.events), "errors": list(runner.errors), "logs": runner.logs()}
                 for name, runner in runners.items()
             },
             "requests": {
@@ -255,6 +289,9 @@ def real_autoscaler(root: str) -> dict[str, Any]:
                 for pod in pods
             ],
             "deployment": deployment,
+            "process": process,
+            "cluster_ca": (base / "control-plane" / "pki" / "apiserver.crt").read_text(),
+            "admin_kubeconfig": kubeconfig,
             "chart_requests": charts.requests,
             "chart_unknown": charts.unknown,
         }

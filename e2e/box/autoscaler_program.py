@@ -3,8 +3,10 @@ installs it for a workload cluster (issue 30): a Helm release `<cluster>-autosca
 cluster's namespace, with the values the program gives it, through the real engine and the
 kubernetes plugin's Helm, from the box's chart repository. The box's engine runs this file as the
 project's `__main__.py`; what it installs is in the JSON file LAB_MGMT_BOX_AUTOSCALERS names
-(`{"repository": URL, "releases": [{"cluster", "namespace", "digest", "proxmox_rule"}]}`), which a
-scenario rewrites between runs (a new digest: a rotated kubeconfig).
+(`{"repository": URL, "releases": [{"cluster", "namespace", "digest", "proxmox_rule", "lease"}]}`),
+which a scenario rewrites between runs (a new digest: a rotated kubeconfig). `lease` names the
+leader-election lease where it is not the default (two autoscalers whose workload cluster is one
+stand-in API server would otherwise share one).
 """
 
 # No `from __future__ import annotations`: run as the project's __main__.py (see box_program.py).
@@ -35,7 +37,7 @@ PROXMOX_RULE = {
 }
 
 
-def values(cluster: str, namespace: str, digest: str, proxmox_rule: bool) -> dict[str, Any]:
+def values(cluster: str, namespace: str, digest: str, proxmox_rule: bool, lease: str | None) -> dict[str, Any]:
     return {
         "cloudProvider": "clusterapi",
         "clusterAPIMode": "kubeconfig-incluster",
@@ -45,7 +47,7 @@ def values(cluster: str, namespace: str, digest: str, proxmox_rule: bool) -> dic
         "fullnameOverride": f"{cluster}-autoscaler",
         "image": {"tag": IMAGE_TAG},
         "rbac": {"clusterScoped": False, "additionalRules": [PROXMOX_RULE] if proxmox_rule else []},
-        "extraArgs": EXTRA_ARGS,
+        "extraArgs": {**EXTRA_ARGS, **({"leader-elect-resource-name": lease} if lease else {})},
         "podAnnotations": {DIGEST_ANNOTATION: digest},
     }
 
@@ -61,7 +63,7 @@ def program(kubeconfig: str, wanted: dict[str, Any]) -> None:
             version=CHART_VERSION,
             repository_opts=kubernetes.helm.v3.RepositoryOptsArgs(repo=wanted["repository"]),
             namespace=namespace,
-            values=values(cluster, namespace, release["digest"], release["proxmox_rule"]),
+            values=values(cluster, namespace, release["digest"], release["proxmox_rule"], release.get("lease")),
             timeout=300,
             opts=pulumi.ResourceOptions(provider=provider),
         )

@@ -15,7 +15,8 @@ the absolute mount paths are the Pod's alone; a missing mount point's nearest ex
 a private overlay there, so nothing is written on the machine's own tree. It runs in a network
 namespace of its own too, as a Pod has: a veth pair joins it to the test's namespace, with the
 Pod's IP (POD_SUBNET) on its side, so two Pods of one Deployment can both listen on the same port
-during a rollout. Both need root: the runner refuses to start otherwise, saying why.
+during a rollout; and a UTS namespace, whose hostname is the Pod's name (the identity a leader
+election records). They need root: the runner refuses to start otherwise, saying why.
 """
 
 from __future__ import annotations
@@ -249,7 +250,7 @@ def volumes(api: Api, pod: dict[str, Any], container: dict[str, Any], pod_dir: P
     return mounts
 
 
-def _mount_script(mounts: list[tuple[Path, str]], pod_dir: Path, pod_ip: str) -> str:
+def _mount_script(mounts: list[tuple[Path, str]], pod_dir: Path, pod_ip: str, hostname: str) -> str:
     """What runs first in the Pod's namespaces: the overlays and bind mounts, then the Pod's side of
     the network once the runner has put its veth there; then the container's process."""
     lines = ["set -eu"]
@@ -272,6 +273,7 @@ def _mount_script(mounts: list[tuple[Path, str]], pod_dir: Path, pod_ip: str) ->
         lines += [f"mkdir -p {quoted}", f"mount --bind {shlex.quote(str(folder))} {quoted}"]
         lines.append(f"mount -o remount,bind,ro {quoted}")
     lines += [
+        f"echo {shlex.quote(hostname)} >/proc/sys/kernel/hostname",
         "ip link set lo up",
         "tries=0; until ip link show eth0 >/dev/null 2>&1; do",
         f"  tries=$((tries+1)); [ $tries -lt {int(NETNS_BOUND_SECONDS * 20)} ] || exit 96; sleep 0.05",
@@ -328,11 +330,25 @@ def start(
         (root / image.path.lstrip("/")).unlink(missing_ok=True)
         (root / image.path.lstrip("/")).symlink_to(binary)
     env = environment(pod, container, *api_address, pod_ip)
-    script = _mount_script(volumes(api, pod, container, pod_dir), pod_dir, pod_ip)
+    script = _mount_script(volumes(api, pod, container, pod_dir), pod_dir, pod_ip, pod["metadata"]["name"])
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with log.open("ab") as output:
         process = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "--net", "--", "sh", "-c", script, "pod", *env, *argv],
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "--net",
+                "--uts",
+                "--",
+                "sh",
+                "-c",
+                script,
+                "pod",
+                *env,
+                *argv,
+            ],
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=subprocess.STDOUT,
