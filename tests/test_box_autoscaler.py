@@ -103,15 +103,31 @@ def test_rbac_is_the_api_servers_own(autoscaler_box: Any) -> None:
 
 
 def test_a_new_digest_on_the_pod_template_restarts_the_autoscaler(autoscaler_box: Any) -> None:
-    events = autoscaler_box["runners"]["lab1"]["events"]
+    everything = autoscaler_box["runners"]["lab1"]["events"]
+    # Up to the kill of the next test.
+    events = everything[: [event["event"] for event in everything].index("exited")]
     started = [event for event in events if event["event"] == "started"]
     stopped = [event for event in events if event["event"] == "stopped"]
     assert len(started) == 2, events
     assert len(stopped) == 1, events
     assert started[0]["uid"] == stopped[0]["uid"] != started[1]["uid"]
     assert started[1]["at"] < stopped[0]["at"]
-    assert not any(event["event"] == "exited" for event in events), events
     annotations = autoscaler_box["deployment"]["spec"]["template"]["metadata"]["annotations"]
     assert annotations == {DIGEST_ANNOTATION: "1" * 64}
     assert _pod(autoscaler_box, "lab1")["annotations"][DIGEST_ANNOTATION] == "1" * 64
     assert "Cluster Autoscaler 1.35.2" in _logs(autoscaler_box, "lab1")[1]
+    assert _pod(autoscaler_box, "lab1")["name"] == started[1]["pod"]
+
+
+def test_a_process_that_dies_is_restarted_after_the_backoff_as_a_kubelet_would(autoscaler_box: Any) -> None:
+    events = autoscaler_box["runners"]["lab1"]["events"]
+    exited = [event for event in events if event["event"] == "exited"]
+    assert [event["exit_code"] for event in exited] == [137]  # 128 + SIGKILL, as a runtime says
+    restarted = events[events.index(exited[0]) + 1]
+    assert (restarted["event"], restarted["uid"]) == ("started", exited[0]["uid"])
+    assert restarted["at"] - exited[0]["at"] >= 1.0
+    (status,) = _pod(autoscaler_box, "lab1")["status"]["containerStatuses"]
+    assert status["restartCount"] == 1
+    assert status["lastState"]["terminated"]["reason"] == "Error"
+    assert "running" in status["state"]
+    assert restarted["log"].endswith("-1.log")

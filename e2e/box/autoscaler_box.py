@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -39,6 +41,8 @@ CONTROLLERS = (
 # its own: both clusters' kubeconfigs point at the one API server, where the lease is kept.
 CLUSTERS = {"lab1": (True, None), "lab2": (False, "lab2-autoscaler")}
 WAIT_SECONDS = 180.0
+# The kubelet's first restart backoff is 10 s; the box's is short, through the runner's setting.
+BACKOFF_SECONDS = 1.0
 
 
 def _objects(cluster: str, namespace: str, kubeconfig: str) -> list[dict[str, Any]]:
@@ -165,6 +169,7 @@ def _process(pid: int) -> dict[str, Any]:
     payload = token.split(".")[1]
     claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     return {
+        "pid": pid,
         "argv": (proc / "cmdline").read_bytes().decode().split("\0")[:-1],
         "environ": sorted((proc / "environ").read_bytes().decode().split("\0")[:-1]),
         "kubeconfig": _inside(pid, "--mount", "cat", "/etc/kubernetes/value"),
@@ -201,7 +206,11 @@ def real_autoscaler(root: str) -> dict[str, Any]:
         timings["control plane, CRDs and objects"] = round(time.monotonic() - started, 1)
         charts = stack.enter_context(chart_repo_standin.serve({"autoscaler": [CHART]}, base))
         runners = {
-            name: stack.enter_context(pod_runner.running(cluster, name, f"{name}-autoscaler", base / f"pods-{name}"))
+            name: stack.enter_context(
+                pod_runner.running(
+                    cluster, name, f"{name}-autoscaler", base / f"pods-{name}", backoff_seconds=BACKOFF_SECONDS
+                )
+            )
             for name in CLUSTERS
         }
         wanted = base / "autoscalers.json"
@@ -262,6 +271,15 @@ def real_autoscaler(root: str) -> dict[str, Any]:
 
         _until("lab1's autoscaler restarted by the rollout", rolled, timings, mark, lambda: _state(runners))
         process = _process([e for e in runners["lab1"].events if e["event"] == "started"][-1]["pid"])
+        # A process that dies: the container terminated, then restarted after the backoff.
+        before = len(runners["lab1"].events)
+        os.kill(process["pid"], signal.SIGKILL)
+        mark = time.monotonic()
+
+        def restarted() -> bool:
+            return [event["event"] for event in runners["lab1"].events[before:]] == ["exited", "started"]
+
+        _until("lab1's killed autoscaler restarted", restarted, timings, mark, lambda: _state(runners))
         pods = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
         deployment = json.loads(
             cluster.kubectl("get", "deployment", "-n", "lab1", "lab1-autoscaler", "-o", "json").stdout

@@ -160,7 +160,8 @@ def _exited(runner: PodRunner, pod: _Pod) -> None:
     """The process ended by itself: the container terminated, restarted after the backoff."""
     assert pod.started is not None
     started, pod.started = pod.started, None
-    code = started.process.returncode
+    # A runtime reports a signal's death as 128 + the signal.
+    code = started.process.returncode if started.process.returncode >= 0 else 128 - started.process.returncode
     pod.last = {
         "exitCode": code,
         "reason": "Completed" if code == 0 else "Error",
