@@ -35,8 +35,9 @@ def _logs(box: Any, cluster: str) -> list[str]:
 
 
 def _pod(box: Any, namespace: str) -> dict[str, Any]:
-    (pod,) = [pod for pod in box["pods"] if pod["namespace"] == namespace]
-    return pod
+    pods: list[dict[str, Any]] = [pod for pod in box["pods"] if pod["namespace"] == namespace]
+    assert len(pods) == 1, pods
+    return pods[0]
 
 
 def test_the_engine_installs_the_chart_and_the_runner_runs_it_as_the_real_autoscaler(autoscaler_box: Any) -> None:
