@@ -132,3 +132,10 @@ def test_a_process_that_dies_is_restarted_after_the_backoff_as_a_kubelet_would(a
     assert status["lastState"]["terminated"]["reason"] == "Error"
     assert "running" in status["state"]
     assert restarted["log"].endswith("-1.log")
+
+
+def test_a_rotated_secret_reaches_the_mounted_file_but_not_the_running_autoscaler(autoscaler_box: Any) -> None:
+    rotation = autoscaler_box["rotation"]
+    assert rotation["kubeconfig_seen"]
+    assert rotation["events"] == ["synced"]
+    assert rotation["same_process_alive"]

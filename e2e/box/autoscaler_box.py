@@ -8,7 +8,9 @@ chart repository, and the pod runner running the chart's Pod as the real autosca
 release, lab2, has no proxmoxmachinetemplates rule: the control.
 
 Then a new digest on the pod template (a rotated kubeconfig, the program's next run): the rollout
-stops the old process and starts a new one.
+stops the old process and starts a new one. A rotated Secret alone reaches the running process's
+mounted file, and the process goes on as it was (it does not read it again: #4784). A killed
+process is restarted after the backoff.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ CLUSTERS = {"lab1": (True, None), "lab2": (False, "lab2-autoscaler")}
 WAIT_SECONDS = 180.0
 # The kubelet's first restart backoff is 10 s; the box's is short, through the runner's setting.
 BACKOFF_SECONDS = 1.0
+# The kubelet syncs a mounted Secret about every minute; the box's runner every 2 s.
+SECRET_SYNC_SECONDS = 2.0
 
 
 def _objects(cluster: str, namespace: str, kubeconfig: str) -> list[dict[str, Any]]:
@@ -185,6 +189,37 @@ def _service_account(cluster: str) -> str:
     return f"system:serviceaccount:{cluster}:{cluster}-autoscaler"
 
 
+def _rotate_and_kill(
+    cluster: control_plane.ControlPlane, runners: dict[str, pod_runner.PodRunner], pid: int, timings: dict[str, float]
+) -> dict[str, Any]:
+    """A rotated kubeconfig (another user's token, as Cluster API rotates the Secret): the runner
+    updates the mounted file, and lab1's process `pid` goes on as it was (#4784). Then that process
+    dies: the container terminated, then restarted after the backoff."""
+    runner = runners["lab1"]
+    before = len(runner.events)
+    rotated = cluster.kubeconfig_of(control_plane.OPERATOR_USER).read_text()
+    _apply(cluster, [_objects("lab1", "lab1", rotated)[1]])
+
+    def synced() -> bool:
+        return any(event["event"] == "synced" for event in runner.events[before:])
+
+    what = "lab1's rotated kubeconfig in the running process's mount"
+    _until(what, synced, timings, time.monotonic(), lambda: _state(runners))
+    rotation = {
+        "kubeconfig_seen": _inside(pid, "--mount", "cat", "/etc/kubernetes/value") == rotated,
+        "events": [event["event"] for event in runner.events[before:]],
+        "same_process_alive": Path(f"/proc/{pid}").exists(),
+    }
+    before = len(runner.events)
+    os.kill(pid, signal.SIGKILL)
+
+    def restarted() -> bool:
+        return [event["event"] for event in runner.events[before:]] == ["exited", "started"]
+
+    _until("lab1's killed autoscaler restarted", restarted, timings, time.monotonic(), lambda: _state(runners))
+    return rotation
+
+
 def real_autoscaler(root: str) -> dict[str, Any]:
     base = Path(root)
     timings: dict[str, float] = {}
@@ -208,7 +243,12 @@ def real_autoscaler(root: str) -> dict[str, Any]:
         runners = {
             name: stack.enter_context(
                 pod_runner.running(
-                    cluster, name, f"{name}-autoscaler", base / f"pods-{name}", backoff_seconds=BACKOFF_SECONDS
+                    cluster,
+                    name,
+                    f"{name}-autoscaler",
+                    base / f"pods-{name}",
+                    backoff_seconds=BACKOFF_SECONDS,
+                    secret_sync_seconds=SECRET_SYNC_SECONDS,
                 )
             )
             for name in CLUSTERS
@@ -271,15 +311,7 @@ def real_autoscaler(root: str) -> dict[str, Any]:
 
         _until("lab1's autoscaler restarted by the rollout", rolled, timings, mark, lambda: _state(runners))
         process = _process([e for e in runners["lab1"].events if e["event"] == "started"][-1]["pid"])
-        # A process that dies: the container terminated, then restarted after the backoff.
-        before = len(runners["lab1"].events)
-        os.kill(process["pid"], signal.SIGKILL)
-        mark = time.monotonic()
-
-        def restarted() -> bool:
-            return [event["event"] for event in runners["lab1"].events[before:]] == ["exited", "started"]
-
-        _until("lab1's killed autoscaler restarted", restarted, timings, mark, lambda: _state(runners))
+        rotation = _rotate_and_kill(cluster, runners, process["pid"], timings)
         pods = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
         deployment = json.loads(
             cluster.kubectl("get", "deployment", "-n", "lab1", "lab1-autoscaler", "-o", "json").stdout
@@ -308,6 +340,7 @@ def real_autoscaler(root: str) -> dict[str, Any]:
             ],
             "deployment": deployment,
             "process": process,
+            "rotation": rotation,
             "cluster_ca": (base / "control-plane" / "pki" / "apiserver.crt").read_text(),
             "admin_kubeconfig": kubeconfig,
             "chart_requests": charts.requests,

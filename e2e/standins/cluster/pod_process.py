@@ -172,12 +172,22 @@ def environment(pod: dict[str, Any], container: dict[str, Any], api_host: str, a
     return [f"{name}={value}" for name, value in env.items()]
 
 
-def _write(folder: Path, files: dict[str, bytes], mode: int) -> None:
+def _write(folder: Path, files: dict[str, bytes], mode: int) -> bool:
+    """Each file written whole (a rename, so a reader never sees half of it) where it differs;
+    whether any did."""
     folder.mkdir(parents=True, exist_ok=True)
+    changed = False
     for path, data in files.items():
-        (folder / path).parent.mkdir(parents=True, exist_ok=True)
-        (folder / path).write_bytes(data)
-        (folder / path).chmod(mode)
+        target = folder / path
+        if target.exists() and target.read_bytes() == data:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.partial")
+        partial.write_bytes(data)
+        partial.chmod(mode)
+        partial.rename(target)
+        changed = True
+    return changed
 
 
 def _token(api: Api, pod: dict[str, Any], source: dict[str, Any]) -> bytes:
@@ -209,15 +219,16 @@ def _keys(data: dict[str, str], items: list[dict[str, str]] | None, encoded: boo
     return {item["path"]: decoded[item["key"]] for item in items}
 
 
-def _volume(api: Api, pod: dict[str, Any], volume: dict[str, Any], folder: Path) -> None:
-    """The volume's files written into `folder`, as the kubelet's volume plugins write them."""
+def _volume(api: Api, pod: dict[str, Any], volume: dict[str, Any], folder: Path) -> bool:
+    """The volume's files written into `folder`, as the kubelet's volume plugins write them;
+    whether any changed."""
     namespace = pod["metadata"]["namespace"]
     if set(volume) == {"name", "secret"}:
         name = volume["secret"]["secretName"]
         secret = api.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
         files = _keys(secret.get("data", {}), volume["secret"].get("items"), True, f"Secret {name}")
-        _write(folder, files, volume["secret"].get("defaultMode", 0o644))
-    elif set(volume) == {"name", "projected"}:
+        return _write(folder, files, volume["secret"].get("defaultMode", 0o644))
+    if set(volume) == {"name", "projected"}:
         files = {}
         for source in volume["projected"]["sources"]:
             if "serviceAccountToken" in source:
@@ -231,9 +242,20 @@ def _volume(api: Api, pod: dict[str, Any], volume: dict[str, Any], folder: Path)
                     files[item["path"]] = _field(pod, item["fieldRef"]["fieldPath"], "").encode()
             else:
                 raise PodError(f"volume {volume['name']}: the runner does not project {sorted(source)}")
-        _write(folder, files, volume["projected"].get("defaultMode", 0o644))
-    else:
-        raise PodError(f"volume {volume['name']}: the runner knows secret and projected volumes, not {sorted(volume)}")
+        return _write(folder, files, volume["projected"].get("defaultMode", 0o644))
+    raise PodError(f"volume {volume['name']}: the runner knows secret and projected volumes, not {sorted(volume)}")
+
+
+def refresh_secrets(api: Api, pod: dict[str, Any], pod_dir: Path) -> list[str]:
+    """The Pod's Secret volumes written again from their Secrets, as the kubelet's periodic sync
+    updates a mounted Secret (the process sees the new files at once: its mounts are binds of these
+    folders); the names of the volumes that changed."""
+    changed = []
+    for volume in pod["spec"].get("volumes", []):
+        folder = pod_dir / "volumes" / volume["name"]
+        if "secret" in volume and folder.exists() and _volume(api, pod, volume, folder):
+            changed.append(volume["name"])
+    return changed
 
 
 def volumes(api: Api, pod: dict[str, Any], container: dict[str, Any], pod_dir: Path) -> list[tuple[Path, str]]:

@@ -10,6 +10,9 @@ Deployment) as processes, since no image can run here. For each Pod of the Deplo
 - reports it Running and Ready while the process lives; when the process exits, the container
   terminated (exit code, reason), restartCount up, CrashLoopBackOff, and a restart after the
   kubelet's backoff (10 s doubling to 5 minutes; `backoff_seconds` sets the first);
+- every `secret_sync_seconds` (the kubelet's sync is about a minute), writes the Pod's Secret
+  volumes again from their Secrets, so a running process sees a changed Secret's files (whether it
+  reads them again is its own business: cluster-autoscaler does not, #4784);
 - on the Pod's deletion, stops the process (SIGTERM, then SIGKILL after the Pod's grace period)
   and removes the Pod, as the kubelet confirms a deletion; so a rollout (a changed pod annotation)
   restarts the process.
@@ -38,6 +41,7 @@ from e2e.standins.cluster.controller_loop import looping
 POLL_SECONDS = 0.5
 BACKOFF_SECONDS = 10.0
 BACKOFF_CAP_SECONDS = 300.0
+SECRET_SYNC_SECONDS = 60.0
 
 
 @dataclass
@@ -53,6 +57,7 @@ class _Pod:
     last: dict[str, Any] | None = None
     next_start: float = 0.0
     failed: str = ""
+    synced: float = 0.0
 
 
 @dataclass
@@ -63,8 +68,9 @@ class PodRunner:
     node: str
     folder: Path
     backoff_seconds: float = BACKOFF_SECONDS
+    secret_sync_seconds: float = SECRET_SYNC_SECONDS
     events: list[dict[str, Any]] = field(default_factory=list)
-    """In order: {"event": "started"|"exited"|"stopped"|"deleted", "pod", "uid", "at", ...}."""
+    """In order: {"event": "started"|"exited"|"stopped"|"deleted"|"synced", "pod", "uid", "at", ...}."""
     errors: list[str] = field(default_factory=list)
     pods: dict[str, _Pod] = field(default_factory=dict, repr=False)
     selector: str = ""
@@ -182,15 +188,48 @@ def _delete(api: pod_process.Api, runner: PodRunner, item: dict[str, Any]) -> No
         runner.errors.append(f"delete {meta['name']}: {code} {answer.get('message', '')}")
 
 
+def _tend(api: pod_process.Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> None:
+    """One Pod, as the kubelet's sync of it: stopped and removed once deleted; else bound, its
+    process started, watched, restarted, and its Secret volumes kept in sync."""
+    meta, spec = item["metadata"], item["spec"]
+    if meta.get("deletionTimestamp"):
+        _stop(runner, pod, float(spec.get("terminationGracePeriodSeconds", 30)))
+        _delete(api, runner, item)
+        if not any(event["event"] == "deleted" and event["uid"] == pod.uid for event in runner.events):
+            runner._record("deleted", pod)
+        return
+    if not spec.get("nodeName"):
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
+        code, answer = api.call("POST", path, pod_status.binding(pod.name, runner.node))
+        if code != 201:
+            runner.errors.append(f"bind {pod.name}: {code} {answer.get('message', '')}")
+            return
+        item = api.get(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}")
+    changed = False
+    if pod.started is not None and pod.started.process.poll() is not None:
+        _exited(runner, pod)
+        changed = True
+    if pod.started is None and not pod.failed and time.monotonic() >= pod.next_start:
+        _start(api, runner, pod, item)
+        changed = True
+    if changed:
+        _patch_status(api, runner, pod, spec)
+        pod.synced = time.monotonic()
+    elif pod.started is not None and time.monotonic() - pod.synced >= runner.secret_sync_seconds:
+        pod.synced = time.monotonic()
+        volumes = pod_process.refresh_secrets(api, item, pod.folder)
+        if volumes:
+            runner._record("synced", pod, volumes=volumes)
+
+
 def _step(api: pod_process.Api, runner: PodRunner) -> None:
     selector = _selector(api, runner)
     if not selector:
         return
     query = urllib.parse.urlencode({"labelSelector": selector})
-    items = api.get(f"/api/v1/namespaces/{runner.namespace}/pods?{query}")["items"]
     seen = set()
-    for listed in items:
-        item, meta, spec = listed, listed["metadata"], listed["spec"]
+    for item in api.get(f"/api/v1/namespaces/{runner.namespace}/pods?{query}")["items"]:
+        meta = item["metadata"]
         seen.add(meta["uid"])
         pod = runner.pods.get(meta["uid"])
         if pod is None:
@@ -198,28 +237,7 @@ def _step(api: pod_process.Api, runner: PodRunner) -> None:
             folder = runner.folder / f"{meta['namespace']}_{meta['name']}"
             pod = runner.pods[meta["uid"]] = _Pod(meta["namespace"], meta["name"], meta["uid"], folder, ip)
             pod.start_time = pod_status.now()
-        if meta.get("deletionTimestamp"):
-            _stop(runner, pod, float(spec.get("terminationGracePeriodSeconds", 30)))
-            _delete(api, runner, item)
-            if not any(event["event"] == "deleted" and event["uid"] == pod.uid for event in runner.events):
-                runner._record("deleted", pod)
-            continue
-        if not spec.get("nodeName"):
-            path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
-            code, answer = api.call("POST", path, pod_status.binding(pod.name, runner.node))
-            if code != 201:
-                runner.errors.append(f"bind {pod.name}: {code} {answer.get('message', '')}")
-                continue
-            item = api.get(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}")
-        changed = False
-        if pod.started is not None and pod.started.process.poll() is not None:
-            _exited(runner, pod)
-            changed = True
-        if pod.started is None and not pod.failed and time.monotonic() >= pod.next_start:
-            _start(api, runner, pod, item)
-            changed = True
-        if changed:
-            _patch_status(api, runner, pod, spec)
+        _tend(api, runner, pod, item)
     for uid, pod in runner.pods.items():
         if uid not in seen and pod.started is not None:
             _stop(runner, pod, 5)
@@ -235,6 +253,7 @@ def running(
     node: str = "mgmt",
     poll_seconds: float = POLL_SECONDS,
     backoff_seconds: float = BACKOFF_SECONDS,
+    secret_sync_seconds: float = SECRET_SYNC_SECONDS,
 ) -> Iterator[PodRunner]:
     """Runs the Pods of `deployment` in `namespace` on `cluster` as processes for the block, from
     the node `node`; every process still running is stopped afterwards."""
@@ -244,7 +263,7 @@ def running(
             "process's own and gives it a network namespace with a veth pair: that needs root"
         )
     folder.mkdir(parents=True, exist_ok=True)
-    runner = PodRunner(cluster, namespace, deployment, node, folder, backoff_seconds)
+    runner = PodRunner(cluster, namespace, deployment, node, folder, backoff_seconds, secret_sync_seconds)
     registered: list[bool] = []
 
     def step() -> None:
