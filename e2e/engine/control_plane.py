@@ -3,7 +3,8 @@ service account token controller (built by `e2e/engine/build-engine.sh control-p
 the caller names in LAB_MGMT_CONTROL_PLANE_BIN), serving at the VM's address on port 6443 (or at a
 workload cluster's control-plane endpoint, with more controllers and kube-scheduler: lab1), with
 an admin token, and an audit log of every request on HelmCharts and provider CRs (with what was
-sent, but for a patch of a provider CR), on Secrets, and of every write, so that a test can tell
+sent, but for a patch of a provider CR), on Secrets and Cluster API's objects (reads too: whom
+cluster-autoscaler reads them as, and whether RBAC let it), and of every write, so that a test can tell
 what a script or the engine did and in which order.
 
 It runs only inside a network namespace that the test made (e2e/engine/netns.py), where the VM's
@@ -70,6 +71,10 @@ rules:
   resources:
   - group: ""
     resources: [secrets]
+- level: Metadata
+  resources:
+  - group: cluster.x-k8s.io
+  - group: infrastructure.cluster.x-k8s.io
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
 - level: None

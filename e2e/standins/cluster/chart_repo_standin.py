@@ -6,8 +6,11 @@ repository path an `index.yaml` and the chart archives it lists.
 The charts are stand-ins too: a chart of the real name and version whose template renders a
 ConfigMap named after the release, so the objects a release owns can be told apart, and whatever
 other templates and CRDs a test gives it (`cilium_chart`: Cilium's DaemonSet and operator, as
-the workload cluster waits on them). Besides the charts it serves CAPMOX's release asset
-`cluster-template.yaml` (`capmox_release_assets`). Every request
+the workload cluster waits on them). Where a box asks for a real chart, it is one of the
+upstream charts in ../shared/vendor (`VendoredChart`: a `git archive` of the chart's folder, read
+at run time and packed as `helm package` would, under the chart's name, with its own Chart.yaml in
+the index). Besides the charts it serves CAPMOX's release asset `cluster-template.yaml`
+(`capmox_release_assets`). Every request
 is recorded; any other path or method is answered 404 naming it and recorded as unknown, so a test
 can fail on it. A test can take the repositories down for a while (`down`).
 """
@@ -85,6 +88,50 @@ class Chart:
         return buffer.getvalue()
 
 
+@dataclass(frozen=True)
+class VendoredChart:
+    """An upstream chart from its archive in ../shared/vendor (checked against its pinned sha256),
+    served as the chart archive `<name>-<version>.tgz`, packed deterministically as `Chart` is."""
+
+    source: str
+    """The archive's file name, e.g. cluster-autoscaler-chart-9.59.0.tar.gz."""
+
+    def _files(self) -> dict[str, bytes]:
+        files = {}
+        with tarfile.open(vendor.checked(self.source), "r:gz") as tar:
+            for member in tar.getmembers():
+                extracted = tar.extractfile(member) if member.isfile() else None
+                if extracted is not None and "/" in member.name:
+                    files[member.name.split("/", 1)[1]] = extracted.read()
+        return dict(sorted(files.items()))
+
+    def metadata(self) -> dict[str, Any]:
+        chart: dict[str, Any] = yaml.safe_load(self._files()["Chart.yaml"])
+        return chart
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata()["name"])
+
+    @property
+    def version(self) -> str:
+        return str(self.metadata()["version"])
+
+    @property
+    def archive_name(self) -> str:
+        return f"{self.name}-{self.version}.tgz"
+
+    def archive(self) -> bytes:
+        buffer = io.BytesIO()
+        with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as packed, tarfile.open(fileobj=packed, mode="w") as tar:
+            for path, data in self._files().items():
+                info = tarfile.TarInfo(f"{self.name}/{path}")
+                info.size = len(data)
+                info.mode = 0o644
+                tar.addfile(info, io.BytesIO(data))
+        return buffer.getvalue()
+
+
 def rendered(release: str, namespace: str, chart: Chart, template: str = TEMPLATE) -> str:
     """The object `template` (one of the chart's) renders for a release."""
     return (
@@ -117,7 +164,7 @@ class ChartRepoStandIn:
             self.listen()
 
 
-def _index(charts: Sequence[Chart]) -> bytes:
+def _index(charts: Sequence[Chart | VendoredChart]) -> bytes:
     entries: dict[str, list[dict[str, Any]]] = {}
     for chart in charts:
         entries.setdefault(chart.name, []).append(
@@ -133,7 +180,9 @@ def _index(charts: Sequence[Chart]) -> bytes:
 
 @contextmanager
 def serve(
-    repositories: Mapping[str, Sequence[Chart]], directory: Path, assets: Mapping[str, bytes] | None = None
+    repositories: Mapping[str, Sequence[Chart | VendoredChart]],
+    directory: Path,
+    assets: Mapping[str, bytes] | None = None,
 ) -> Iterator[ChartRepoStandIn]:
     """The repositories (path -> charts) at https://127.0.0.1:<ephemeral port>/<path>, and any
     other files at the paths `assets` names (a release's assets: capmox_release_assets)."""

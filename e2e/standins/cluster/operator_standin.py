@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from e2e.engine.control_plane import OPERATOR_USER, ControlPlane
-from e2e.standins.cluster import provider_crds
+from e2e.standins.cluster import pod_status, provider_crds
 from e2e.standins.cluster.controller_loop import looping
 
 CRDS_ESTABLISHED_BOUND = "60s"
@@ -112,7 +112,7 @@ def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, 
         ready = {
             "observedGeneration": generation,
             "installedVersion": version,
-            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": _now()}],
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": pod_status.now()}],
         }
         patched = cluster.kubectl_as(
             as_operator,
@@ -186,33 +186,16 @@ def _run_pods(cluster: ControlPlane, namespace: str, standin: OperatorStandIn) -
     for pod in pending:
         name, spec = pod["metadata"]["name"], pod["spec"]
         if not spec.get("nodeName"):
-            binding = {
-                "apiVersion": "v1",
-                "kind": "Binding",
-                "metadata": {"name": name},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": nodes.stdout.strip()},
-            }
             bound = cluster.kubectl_as(
                 as_operator,
                 *("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", "-f", "-"),
-                stdin=json.dumps(binding),
+                stdin=json.dumps(pod_status.binding(name, nodes.stdout.strip())),
             )
             if bound.returncode != 0:
                 standin.errors.append(bound.stderr.strip())
                 continue
-        now = _now()
-        conditions = [
-            {"type": kind, "status": "True", "lastTransitionTime": now}
-            for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
-        ]
-        containers = [
-            {
-                **{"name": container["name"], "image": container["image"], "imageID": ""},
-                **{"ready": True, "started": True, "restartCount": 0, "state": {"running": {"startedAt": now}}},
-            }
-            for container in spec["containers"]
-        ]
-        status = {"phase": "Running", "startTime": now, "conditions": conditions, "containerStatuses": containers}
+        now = pod_status.now()
+        status = pod_status.status([pod_status.running(container, now) for container in spec["containers"]], now)
         patched = cluster.kubectl_as(
             as_operator,
             *("patch", "pod", name, "-n", namespace, "--subresource=status", "--type=merge"),
@@ -222,10 +205,6 @@ def _run_pods(cluster: ControlPlane, namespace: str, standin: OperatorStandIn) -
             standin.errors.append(patched.stderr.strip())
             continue
         standin.pods_run.append(f"{namespace}/{name}")
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 @contextmanager

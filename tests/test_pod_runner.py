@@ -1,0 +1,84 @@
+"""The pod runner stand-in (e2e/standins/cluster/pod_process.py) fails loudly on what it cannot run
+as a kubelet would, rather than running something else: an image no binary stands for, a tag other
+than the one built, a command that is not the image's binary, env it cannot resolve, volumes it
+does not know. Its mount script lays an overlay only where a mount point is missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.standins.cluster import pod_process
+
+IMAGE = "registry.k8s.io/autoscaling/cluster-autoscaler"
+
+
+def _pod(**container: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "lab1-autoscaler-abc", "namespace": "lab1", "uid": "u-1"},
+        "spec": {
+            "serviceAccountName": "lab1-autoscaler",
+            "containers": [{"name": "ca", "image": f"{IMAGE}:v1.35.2", **container}],
+        },
+    }
+
+
+def test_an_unknown_image_or_tag_is_refused_naming_it() -> None:
+    with pytest.raises(pod_process.PodError, match=r"no binary stands for image nginx:1"):
+        pod_process.image_of({"image": "nginx:1"})
+    with pytest.raises(pod_process.PodError, match=r"built here is .*:v1\.35\.2"):
+        pod_process.image_of({"image": f"{IMAGE}:v1.35.0"})
+    assert pod_process.image_of({"image": f"{IMAGE}:v1.35.2"}).binary == "cluster-autoscaler"
+
+
+def test_the_env_is_the_containers_with_what_a_kubelet_adds() -> None:
+    pod = _pod()
+    container = {
+        "name": "ca",
+        "env": [
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "SERVICE_ACCOUNT", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}},
+            {"name": "PLAIN", "value": "x"},
+        ],
+    }
+    env = pod_process.environment(pod, container, "192.168.4.21", 6443, "10.88.0.2")
+    assert env[-3:] == ["POD_NAMESPACE=lab1", "SERVICE_ACCOUNT=lab1-autoscaler", "PLAIN=x"]
+    assert {"KUBERNETES_SERVICE_HOST=192.168.4.21", "KUBERNETES_SERVICE_PORT=6443"} <= set(env)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        {"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['x']"}}},
+    ],
+)
+def test_env_it_cannot_resolve_is_refused(entry: dict[str, Any]) -> None:
+    with pytest.raises(pod_process.PodError):
+        pod_process.environment(_pod(), {"name": "ca", "env": [entry]}, "h", 1, "ip")
+
+
+def test_a_command_other_than_the_images_binary_is_refused(tmp_path: Path) -> None:
+    pod = _pod(command=["/bin/sh", "-c", "true"])
+    with pytest.raises(pod_process.PodError, match="not the image's /cluster-autoscaler"):
+        pod_process.start(None, pod, tmp_path, network=("10.88.0.2", "v"), log=tmp_path / "l", api_address=("h", 1))  # type: ignore[arg-type]
+
+
+def test_an_unknown_volume_is_refused(tmp_path: Path) -> None:
+    pod = _pod(volumeMounts=[{"name": "data", "mountPath": "/data"}])
+    pod["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    with pytest.raises(pod_process.PodError, match="knows secret and projected volumes"):
+        pod_process.volumes(None, pod, pod["spec"]["containers"][0], tmp_path)  # type: ignore[arg-type]
+
+
+def test_an_overlay_is_laid_only_where_a_mount_point_is_missing(tmp_path: Path) -> None:
+    missing = "/etc/lab-mgmt-test-never-made/kubernetes"
+    script = pod_process._mount_script(
+        [(tmp_path / "a", missing), (tmp_path / "b", "/usr")], tmp_path, "10.88.0.2", "p"
+    )
+    assert script.count("mount -t overlay") == 1
+    assert "lowerdir=/etc," in script
+    assert f"mount --bind {tmp_path / 'a'} {missing}" in script
+    assert f"mount --bind {tmp_path / 'b'} /usr" in script
