@@ -86,18 +86,6 @@ def check_upgrade_order(deployed: Mapping[str, str] | None, wanted: Mapping[str,
     return dict(wanted)
 
 
-# The organization that every self-managed (DIY: file or object store) backend reports.
-DIY_ORGANIZATION = "organization"
-
-
-def own_stack_reference_name(organization: str, project: str, stack: str) -> str:
-    """How this stack names itself in a StackReference, on every backend. A DIY backend in its
-    older layout (state made before project-scoped stacks) refuses `organization/project/stack`
-    as a stack name, while a bare name means this project's stack in both of its layouts. Pulumi
-    Cloud reads a bare name in the user's default organization, which need not be the stack's."""
-    return stack if organization == DIY_ORGANIZATION else f"{organization}/{project}/{stack}"
-
-
 class ClusterNode(Protocol):
     """What the program needs of the node its cluster runs on (components.k3s_node.K3sNode): the
     cluster's Kubernetes provider and admin kubeconfig."""
@@ -107,28 +95,6 @@ class ClusterNode(Protocol):
     on_cluster: pulumi.ResourceOptions
     """The options of an object the program makes on the cluster: the provider, and the machine
     whose deletion takes the cluster, and so the object, with it."""
-
-
-def last_deployment() -> pulumi.Output[Mapping[str, Any]]:
-    """The outputs of this stack's last deployment, as a whole secret (the kubeconfigs are);
-    empty for a stack that was never deployed."""
-    reference = pulumi.StackReference(
-        "last-deployment",
-        stack_name=own_stack_reference_name(pulumi.get_organization(), pulumi.get_project(), pulumi.get_stack()),
-    )
-    return reference.outputs.apply(lambda outputs: dict(outputs or {}))
-
-
-def deployed_output(deployment: pulumi.Output[Mapping[str, Any]], name: str) -> pulumi.Output[Any]:
-    """One output of the last deployment, None where it had none; not secret, so only for
-    outputs that are not."""
-    return pulumi.Output.unsecret(deployment.apply(lambda outputs: outputs.get(name)))
-
-
-def last_deployed_versions(deployment: pulumi.Output[Mapping[str, Any]]) -> pulumi.Output[Mapping[str, str] | None]:
-    """The providerVersions output of the last deployment, which the upgrade check compares
-    against; None for a stack that was never deployed."""
-    return deployed_output(deployment, "providerVersions")
 
 
 class ClusterApi(pulumi.ComponentResource):

@@ -18,11 +18,12 @@ import yaml
 
 from components import adoption
 from components.certificate_renewal import CERTIFICATE_RENEWAL_OUTPUT, announced, held_certificate
-from components.cluster_api import deployed_output
 from components.host_script import host_command, script_command
 from components.kubeconfig import rename_k3s_kubeconfig
 from components.management_vm import ManagementVm
-from components.settings import PROJECT, K3sSettings
+from components.next_boot import dialed_address
+from components.run_records import RunRecords, deployed_output
+from components.settings import PROJECT, K3sSettings, VmSettings
 
 # A booting VM refuses or drops SSH for a minute or two: each dial (sshDialAttempts of them) is
 # bounded at 10 seconds and spaced by the provider's backoff (up to 5 seconds).
@@ -133,15 +134,17 @@ class K3sNode(pulumi.ComponentResource):
         name: str,
         vm: ManagementVm,
         k3s: K3sSettings,
-        ci_user: str,
+        vm_settings: VmSettings,
         *,
-        host: pulumi.Input[str],
         adopt: bool,
-        deployment: pulumi.Output[Mapping[str, Any]],
+        records: RunRecords,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        """`host`: where the host steps dial the VM (next_boot.dialed_address); `deployment`: last_deployment()."""
+        """`records`: the last deployment's outputs, and where the node's own go for the next run."""
         super().__init__("homelab:index:K3sNode", name, None, opts)
+        deployment, ci_user = records.last, vm_settings.ci_user
+        # Where the host steps dial the VM: its address, once the last deployment shows they reach it.
+        host: pulumi.Input[str] = dialed_address(vm_settings, deployment, adopt=adopt)
         # A run that k3s's version order refuses dials nothing.
         host = _in_version_order(host, k3s.version, deployment)
         host_ready = self._first_contact(name, vm, k3s, ci_user, host=host, deployment=deployment)
@@ -175,6 +178,20 @@ class K3sNode(pulumi.ComponentResource):
             f"{name}-kubeconfig-file", k3s.kubeconfig_path, self.kubeconfig, deployment, parent=self
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, CERTIFICATE_RENEWAL_OUTPUT: self.certificate_renewal})
+        self._keep(records)
+
+    def _keep(self, records: RunRecords) -> None:
+        """What the next run reads of the node."""
+        records.keep("kubeconfig", self.kubeconfig)
+        # The next run's k3s version order check.
+        records.keep(K3S_VERSION_OUTPUT, self.k3s_version)
+        # The next run's first contact with the same VM dials with this key.
+        records.keep(SSH_HOST_KEY_OUTPUT, self.ssh_host_key)
+        # None (no output) until the held admin certificate first nears expiry.
+        records.keep(CERTIFICATE_RENEWAL_OUTPUT, self.certificate_renewal)
+        # Only with a file to keep: the next run notices the file deleted by hand.
+        if self.kubeconfig_file is not None:
+            records.keep(KUBECONFIG_FILE_OUTPUT, self.kubeconfig_file)
 
     def _first_contact(
         self,

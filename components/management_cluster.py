@@ -6,39 +6,31 @@ onto its own API server, so that what the box proves is what the program does.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-
 import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components.charts import ClusterCharts
-from components.cluster_api import ClusterApi, ClusterNode, last_deployed_versions, last_deployment
+from components.cluster_api import ClusterApi, ClusterNode
 from components.cluster_template import ClusterTemplateError, render_cluster
 from components.readonly_access import ReadOnlyAccess
+from components.run_records import RunRecords
 from components.settings import PROJECT, Settings
 from components.settings import WorkloadCluster as WorkloadClusterSettings
 from components.workload_cluster import WorkloadCluster
 
-
-@dataclass(frozen=True)
-class ManagementCluster:
-    provider_versions: pulumi.Output[dict[str, str]]
-    readonly_kubeconfig: pulumi.Output[str]
-    workload_readonly_kubeconfigs: pulumi.Output[dict[str, str]]
-    """Workload cluster name -> its read-only kubeconfig; secret as a whole."""
+PROVIDER_VERSIONS_OUTPUT = "providerVersions"
+"""The providers' versions, which the next run's upgrade order check compares with."""
 
 
 def manage_cluster(
     settings: Settings,
     node: ClusterNode,
     cluster_charts: ClusterCharts,
-    deployment: pulumi.Output[Mapping[str, Any]] | None = None,
-) -> ManagementCluster:
+    records: RunRecords,
+) -> None:
     """`cluster_charts`: components.charts.cluster_charts, which the caller makes sure of before
-    it registers anything. `deployment`: the outputs of this stack's last deployment, when the
-    caller reads them already (a stack reads them once); else they are read here."""
+    it registers anything. `records`: the last deployment's outputs, and where the cluster's own
+    go: the read-only kubeconfigs and the providers' versions."""
     cluster_api = ClusterApi(
         "mgmt",
         node,
@@ -47,7 +39,7 @@ def manage_cluster(
         proxmox_url=settings.proxmox.endpoint,
         protected=settings.vm.protected,
         adopt=settings.adopt,
-        deployed_versions=last_deployed_versions(deployment if deployment is not None else last_deployment()),
+        deployed_versions=records.last_value(PROVIDER_VERSIONS_OUTPUT),
     )
     readonly = ReadOnlyAccess(
         "mgmt-readonly",
@@ -61,12 +53,11 @@ def manage_cluster(
         for cluster in settings.workload.clusters
     ]
     kubeconfigs = pulumi.Output.all(**{w.name: w.readonly_kubeconfig for w in workload_clusters})
-    return ManagementCluster(
-        provider_versions=cluster_api.provider_versions,
-        readonly_kubeconfig=readonly.kubeconfig,
-        # all() of no outputs is an empty list, not a mapping: dict() makes it one either way.
-        workload_readonly_kubeconfigs=pulumi.Output.secret(kubeconfigs.apply(dict)),
-    )
+    records.keep("readonlyKubeconfig", readonly.kubeconfig)
+    # Workload cluster name -> its read-only kubeconfig, secret as a whole. all() of no outputs is
+    # an empty list, not a mapping: dict() makes it one either way.
+    records.keep("workloadReadonlyKubeconfigs", pulumi.Output.secret(kubeconfigs.apply(dict)))
+    records.keep(PROVIDER_VERSIONS_OUTPUT, cluster_api.provider_versions)
 
 
 def _workload_cluster(

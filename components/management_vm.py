@@ -9,6 +9,8 @@ import pulumi
 import pulumi_proxmoxve as proxmoxve
 
 from components import adoption
+from components.next_boot import ADDRESS_OUTPUT, CLOUD_INIT_OUTPUT, SIZE_OUTPUT, held_cloud_init, held_size
+from components.run_records import RunRecords
 from components.settings import PROJECT, ImageSettings, ProxmoxSettings, VmSettings
 
 # The image has no qemu-guest-agent until the k3s component installs it, so the provider must not
@@ -78,11 +80,12 @@ class ManagementVm(pulumi.ComponentResource):
         image: ImageSettings,
         *,
         adopt: bool,
-        deployment: pulumi.Output[Mapping[str, Any]],
+        records: RunRecords,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        """`deployment`: the outputs of this stack's last deployment."""
+        """`records`: the last deployment's outputs, and where the VM's own go for the next run."""
         super().__init__("homelab:index:ManagementVm", name, None, opts)
+        deployment = records.last
         provider = proxmoxve.Provider(
             f"{name}-proxmox",
             endpoint=proxmox.endpoint,
@@ -121,6 +124,11 @@ class ManagementVm(pulumi.ComponentResource):
                 "protection": self.protection,
             }
         )
+        # What the next run checks its settings against (components.next_boot, rebuild_protection).
+        records.keep(ADDRESS_OUTPUT, self.address)
+        records.keep(PROTECTED_OUTPUT, self.protection)
+        records.keep(CLOUD_INIT_OUTPUT, held_cloud_init(self.vm, adopt=adopt))
+        records.keep(SIZE_OUTPUT, held_size(self.vm, adopt=adopt))
 
 
 def _vm(

@@ -548,9 +548,13 @@ def run_program(
         ROOT.set(None)
         settings.configure(settings.Settings(project=None, stack=None))
         # Every output that derives from a failed one holds the error too; the test has seen it.
+        # One still pending when the run stopped (an apply waiting on the failed one) would fail
+        # later, unseen: it is cancelled instead.
         for future in [obj for obj in gc.get_objects() if isinstance(obj, asyncio.Future)]:
             if future.done() and not future.cancelled():
                 future.exception()
+            elif not future.done():
+                future.cancel()
         gc.collect()
         raise
     root = ROOT.get()

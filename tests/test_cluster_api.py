@@ -19,8 +19,8 @@ from components.cluster_api import (
     UpgradeOrderError,
     check_upgrade_order,
     credentials_secret_name,
-    own_stack_reference_name,
 )
+from components.run_records import own_stack_reference_name
 from components.settings import SettingsError
 
 RELEASE = "kubernetes:helm.sh/v3:Release"

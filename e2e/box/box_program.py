@@ -19,6 +19,7 @@ import pulumi_kubernetes as kubernetes
 
 from components import charts
 from components.management_cluster import manage_cluster
+from components.run_records import RunRecords
 from components.settings import load_settings
 
 KUBECONFIG_VARIABLE = "LAB_MGMT_BOX_KUBECONFIG"
@@ -45,10 +46,9 @@ class BoxNode(pulumi.ComponentResource):
 def program(kubeconfig: str) -> None:
     settings = load_settings()
     cluster_charts = charts.cluster_charts(settings)
-    cluster = manage_cluster(settings, BoxNode("mgmt", kubeconfig), cluster_charts)
-    pulumi.export("readonlyKubeconfig", cluster.readonly_kubeconfig)
-    pulumi.export("workloadReadonlyKubeconfigs", cluster.workload_readonly_kubeconfigs)
-    pulumi.export("providerVersions", cluster.provider_versions)
+    records = RunRecords()
+    manage_cluster(settings, BoxNode("mgmt", kubeconfig), cluster_charts, records)
+    records.write()
 
 
 if __name__ == "__main__":

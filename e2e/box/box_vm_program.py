@@ -9,16 +9,13 @@ provider, whose parent and kubeconfig come from the k3s steps, and fails on it.
 
 from __future__ import annotations
 
-import pulumi
-
-from components.cluster_api import last_deployment
-from components.management_vm import PROTECTED_OUTPUT, ManagementVm
+from components.management_vm import ManagementVm
+from components.run_records import RunRecords
 from components.settings import load_settings
 
 settings = load_settings()
-vm = ManagementVm(
-    "mgmt", settings.proxmox, settings.vm, settings.image, adopt=settings.adopt, deployment=last_deployment()
-)
-pulumi.export("vmAddress", vm.address)
-pulumi.export(PROTECTED_OUTPUT, vm.protection)
-pulumi.export("instanceKey", vm.instance_key)
+records = RunRecords()
+vm = ManagementVm("mgmt", settings.proxmox, settings.vm, settings.image, adopt=settings.adopt, records=records)
+# What the box's VM scenarios read: the instance the next boot is of.
+records.keep("instanceKey", vm.instance_key)
+records.write()
