@@ -202,7 +202,7 @@ def _managers(mgmt: ControlPlane) -> dict[str, list[str]]:
 
 
 def lab1_autoscaling(root: str) -> dict[str, Any]:
-    base, out = Path(root), {}
+    base, out = Path(root), dict[str, Any]()
     times: dict[str, float] = {}
     began = time.monotonic()
 
@@ -356,6 +356,7 @@ def _rotate(
     rotated = json.loads(lab1_plane.kubeconfig_of(OPERATOR_USER).read_text())
     lab1_plane.kubeconfig_of(ADMIN_USER).write_text(json.dumps(rotated))
     _until("the KCP stand-in rewrites lab1-kubeconfig", lambda: secret() != before)
+    out["rotated_secret"] = True
     events = len(runner.events)
     out["rotation_up"] = _run(engine, mgmt, "up")
 

@@ -119,8 +119,8 @@ class WorkloadBox:
 
 
 def chart_repositories(
-    cilium_version: str, extra: Mapping[str, Sequence[chart_repo_standin.Chart]]
-) -> dict[str, list[chart_repo_standin.Chart]]:
+    cilium_version: str, extra: Mapping[str, Sequence[chart_repo_standin.Chart | chart_repo_standin.VendoredChart]]
+) -> dict[str, list[chart_repo_standin.Chart | chart_repo_standin.VendoredChart]]:
     """cert-manager's, the operator's (with the provider CRDs, as cluster_first_run serves it),
     Cilium's, and `extra`."""
     return {
@@ -143,7 +143,7 @@ def running(
     base: Path,
     *,
     cilium_version: str = CILIUM_VERSION,
-    extra_charts: Mapping[str, Sequence[chart_repo_standin.Chart]] | None = None,
+    extra_charts: Mapping[str, Sequence[chart_repo_standin.Chart | chart_repo_standin.VendoredChart]] | None = None,
     operator_install_seconds: float = OPERATOR_INSTALL_SECONDS,
     interval: float = 1.0,
     mgmt_controllers: Sequence[str] = ("serviceaccount-token-controller",),
