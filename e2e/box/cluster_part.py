@@ -83,13 +83,20 @@ def _engine_run(
     }
 
 
-def _box_engine(base: Path, charts: chart_repo_standin.ChartRepoStandIn, cluster: control_plane.ControlPlane) -> Engine:
+def _box_engine(
+    base: Path,
+    charts: chart_repo_standin.ChartRepoStandIn,
+    cluster: control_plane.ControlPlane,
+    *,
+    workload_clusters: bool = False,
+) -> Engine:
     """The engine running the box's program (e2e/box/box_program.py) against `cluster`, trusting the
-    chart repositories' stand-in."""
+    chart repositories' stand-in; Pulumi.lab.yaml's workload clusters kept with `workload_clusters`."""
     return fresh_engine(
         base / "engine",
         extra_env={"SSL_CERT_FILE": str(charts.certificate), box_program.KUBECONFIG_VARIABLE: str(cluster.kubeconfig)},
         main=Path(box_program.__file__),
+        workload_clusters=workload_clusters,
     )
 
 

@@ -85,10 +85,11 @@ class WorkloadBox:
         """A chart repository's URL: `jetstack`, `capi-operator`, `cilium` or an extra one."""
         return f"{self.charts.url}/{repository}"
 
-    def engine(self) -> Engine:
+    def engine(self, *, workload_clusters: bool = False) -> Engine:
         """The real engine running the program's cluster part (box_program.py) against `mgmt`,
-        trusting the chart repositories' stand-in; its stack config is the caller's to set."""
-        return _box_engine(self.base, self.charts, self.mgmt)
+        trusting the chart repositories' stand-in; its stack config is the caller's to set (with
+        `workload_clusters`, Pulumi.lab.yaml's lab1 in it, to be pointed at the box)."""
+        return _box_engine(self.base, self.charts, self.mgmt, workload_clusters=workload_clusters)
 
     def install_providers(self) -> float:
         """What the program's cluster part applies, for a scenario without it: the operator's
@@ -118,8 +119,8 @@ class WorkloadBox:
 
 
 def chart_repositories(
-    cilium_version: str, extra: Mapping[str, Sequence[chart_repo_standin.Chart]]
-) -> dict[str, list[chart_repo_standin.Chart]]:
+    cilium_version: str, extra: Mapping[str, Sequence[chart_repo_standin.Chart | chart_repo_standin.VendoredChart]]
+) -> dict[str, list[chart_repo_standin.Chart | chart_repo_standin.VendoredChart]]:
     """cert-manager's, the operator's (with the provider CRDs, as cluster_first_run serves it),
     Cilium's, and `extra`."""
     return {
@@ -142,14 +143,16 @@ def running(
     base: Path,
     *,
     cilium_version: str = CILIUM_VERSION,
-    extra_charts: Mapping[str, Sequence[chart_repo_standin.Chart]] | None = None,
+    extra_charts: Mapping[str, Sequence[chart_repo_standin.Chart | chart_repo_standin.VendoredChart]] | None = None,
     operator_install_seconds: float = OPERATOR_INSTALL_SECONDS,
     interval: float = 1.0,
+    mgmt_controllers: Sequence[str] = ("serviceaccount-token-controller",),
 ) -> Iterator[WorkloadBox]:
     """The workload box for the block (see the module's docstring); `interval` is the workload
-    stand-ins' pass."""
+    stand-ins' pass; `mgmt_controllers` what the management cluster's kube-controller-manager runs
+    (the token controller alone unless a Deployment must become Pods: the autoscaler's)."""
     with ExitStack() as stack:
-        mgmt = stack.enter_context(control_plane.running(base / "mgmt", VM_ADDRESS))
+        mgmt = stack.enter_context(control_plane.running(base / "mgmt", VM_ADDRESS, controllers=mgmt_controllers))
         # Entered before the operator's loop, so closed after it: nothing starts a manager then.
         managers_stack = stack.enter_context(ExitStack())
         managers: list[cluster_api.ClusterApiManager] = []
