@@ -49,8 +49,9 @@ def manage_cluster(
         token_generation=settings.access.readonly_token_generation,
     )
     workload_clusters = [
-        _workload_cluster(settings, cluster, node, cluster_charts, providers=cluster_api.providers)
+        workload
         for cluster in settings.workload.clusters
+        if (workload := _workload_cluster(settings, cluster, node, cluster_charts, providers=cluster_api.providers))
     ]
     kubeconfigs = pulumi.Output.all(**{w.name: w.readonly_kubeconfig for w in workload_clusters})
     records.keep("readonlyKubeconfig", readonly.kubeconfig)
@@ -67,10 +68,19 @@ def _workload_cluster(
     cluster_charts: ClusterCharts,
     *,
     providers: list[kubernetes.apiextensions.CustomResource],
-) -> WorkloadCluster:
-    """The cluster's Cluster API objects, once the providers are Ready, and what goes with it."""
+) -> WorkloadCluster | None:
+    """The cluster's Cluster API objects, once the providers are Ready, and what goes with it.
+    None, in a best-effort run (skipCredentialsCheck) that could not fetch CAPMOX's template, for
+    a protected cluster: the engine refuses to delete its protected objects, so leaving it out of
+    that run can plan nothing worse than a refusal."""
     workload_charts = cluster_charts.workload
     if workload_charts is None or workload_charts.cluster_template is None:
+        if settings.proxmox.skip_credentials_check and cluster.protected:
+            pulumi.log.warn(
+                f"{PROJECT}:workloadClusters: {cluster.name} is left out of this run: CAPMOX's cluster template "
+                "could not be fetched (see the warning above)"
+            )
+            return None
         raise ClusterTemplateError(
             f"{PROJECT}:workloadClusters: CAPMOX's cluster template for "
             f"{settings.cluster_api.providers.infrastructure} "

@@ -597,6 +597,9 @@ class WorkloadCluster:
     control_plane: ControlPlane
     workers: Workers
     autoscaler: AutoscalerTimings
+    protected: bool
+    """Its Cluster API objects are protected: deleting the Cluster deletes every VM of the
+    cluster, so taking it out of the stack takes a run with `protected: false` first."""
 
     @property
     def node_network(self) -> ipaddress.IPv4Network:
@@ -674,6 +677,15 @@ class _Entry:
             if not valid(item.strip()):
                 self.fail(name, f"{item[:40]!r} is not {what}")
         return tuple(i.strip() for i in value)
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.raw(name, default)
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            value = value.strip().lower() == "true"
+        if not isinstance(value, bool):
+            self.fail(name, f"{value!r} is not true or false")
+            return default
+        return value
 
     def address(self, name: str) -> ipaddress.IPv4Address | None:
         value = self.raw(name)
@@ -799,6 +811,7 @@ def _read_workload_cluster(e: _Entry, lab: _Lab) -> WorkloadCluster:
         control_plane=_read_control_plane(e.entry("controlPlane")),
         workers=_read_workers(e.entry("workers")),
         autoscaler=_read_autoscaler_timings(e.entry("autoscaler")),
+        protected=e.boolean("protected", default=True),
     )
     _check_pod_and_service_networks(e, cluster, lab)
     e.done()

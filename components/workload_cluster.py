@@ -120,7 +120,7 @@ class WorkloadCluster(pulumi.ComponentResource):
         timeout_minutes: int,
     ) -> None:
         name, namespace = cluster.name, cluster.namespace
-        child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), on_cluster)
+        child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self, protect=cluster.protected), on_cluster)
         # Every object's metadata waits on the check: a refusal fails the run before any is sent.
         # What it yields is nothing secret, though it comes from the admin kubeconfig.
         checked = pulumi.Output.unsecret(

@@ -146,8 +146,10 @@ def test_bumping_the_image_changes_the_download_only(lab: Run) -> None:
 
 def test_lifting_protection_touches_the_vm_in_place_and_unlocks_the_cluster_objects() -> None:
     """The same switch unlocks what lives on the VM (releases, namespaces, provider CRs), so that
-    a deliberate rebuild can replace them; they stay retained on delete."""
-    before, after = run_program(), run_program(UNPROTECTED)
+    a deliberate rebuild can replace them; they stay retained on delete. (A workload cluster's
+    objects keep their own `protected`: test_workload_cluster.py.)"""
+    alone = {"workloadClusters": []}
+    before, after = run_program(alone), run_program({**UNPROTECTED, **alone})
     unlocked = {key for key, resource in before.resources.items() if resource.protect} - {VM}
     assert unlocked
     assert changed(before, after) == {VM} | unlocked

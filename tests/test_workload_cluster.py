@@ -19,6 +19,7 @@ from test_readonly_access import (
     uses_provider,
 )
 
+from components.cluster_template import ClusterTemplateError
 from components.hand_made_clusters import HandMadeClusterError
 
 CLUSTER_COMPONENT = "homelab:index:WorkloadCluster"
@@ -285,3 +286,38 @@ def test_a_cluster_made_by_hand_is_refused_and_none_of_its_objects_is_sent() -> 
 def test_a_cluster_this_program_made_is_declared_as_before(lab1: harness.Run) -> None:
     again = harness.run_program(live_objects=_live_cluster("pulumi-kubernetes-8a2b4c1d", "manager"))
     assert harness.changed(lab1, again) == set()
+
+
+# --- protection, and a run that cannot fetch the template --------------------------------------------
+
+
+def test_the_cluster_api_objects_are_protected_by_default(lab1: harness.Run) -> None:
+    """Deleting the Cluster deletes every VM of the cluster: never as a side effect of a run."""
+    objects = custom_resources(lab1)
+    assert objects
+    assert all(r.protect for r in objects), [r.name for r in objects if not r.protect]
+
+
+def test_protected_false_lifts_it_for_a_deliberate_removal() -> None:
+    [cluster] = harness.stack_workload_clusters()
+    run = harness.run_program({"workloadClusters": [{**cluster, "protected": False}]})
+    assert not any(r.protect for r in custom_resources(run))
+
+
+def test_a_best_effort_run_without_the_template_leaves_a_protected_cluster_out_saying_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The probe's case, and a preview from a laptop off the internet: nothing of lab1 is planned,
+    and the engine would refuse to delete its protected objects, so nothing can be lost."""
+    run = harness.run_program({"skipCredentialsCheck": True}, charts_served={})
+    assert not [name for _, name in run.names() if name.startswith("lab1")]
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert any("lab-mgmt:workloadClusters: lab1 is left out of this run" in warning for warning in warnings)
+
+
+def test_an_unprotected_cluster_without_its_template_stops_the_run() -> None:
+    [cluster] = harness.stack_workload_clusters()
+    with pytest.raises(ClusterTemplateError, match=r"CAPMOX's cluster template for v0\.9\.1"):
+        harness.run_program(
+            {"skipCredentialsCheck": True, "workloadClusters": [{**cluster, "protected": False}]}, charts_served={}
+        )
