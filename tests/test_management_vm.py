@@ -148,7 +148,7 @@ def test_lifting_protection_touches_the_vm_in_place_and_unlocks_the_cluster_obje
     """The same switch unlocks what lives on the VM (releases, namespaces, provider CRs), so that
     a deliberate rebuild can replace them; they stay retained on delete. (A workload cluster's
     objects keep their own `protected`: test_workload_cluster.py.)"""
-    alone = {"workloadClusters": []}
+    alone: dict[str, object] = {"workloadClusters": []}
     before, after = run_program(alone), run_program({**UNPROTECTED, **alone})
     unlocked = {key for key, resource in before.resources.items() if resource.protect} - {VM}
     assert unlocked
