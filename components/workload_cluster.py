@@ -120,7 +120,10 @@ class WorkloadCluster(pulumi.ComponentResource):
         timeout_minutes: int,
     ) -> None:
         name, namespace = cluster.name, cluster.namespace
-        child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self, protect=cluster.protected), on_cluster)
+        child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), on_cluster)
+        # What deleting would take machines with is protected; a machine template is not: another
+        # sizing deletes the old one (found by the box: a protected one stopped the rollout's run).
+        lasting = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=cluster.protected))
         # Every object's metadata waits on the check: a refusal fails the run before any is sent.
         # What it yields is nothing secret, though it comes from the admin kubeconfig.
         checked = pulumi.Output.unsecret(
@@ -128,14 +131,17 @@ class WorkloadCluster(pulumi.ComponentResource):
         )
 
         def custom(resource_name: str, body: dict[str, Any], *after: pulumi.Resource) -> Any:
-            return _custom_resource(resource_name, body, child, [*providers, *after], checked)
+            return _custom_resource(resource_name, body, lasting, [*providers, *after], checked)
+
+        def template(resource_name: str, body: dict[str, Any]) -> Any:
+            return _custom_resource(resource_name, body, child, list(providers), checked)
 
         self.control_plane_template_name = objects.control_plane_template["metadata"]["name"]
         self.worker_template_name = objects.worker_template["metadata"]["name"]
         # Named after its spec (cluster_template.digested_name): another sizing is a new template,
         # created before its referrer is updated; the old one is deleted after that.
-        control_plane_template = custom(self.control_plane_template_name, objects.control_plane_template)
-        worker_template = custom(self.worker_template_name, objects.worker_template)
+        control_plane_template = template(self.control_plane_template_name, objects.control_plane_template)
+        worker_template = template(self.worker_template_name, objects.worker_template)
         worker_config = custom(f"{name}-worker-config", objects.worker_config)
         proxmox_cluster = custom(f"{name}-proxmox-cluster", objects.proxmox_cluster)
         control_plane = custom(f"{name}-control-plane", objects.control_plane, control_plane_template)
@@ -143,7 +149,7 @@ class WorkloadCluster(pulumi.ComponentResource):
         self.cluster = _cluster(
             name,
             objects,
-            child,
+            lasting,
             [*providers, proxmox_cluster, control_plane],
             timeout_minutes=timeout_minutes,
             checked=checked,
