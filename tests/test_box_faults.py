@@ -169,9 +169,8 @@ def test_after_the_interrupted_upgrade_the_next_up_restarts_k3s_once_and_converg
     run = ssh["upgrade_converged"]
     _converged(run)
     assert len(run["k3s_restarts"]) == 1, run["k3s_restarts"]
-    ops = {step["urn"].rsplit("::", 1)[1]: step["op"] for step in run["steps"]}
-    assert ops["mgmt-k3s-install"] == "update"
-    assert ops["mgmt-node-ready"] == ops["mgmt-read-kubeconfig"] == "replace"
+    ops = {(step["urn"].rsplit("::", 1)[1], step["op"]) for step in run["steps"]}
+    assert {("mgmt-k3s-install", "update"), ("mgmt-node-ready", "replace"), ("mgmt-read-kubeconfig", "replace")} <= ops
     assert scenarios.K3S_BUMP in ssh["binary_after_convergence"]
     assert ssh["upgrade_no_changes"]["rc"] == 0, ssh["upgrade_no_changes"]["output"][-6000:]
     assert ssh["upgrade_no_changes"]["ssh_connections"] == []
