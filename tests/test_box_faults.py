@@ -2,9 +2,9 @@
 `pulumi up` of the whole program ends the run with an error naming what failed and where, with no
 secret in it, the state still readable, and the next run without the fault converges with one VM
 made by one create and k3s installed once. The faults: Proxmox VE's errors, sshd's, another host
-key, the API server going down after the k3s steps, a provider CR never Ready, the operator's
-webhooks never given their CA bundle, and Ctrl-C. In network namespaces of the tests' own; selected
-with `pytest -m engine`.
+key, a k3s upgrade's session dying before its restart, the API server going down after the k3s
+steps, a provider CR never Ready, the operator's webhooks never given their CA bundle, and Ctrl-C.
+In network namespaces of the tests' own; selected with `pytest -m engine`.
 """
 
 from __future__ import annotations
@@ -147,6 +147,33 @@ def test_with_sshd_and_its_key_back_the_host_step_runs_and_installs_nothing(ssh:
         _converged(ssh[run])
         assert ssh[run]["ssh_sessions"], run
     assert set(ssh["again"]["summary"]) <= {"same", "read"}, ssh["again"]["summary"]
+
+
+def test_an_upgrade_whose_session_dies_before_k3s_restarts_fails_the_install_step(ssh: Any) -> None:
+    """Killed after the installer put the new binary in place, before its restart of k3s: the
+    old k3s runs on, and the retry finds the new version installed (issue 28)."""
+    assert ssh["upgrade_setting"]["rc"] == 0, ssh["upgrade_setting"]
+    assert ssh["upgrade_killed_sessions"] == 1
+    run = ssh["upgrade_interrupted"]
+    _failed(run, "mgmt-k3s-install")
+    assert run["k3s_restarts"] == []
+    assert scenarios.K3S_BUMP in ssh["binary_after_interruption"]
+    # The installer was killed before it logged: the box's one install is still the first run's.
+    assert len(run["installs"]) == 1, run["installs"]
+
+
+def test_after_the_interrupted_upgrade_the_next_up_restarts_k3s_once_and_converges(ssh: Any) -> None:
+    """k3s_install.sh finds the binary newer than k3s's last start and restarts k3s, without
+    running the installer again; the node comes back at the new version (node-ready waits for it)
+    and nothing is left to change."""
+    run = ssh["upgrade_converged"]
+    _converged(run)
+    assert len(run["k3s_restarts"]) == 1, run["k3s_restarts"]
+    ops = {(step["urn"].rsplit("::", 1)[1], step["op"]) for step in run["steps"]}
+    assert {("mgmt-k3s-install", "update"), ("mgmt-node-ready", "replace"), ("mgmt-read-kubeconfig", "replace")} <= ops
+    assert scenarios.K3S_BUMP in ssh["binary_after_convergence"]
+    assert ssh["upgrade_no_changes"]["rc"] == 0, ssh["upgrade_no_changes"]["output"][-6000:]
+    assert ssh["upgrade_no_changes"]["ssh_connections"] == []
 
 
 def test_the_api_server_down_after_the_k3s_steps_fails_an_object_on_the_cluster_naming_the_address(

@@ -244,3 +244,51 @@ def test_destroy_is_refused_while_the_vm_is_protected_and_deletes_nothing(box: A
 def test_the_stand_ins_knew_every_request(box: Any) -> None:
     for key in STANDIN_RECORDS:
         assert box[key] == [], key
+
+
+HOST_STEPS = {
+    *("mgmt-host-ready", "mgmt-keep-host-keys", "mgmt-guest-agent", "mgmt-k3s-config"),
+    *("mgmt-k3s-install", "mgmt-node-ready", "mgmt-read-kubeconfig"),
+}
+# The host key algorithm a connection asks for (sshd's log): the pinned key's type alone when the
+# provider checks the host key, else Go's default list, which puts ECDSA first.
+PINNED_DIAL = "ssh-ed25519"
+UNPINNED_DIAL = "ecdsa-sha2-nistp256"
+
+
+def test_sshd_tells_a_dial_that_pins_the_host_key_from_one_that_checks_none(box: Any) -> None:
+    """The control of the key rotation's proof: the first contact with a VM the stack has not met
+    (the first run's, the rebuild's) checks no host key, and every later step pins it."""
+    for up in (box["first_up"], box["rebuild"]["rebuild"]["up"]):
+        dials = up["host_key_algorithms"]
+        assert dials[0] == UNPINNED_DIAL, dials
+        assert set(dials[1:]) == {PINNED_DIAL}, dials
+        assert len(dials) == len(up["ssh_connections"])
+
+
+def test_a_new_ssh_key_reruns_the_host_steps_pinned_and_changes_nothing_on_the_host(box: Any) -> None:
+    """The program's SSH key rotated on the same VM (issue 28): the seven host steps run once
+    more, over the new key, every one dialing with the pinned host key, first contact included;
+    on a host that matches they install nothing, restart nothing and write no file."""
+    rotation = box["key_rotation"]
+    assert rotation["authorized"]["rc"] == 0, rotation["authorized"]["stderr"]
+    up = applied(rotation)
+    assert touched(up) == HOST_STEPS
+    # As with a k3s bump, the kubeconfig mgmt-read-kubeconfig reads is unknown until it runs, so
+    # the preview lists every object on the cluster too; `up` leaves them.
+    assert touched(rotation["preview"]) == HOST_STEPS | {"mgmt-kubernetes"} | ON_THE_CLUSTER
+    assert {step["op"] for step in up["steps"] if step["op"] not in UNCHANGED} == {"update"}
+    assert len(up["ssh_sessions"]) == len(HOST_STEPS), up["ssh_sessions"]
+    for session in up["ssh_sessions"]:
+        assert session.endswith(f"ssh2: ED25519 {rotation['new_fingerprint']}"), session
+    assert up["host_key_algorithms"] == [PINNED_DIAL] * len(up["ssh_connections"])
+    assert rotation["pinned"].startswith(f"{PINNED_DIAL} ")
+    assert rotation["pinned_after"] == rotation["pinned"]
+    assert rotation["recorded"]["pinned"] is True
+    assert up["installs"] == []
+    assert up["k3s_restarts"] == []
+    assert rotation["host_files"] > 0
+    assert rotation["written"] == []
+    assert up["pve_writes"] == up["k8s_writes"] == []
+    assert rotation["no_changes_preview"]["rc"] == 0, rotation["no_changes_preview"]["output"][-6000:]
+    assert rotation["no_changes_preview"]["ssh_connections"] == []

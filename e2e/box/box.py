@@ -23,6 +23,7 @@ box_adoption.py run in it, and make_box.py keeps it up for a user (`make box`).
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -321,6 +322,7 @@ class Marks:
     installs: int
     audit: int
     charts: int
+    calls: int
 
     @classmethod
     def of(cls, box: Box) -> Marks:
@@ -330,18 +332,39 @@ class Marks:
             len(box.guest_log("installer.log")),
             len(box.cluster.audit()),
             len(box.charts.requests),
+            len(box.guest_log("calls.log")),
         )
+
+
+# What sshd (at LogLevel DEBUG1) logs of each connection's key exchange: the host key algorithm
+# the client asked for. The provider asks for the pinned key's type alone when it has a host key
+# to check (ssh-ed25519), and, with none, Go's default list, in which ECDSA comes first.
+HOST_KEY_ALGORITHM = "kex: host key algorithm: "
+
+
+def _k3s_restarts(calls: list[str]) -> list[str]:
+    """The guest's `systemctl restart k3s` calls (calls.log), whoever made them: a host script or
+    the k3s installer; a call killed before it ended is none."""
+    restart = json.dumps({"argv": ["systemctl", "restart", "k3s"]})[1:-1]
+    return [line for line in calls if restart in line]
+
+
+def _host_key_algorithms(sshd_log: list[str]) -> list[str]:
+    """The host key algorithm of each key exchange in `sshd_log`, in order."""
+    return [line.split(HOST_KEY_ALGORITHM, 1)[1].split()[0] for line in sshd_log if HOST_KEY_ALGORITHM in line]
 
 
 def _observed(box: Box, action: str, *args: str) -> dict[str, Any]:
     """One `pulumi preview` or `up` with its wall time, and what it made the box do: SSH sessions
-    on the guest, Proxmox VE writes, the program's Kubernetes writes, and requests to the chart
-    repositories."""
+    on the guest (and the host key algorithm each connection asked for), k3s restarts and k3s
+    installer runs there, Proxmox VE writes, the program's Kubernetes writes, and requests to the
+    chart repositories."""
     marks = Marks.of(box)
     started = time.monotonic()
     run: EngineRun = box.engine.run(action, *args)
     seconds = time.monotonic() - started
     ssh = box.guest_log("sshd.log")[marks.ssh :]
+    calls = box.guest_log("calls.log")[marks.calls :]
     return {
         "rc": run.rc,
         "output": run.output,
@@ -351,6 +374,8 @@ def _observed(box: Box, action: str, *args: str) -> dict[str, Any]:
         "warnings": run.diagnostics("warning"),
         "ssh_connections": [line for line in ssh if "Connection from" in line],
         "ssh_sessions": [line for line in ssh if "Accepted publickey" in line],
+        "host_key_algorithms": _host_key_algorithms(ssh),
+        "k3s_restarts": _k3s_restarts(calls),
         "installs": box.guest_log("installer.log")[marks.installs :],
         "chart_requests": box.charts.requests[marks.charts :],
         "pve_writes": [

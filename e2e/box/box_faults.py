@@ -7,7 +7,8 @@ a network namespace of its own (tests/test_box_faults.py):
 - `pve_faults`: Proxmox VE's download task ending in error, then VM create answering 500;
 - `ssh_faults`: sshd closing a session mid-script in the first up; then a host step run again
   (`--replace`, as docs/troubleshooting.md has a user do) against sshd refusing connections, and
-  against another host key at the VM's address;
+  against another host key at the VM's address; then a k3s upgrade whose session dies between the
+  installer's new binary and its restart of k3s;
 - `api_server_down`: k3s's API server going down after the k3s steps, as the Helm releases begin;
 - `provider_never_ready`: the operator never making the InfrastructureProvider Ready, so that
   `pulumi up` hits its bound (providerReadyTimeoutMinutes) on that CR;
@@ -19,36 +20,37 @@ a network namespace of its own (tests/test_box_faults.py):
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from e2e.box import scenarios
 from e2e.box.box import VMID, Box, _observed, _standins, running
+from e2e.box.guest_processes import (
+    FAULT_BOUND_SECONDS,
+    _as_in_guest,
+    _guest_output,
+    _in_guest,
+    _kill_at_k3s_restart,
+    _kill_session,
+    _restart_sshd,
+    _sshd,
+    _when_running,
+)
 from e2e.box.lifecycle import _admission, _reconciled_since
 from e2e.engine.cli import CLI_TIMEOUT_SECONDS
 from e2e.standins.cluster import admission_webhook_standin, playbook_lab
+from e2e.standins.guest.systemctl_standin import HELD
 from e2e.standins.proxmox import pve_tasks
 
 DOWNLOAD_ERROR = "500 Can't connect to cloud-images.ubuntu.com:443 (Connection timed out)"
 CREATE_ERROR = "unable to create VM 201 - no such logical volume pve/data"
-SSHD = ["/usr/sbin/sshd", "-D", "-e", "-o", "LogLevel=VERBOSE"]
-"""The guest's sshd as e2e/standins/guest/guest.py starts it, to start it again."""
 HOST_STEP = "mgmt-k3s-install"
 """The host step a fault run re-runs: run again, it must find k3s installed and install nothing."""
-FAULT_BOUND_SECONDS = 120
-# How often a fault's watcher reads every process of the machine for the host script it waits on,
-# through a whole `pulumi up`: the scripts it waits on run for seconds, and boxes side by side
-# share the cores with it.
-WATCH_SECONDS = 0.25
 PROVIDER_READY_MINUTES = "1"
 """providerReadyTimeoutMinutes in the run whose provider never becomes Ready: the shortest bound."""
 WEBHOOK_MINUTES = "1"
@@ -128,120 +130,6 @@ def _urn(box: Box, name: str) -> str:
     return next(word for word in done.stdout.split() if word.startswith("urn:") and word.endswith(f"::{name}"))
 
 
-def _descendants() -> Iterator[tuple[int, int, list[str]]]:
-    """(pid, parent pid, argv) of every process this scenario started, the guests' included."""
-    processes = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                status = (entry / "status").read_text()
-                argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            parent = int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
-            processes[int(entry.name)] = (parent, argv)
-    mine = {os.getpid()}
-    # Parents come before children in no particular order: repeat until no new one joins.
-    while True:
-        joined = {pid for pid, (parent, _) in processes.items() if parent in mine} - mine
-        if not joined:
-            break
-        mine |= joined
-    for pid in sorted(mine - {os.getpid()}):
-        yield pid, processes[pid][0], processes[pid][1]
-
-
-def _listener(argv: list[str]) -> bool:
-    """sshd's listener, whose title sshd sets to `sshd: /usr/sbin/sshd -D ... [listener] ...`."""
-    return " ".join(SSHD) in " ".join(argv) and "[listener]" in " ".join(argv)
-
-
-def _sshd() -> tuple[int, int]:
-    """The guest's sshd listener and the guest's PID 1, whose namespaces it shares."""
-    return next((pid, parent) for pid, parent, argv in _descendants() if _listener(argv))
-
-
-def _in_guest(init: int, script: str) -> None:
-    subprocess.run(["nsenter", f"--target={init}", "--mount", "--", "sh", "-euc", script], check=True)
-
-
-def _as_in_guest(init: int, *argv: str) -> list[str]:
-    """`argv` run as the guest's own processes are: in its mount, network, UTS and PID namespaces."""
-    return ["nsenter", f"--target={init}", "--mount", "--net", "--uts", "--pid", "--", *argv]
-
-
-def _restart_sshd(box: Box, init: int) -> None:
-    """sshd started again in the guest, logging where e2e/standins/guest/guest.py has it log."""
-    with (box.guests.logs(VMID) / "sshd.log").open("ab") as log:
-        subprocess.Popen(
-            _as_in_guest(init, *SSHD),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-    _wait("sshd answering again", lambda: any(_listener(argv) for _, _, argv in _descendants()))
-
-
-def _wait(what: str, done: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + FAULT_BOUND_SECONDS
-    while not done():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not within {FAULT_BOUND_SECONDS}s")
-        time.sleep(0.05)
-
-
-def _kill_session(session: int) -> None:
-    """sshd dying under a session: its monitor and the unprivileged child that holds the connection
-    after authentication, and what runs in the session."""
-    tree = {session}
-    for pid, parent, _ in _descendants():
-        if parent in tree:
-            tree.add(pid)
-    for pid in tree:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-@contextmanager
-def _when_running(script: str, act: Callable[[int], None], *, once_done: bool = False) -> Iterator[list[int]]:
-    """For the block: `act` on the sshd session that first runs host script `script` (its pid),
-    while it runs, or `once_done`, as soon as it has ended; yields the sessions acted on."""
-    acted: list[int] = []
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            session = _session_running(script)
-            if session is not None:
-                while once_done and not stop.is_set() and _session_running(script) == session:
-                    time.sleep(WATCH_SECONDS)
-                act(session)
-                acted.append(session)
-                return
-            time.sleep(WATCH_SECONDS)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
-        yield acted
-    finally:
-        stop.set()
-        watcher.join()
-
-
-def _session_running(script: str) -> int | None:
-    """The sshd process serving the connection that runs host script `script`, while it runs."""
-    processes = {pid: (parent, argv) for pid, parent, argv in _descendants()}
-    listener = next((pid for pid, (_, argv) in processes.items() if _listener(argv)), None)
-    for running_script, (_, argv) in processes.items():
-        if argv[:2] == ["bash", "-c"] and argv[3:4] == [script]:
-            session = running_script
-            while session in processes and processes[session][0] != listener:
-                session = processes[session][0]
-            return session if session in processes else None
-    return None
-
-
 def pve_faults(root: str) -> dict[str, Any]:
     """The download task ending in error, then VM create answering 500, then the run without a
     fault, then one more that must do nothing."""
@@ -267,7 +155,8 @@ def pve_faults(root: str) -> dict[str, Any]:
 def ssh_faults(root: str) -> dict[str, Any]:
     """With sshDialAttempts short, sshd closing the session that runs node_ready.sh in the first
     up, the run after it; then, for a host step run again, sshd refusing connections and another
-    host key answering, each followed by the same run without the fault."""
+    host key answering, each followed by the same run without the fault; then an interrupted k3s
+    upgrade (_interrupted_upgrade)."""
     base = Path(root)
     with running(base) as box:
         result: dict[str, Any] = {
@@ -294,7 +183,28 @@ def ssh_faults(root: str) -> dict[str, Any]:
         os.kill(listener, signal.SIGHUP)
         result["host_key_recovered"] = _run(box, base, *replace)
         result["again"] = _run(box, base)
+        result.update(_interrupted_upgrade(box, base, init))
         return {**result, **_standins(box)}
+
+
+def _interrupted_upgrade(box: Box, base: Path, init: int) -> dict[str, Any]:
+    """A k3s upgrade whose session dies after the installer has put the new binary in place and
+    before it restarts k3s (the restart held until the session is killed); then the same `pulumi
+    up` without the fault, which must finish the job, and the zero-change preview."""
+    result: dict[str, Any] = {
+        "upgrade_setting": scenarios._step(box.engine, ("config", "set", "k3sVersion", scenarios.K3S_BUMP))
+    }
+    held = f"{HELD}/k3s.service.restart"
+    _in_guest(init, f"mkdir -p {HELD} && touch {held}")
+    with _when_running("k3s_install.sh", _kill_at_k3s_restart) as killed:
+        result["upgrade_interrupted"] = _run(box, base)
+    result["upgrade_killed_sessions"] = len(killed)
+    result["binary_after_interruption"] = _guest_output(init, "/usr/local/bin/k3s", "--version").split("\n", 1)[0]
+    _in_guest(init, f"rm {held}")
+    result["upgrade_converged"] = _run(box, base)
+    result["binary_after_convergence"] = _guest_output(init, "/usr/local/bin/k3s", "--version").split("\n", 1)[0]
+    result["upgrade_no_changes"] = _observed(box, "preview", "--expect-no-changes")
+    return result
 
 
 def _k3s(box: Box, verb: str) -> None:

@@ -2,12 +2,15 @@
 tests/test_box_whole.py and tests/test_box_lifecycle.py read
 (`in_new_netns("lifecycle.whole_box_lifecycle", ...)`, run once for both): the README's first run,
 `pulumi up` on the empty box (box.py), a second run that must do nothing, then a lab's life: the
-bumps, a rebuild from a new image and a `pulumi destroy` that the locks refuse.
+bumps, a rebuild from a new image, the program's SSH key rotated, and a `pulumi destroy` that the
+locks refuse.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -228,6 +231,61 @@ def _rebuild(box: Box) -> dict[str, Any]:
     return result
 
 
+# Where the guest's disk holds what the host steps write (and the k3s installer, and apt): k3s's
+# config, its binary and unit, cloud-init's drop-in, the packages' records.
+HOST_STEP_TREES = ("etc", "usr", "var/lib/dpkg")
+
+
+def _host_files(box: Box) -> dict[str, list[int]]:
+    """Every file the current VM has written under HOST_STEP_TREES (its disk's upper layer), with
+    its modification time and size: a file written again, even with the same bytes, shows."""
+    upper = box.guests.disk_path(VMID, "/", len(box.guests.log_dirs(VMID)) - 1)
+    found = {}
+    for tree in HOST_STEP_TREES:
+        for directory, _, names in os.walk(upper / tree):
+            for name in names:
+                path = Path(directory, name)
+                stat = path.lstat()
+                found["/" + str(path.relative_to(upper))] = [stat.st_mtime_ns, stat.st_size]
+    return found
+
+
+def _fingerprint(public_key: Path) -> str:
+    """SHA256:... as sshd logs the key a session was accepted with."""
+    done = subprocess.run(["ssh-keygen", "-l", "-f", str(public_key)], capture_output=True, text=True, check=True)
+    return done.stdout.split()[1]
+
+
+def _key_rotation(box: Box) -> dict[str, Any]:
+    """docs/operations.md's "SSH key of this program" on the same VM: the owner authorizes a new
+    key pair for the VM's user over the old key (with the pinned host key, as they would), sets it
+    as sshPrivateKey and runs `pulumi up`; what the run wrote on the host, and which key its
+    sessions were accepted with."""
+    old = box.engine.root / ".ssh" / "id_ed25519"
+    new = box.engine.root / ".ssh" / "id_ed25519_rotated"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "owner@laptop", "-f", str(new)], check=True)
+    pinned = _pinned_host_key(box)
+    known_hosts = box.engine.root / "known_hosts_rotation"
+    known_hosts.write_text(f"{box.site.address} {pinned}\n")
+    new_public = new.with_suffix(".pub").read_text()
+    result: dict[str, Any] = {
+        "authorized": scenarios._ssh(
+            old, known_hosts, "cat >> ~/.ssh/authorized_keys", stdin=new_public, address=box.site.address
+        ),
+        "old_fingerprint": _fingerprint(old.with_suffix(".pub")),
+        "new_fingerprint": _fingerprint(new.with_suffix(".pub")),
+        "pinned": pinned,
+    }
+    before = _host_files(box)
+    result.update(_change(box, (), secrets=(("sshPrivateKey", new.read_text()),)))
+    after = _host_files(box)
+    result["written"] = sorted(path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
+    result["host_files"] = len(after)
+    result["pinned_after"] = _pinned_host_key(box)
+    result["recorded"] = box.engine.outputs()["sshHostKey"]
+    return result
+
+
 def whole_box_bench(root: str) -> dict[str, Any]:
     """`make bench`'s: the first run, the no-op second one, then the no-op against the engine's
     floor (floor.py: each `pulumi up` in turn, the chart repositories down; then one traced run
@@ -248,12 +306,13 @@ def whole_box_bench(root: str) -> dict[str, Any]:
 
 def whole_box_lifecycle(root: str) -> dict[str, Any]:
     """The first run and the no-op second one (`_installed`), then the bumps, a rebuild from a
-    new image, and a `pulumi destroy` that the locks refuse."""
+    new image, a new SSH key for the program, and a `pulumi destroy` that the locks refuse."""
     with running(Path(root)) as box:
         result = _installed(box)
         if result["second_up"]["rc"] == 0:
             result["bumps"] = _bumps(box)
             result["rebuild"] = _rebuild(box)
+            result["key_rotation"] = _key_rotation(box)
             result["destroy"] = _observed(box, "destroy")
             result["vm_running_after_destroy"] = box.guests.running(VMID)
         return {**result, **_standins(box)}

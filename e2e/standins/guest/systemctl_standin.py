@@ -29,6 +29,10 @@ SERVICE_KEYS = {"Type", "ExecStart", "EnvironmentFile"}
 # Keys that only tune what the stand-in does not model (no cgroups, no restarts, no limits).
 IGNORED_SERVICE_KEYS = {"KillMode", "Delegate", "Restart", "RestartSec", "TimeoutStartSec", "LimitNOFILE"}
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# A fault the box sets (e2e/box/box_faults.py): while HELD/UNIT.VERB exists, `systemctl VERB UNIT`
+# waits before it does anything, so that the box can kill the session it runs in between what came
+# before it and the restart itself. Bounded: a marker left behind delays, never wedges, a run.
+HELD = Path("/run/box-held")
 
 
 class RefusedError(Exception):
@@ -214,9 +218,16 @@ def systemctl(args: list[str]) -> int:
     actions = {"start": [_start], "stop": [_stop], "restart": [_stop, _start], "enable": [_enable]}
     if verb not in actions:
         raise RefusedError(f"systemctl stand-in: does not know the verb {verb}")
+    _wait_while_held(verb, unit)
     for action in actions[verb]:
         action(unit)
     return 0
+
+
+def _wait_while_held(verb: str, unit: str) -> None:
+    deadline = time.monotonic() + START_BOUND_SECONDS
+    while (HELD / f"{unit}.{verb}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def main() -> int:
