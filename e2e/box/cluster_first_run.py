@@ -9,7 +9,7 @@ from typing import Any
 
 from e2e.box.cluster_part import (
     CHART_REPOS,
-    CHART_TEMPLATES,
+    OPERATOR_CHART_WITH_CRDS,
     _box_engine,
     _engine_run,
     _operator_webhooks,
@@ -30,14 +30,7 @@ def fresh_install(root: str) -> dict[str, Any]:
     ):
         repos = {
             "jetstack": CHART_REPOS["jetstack"],
-            "capi-operator": [
-                chart_repo_standin.Chart(
-                    "cluster-api-operator",
-                    playbook_lab.PLAYBOOK_CHARTS["cluster-api-operator"][2],
-                    tuple(playbook_lab.provider_crd(kind) for kind in playbook_lab.PROVIDERS),
-                    CHART_TEMPLATES["cluster-api-operator"],
-                )
-            ],
+            "capi-operator": [OPERATOR_CHART_WITH_CRDS],
         }
         with chart_repo_standin.serve(repos, base) as charts:
             engine = _box_engine(base, charts, cluster)

@@ -38,6 +38,14 @@ CHART_REPOS = {
         )
     ],
 }
+# The operator's chart as a fresh install serves it: with the provider CRDs, which a first run
+# needs before its provider CRs (the adoption scenarios' lab has them already).
+OPERATOR_CHART_WITH_CRDS = chart_repo_standin.Chart(
+    "cluster-api-operator",
+    playbook_lab.PLAYBOOK_CHARTS["cluster-api-operator"][2],
+    tuple(playbook_lab.provider_crd(kind) for kind in playbook_lab.PROVIDERS),
+    CHART_TEMPLATES["cluster-api-operator"],
+)
 
 
 @contextmanager

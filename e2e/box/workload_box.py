@@ -39,7 +39,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from e2e.box.cluster_part import CHART_REPOS, CHART_TEMPLATES, _box_engine, _operator_webhooks
+from e2e.box.cluster_part import CHART_REPOS, OPERATOR_CHART_WITH_CRDS, _box_engine, _operator_webhooks
 from e2e.box.scenarios import LAB1_ADDRESS, OPERATOR_INSTALL_SECONDS, VM_ADDRESS
 from e2e.controllers import cluster_api
 from e2e.engine import control_plane
@@ -125,14 +125,7 @@ def chart_repositories(
     Cilium's, and `extra`."""
     return {
         "jetstack": list(CHART_REPOS["jetstack"]),
-        "capi-operator": [
-            chart_repo_standin.Chart(
-                "cluster-api-operator",
-                playbook_lab.PLAYBOOK_CHARTS["cluster-api-operator"][2],
-                tuple(playbook_lab.provider_crd(kind) for kind in playbook_lab.PROVIDERS),
-                CHART_TEMPLATES["cluster-api-operator"],
-            )
-        ],
+        "capi-operator": [OPERATOR_CHART_WITH_CRDS],
         "cilium": [chart_repo_standin.cilium_chart(cilium_version)],
         **{path: list(charts) for path, charts in extra.items()},
     }
