@@ -55,7 +55,7 @@ def refuse_hand_made(namespace: str, name: str, kubeconfig: str) -> None:
         f"{PROJECT}:workloadClusters: the Cluster {namespace}/{name} exists on the management cluster, "
         f"made by {', '.join(sorted(set(managers))) or 'an unknown writer'}, not by this program. Declaring it "
         "would apply the program's objects over it (server-side apply takes every field) and can roll its "
-        "nodes. Take it over as docs/adoption.md says (\"A workload cluster made with clusterctl\": "
+        'nodes. Take it over as docs/adoption.md says ("A workload cluster made with clusterctl": '
         "takenOver and adopt in its entry), or leave it out of workloadClusters"
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ GOOD = [
 ]
 
 
-def check(tmp_path: Path, steps: list[dict[str, str]]) -> int:
+def check(tmp_path: Path, steps: list[dict[str, Any]]) -> int:
     preview = tmp_path / "preview.json"
     preview.write_text(json.dumps({"steps": steps}))
     return adoption_check.main(["adoption_check.py", str(preview)])
