@@ -59,7 +59,7 @@ from e2e.standins.cluster import chart_repo_standin, pod_runner
 WORKER = {"sockets": 2, "cores": 2, "memoryMib": 4096, "diskGib": 30}
 RESIZED_MIB = 6144
 # The box's short timings, through the program's own settings.
-TIMINGS = {"scanInterval": "2s", "scaleDownUnneededTime": "10s", "scaleDownDelayAfterAdd": "5s"}
+TIMINGS = {"scanInterval": "2s", "scaleDownUnneededTime": "5s", "scaleDownDelayAfterAdd": "5s"}
 CHART = chart_repo_standin.VendoredChart("cluster-autoscaler-chart-9.59.0.tar.gz")
 # The autoscaler's Deployment becomes a Pod (the pod runner runs it); the garbage collector ends a
 # foreground deletion (pulumi-kubernetes deletes the old machine template so), as k3s's does.
