@@ -17,6 +17,7 @@ LONGEST_FIRST = (
     "test_box_whole_adoption",
     "test_box_faults",
     "test_box_lifecycle",
+    "test_box_lab1_autoscaling",
     "test_box_adoption",
     "test_box_whole",
 )
@@ -31,6 +32,20 @@ def whole_box_lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     root: Path = tmp_path_factory.mktemp("box-lifecycle")
     return in_new_netns("lifecycle.whole_box_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=2400)
+
+
+@pytest.fixture(scope="session")
+def lab1_box(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The program's lab1 in the box (lab1_autoscaling.lab1_autoscaling), paid for once: the tests
+    of its steps (tests/test_box_lab1_autoscaling.py), of the Cluster API core beneath them
+    (tests/test_box_lab1_cluster_api.py) and of the autoscaler's process (tests/test_box_lab1_autoscaler.py)."""
+    from e2e.box import workload_box  # noqa: PLC0415 - the mocks tests never import the box
+    from e2e.engine.netns import in_new_netns  # noqa: PLC0415
+
+    root: Path = tmp_path_factory.mktemp("lab1-autoscaling")
+    return in_new_netns(
+        "lab1_autoscaling.lab1_autoscaling", str(root), addresses=list(workload_box.ADDRESSES), timeout=900
+    )
 
 
 @pytest.hookimpl(tryfirst=True)

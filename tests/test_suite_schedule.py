@@ -54,7 +54,7 @@ def collected(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 def test_the_tests_of_one_box_scenario_share_one_group(collected: list[dict[str, Any]]) -> None:
     groups: dict[str, set[str]] = {}
     for row in collected:
-        for fixture in ("adoption", "ssh", "never_ready", "whole_box_lifecycle"):
+        for fixture in ("adoption", "ssh", "never_ready", "whole_box_lifecycle", "lab1_box"):
             if fixture in row["fixtures"] and row["group"] is not None:
                 groups.setdefault(f"{row['module']}.{fixture}", set()).add(row["group"])
     # One group each, but for the site-parametrized adoption: one group a site.
@@ -67,6 +67,12 @@ def test_the_tests_of_one_box_scenario_share_one_group(collected: list[dict[str,
     # The first part of the box's life and the rest are one scenario run, in one group.
     assert groups["test_box_whole.whole_box_lifecycle"] == groups["test_box_lifecycle.whole_box_lifecycle"]
     assert len(groups["test_box_whole.whole_box_lifecycle"]) == 1
+    # The program's lab1: its steps, the Cluster API core beneath and the autoscaler's process.
+    lab1 = [
+        f"{module}.lab1_box"
+        for module in ("test_box_lab1_autoscaling", "test_box_lab1_cluster_api", "test_box_lab1_autoscaler")
+    ]
+    assert {group for name in lab1 for group in groups[name]} == {"conftest.lab1_box"}
 
 
 def test_a_test_with_a_box_of_its_own_is_in_no_group(collected: list[dict[str, Any]]) -> None:

@@ -1,10 +1,8 @@
-"""One box for a workload cluster (lab1) with the real Cluster API core, for any scenario that
-needs one: the test's own (e2e/box/workload_lab1.py) and the program's (its `pulumi up` through
-box_program.py declaring lab1, once the program side lands).
+"""One box for a workload cluster (lab1) with the real Cluster API core, for a scenario of the
+program's (e2e/box/lab1_autoscaling.py: its `pulumi up` through box_program.py declaring lab1).
 
     with workload_box.running(base) as box:        # inside in_new_netns(..., addresses=ADDRESSES)
-        engine = box.engine()                      # the program's engine (box_program.py), or
-        box.install_providers()                    # the providers as the program would apply them
+        engine = box.engine(workload_clusters=True)  # the program's engine (box_program.py)
         ...                                        # box.mgmt, box.manager, box.standins, box.charts
 
 For the block it runs, in the test's network namespace:
@@ -12,8 +10,8 @@ For the block it runs, in the test's network namespace:
 - the management cluster's real control plane at VM_ADDRESS (`box.mgmt`, admin kubeconfig
   `box.mgmt.kubeconfig`);
 - the operator stand-in with the real CRDs (`real_crds=True`): when a provider CR appears (applied
-  by the program, or by `install_providers`), it installs that provider's CRDs from the archives,
-  and for the CoreProvider it starts the REAL Cluster API core manager with its webhooks
+  by the program), it installs that provider's CRDs from the archives, and for the CoreProvider it
+  starts the REAL Cluster API core manager with its webhooks
   (e2e/controllers/cluster_api.py; `box.manager`) before marking the provider Ready, where
   cluster-api-operator would deploy it;
 - the operator chart's webhook server and cert-manager's CA injector stand-ins (what the program's
@@ -33,7 +31,6 @@ The namespace must hold ADDRESSES (the management cluster's and lab1's endpoint)
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -55,7 +52,6 @@ from e2e.standins.workload import providers
 
 ADDRESSES = (VM_ADDRESS, LAB1_ADDRESS)
 CILIUM_VERSION = "1.18.4"
-READY_BOUND_SECONDS = 120.0
 
 
 @dataclass
@@ -90,22 +86,6 @@ class WorkloadBox:
         trusting the chart repositories' stand-in; its stack config is the caller's to set (with
         `workload_clusters`, Pulumi.lab.yaml's lab1 in it, to be pointed at the box)."""
         return _box_engine(self.base, self.charts, self.mgmt, workload_clusters=workload_clusters)
-
-    def install_providers(self) -> float:
-        """What the program's cluster part applies, for a scenario without it: the operator's
-        provider CRDs and the provider CRs at the stack's versions; returns once every provider is
-        Ready and the manager runs (the seconds it took)."""
-        started = time.monotonic()
-        crds = [playbook_lab.provider_crd(kind) for kind in playbook_lab.PROVIDERS]
-        self.mgmt.kubectl("apply", "-f", "-", stdin="---\n".join(crds))
-        names = [f"crd/{kind.lower()}s.{playbook_lab.PROVIDER_GROUP}" for kind in playbook_lab.PROVIDERS]
-        self.mgmt.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
-        self.mgmt.kubectl("apply", "-f", "-", stdin=playbook_lab.capi_providers_yaml({}))
-        while len(self.operator.reconciled) < len(playbook_lab.PROVIDERS) or not self.managers:
-            if self.operator.errors or time.monotonic() - started > READY_BOUND_SECONDS:
-                raise RuntimeError(f"providers not Ready: {self.operator.errors or 'none within the bound'}")
-            time.sleep(0.25)
-        return round(time.monotonic() - started, 2)
 
     def problems(self) -> dict[str, list[str]]:
         """What each stand-in refused or did not know; all empty in a good run."""

@@ -1,0 +1,159 @@
+"""The lab1 scenario's controls (lab1_autoscaling.py), run last on what the program made: what
+breaks when a piece the program or its providers supply is taken away.
+
+- Without the Role's proxmoxmachinetemplates rule, no scale-from-zero (kubernetes/autoscaler
+  #5912): the autoscaler, killed as a crash would (the pod runner restarts it in its Pod after the
+  backoff, as a kubelet), starts afresh without the rule; the real API server refuses it the
+  templates, and its main loop, once demand is pending, waits for their cache and scales nothing.
+  How long to watch is the autoscaler's own business: its informer retries the refused list with
+  a growing backoff, and the control waits for CONTROL_REFUSALS of those retries after the demand
+  is pending, not for a span of wall time.
+- Without its contract label, the ProxmoxCluster CRD cannot be resolved: a second Cluster's
+  infrastructure is never found, and the real Cluster API manager says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from e2e.box.lab1_reads import ACCOUNT, NS, Lab, conditions, get, scales, until
+from e2e.controllers.cluster_api import ClusterApiManager
+from e2e.engine.control_plane import ControlPlane
+from e2e.standins.cluster import pod_runner
+
+TEMPLATES = "proxmoxmachinetemplates"
+# Each retry of the autoscaler's informer on the templates that the API server refuses (its log).
+REFUSED = '"Failed to watch"'
+# Three refused retries after the demand is pending (about 8 s of the informer's backoff, four scan
+# intervals): a main loop that were free would have run again meanwhile.
+CONTROL_REFUSALS = 3
+MAIN_LOOP = "Starting main loop"
+WAITING_FOR_TEMPLATES = "waiting for cache sync on infrastructure resource"
+# The control's second cluster, and what Cluster API says of a CRD without its contract label.
+UNLABELLED = "lab2"
+CONTRACT_ERROR = "cannot find any versions matching contract versions"
+
+
+def account_requests(events: list[dict[str, Any]], since: float = 0.0) -> dict[str, list[list[Any]]]:
+    """The autoscaler's ServiceAccount's requests on the Cluster API objects it reads, received at
+    `since` (a time.time()) or later: for each resource, each distinct [namespace, verb, code]."""
+    found: dict[str, set[tuple[str, str, int]]] = {}
+    for event in events:
+        ref = event.get("objectRef", {})
+        if event["user"]["username"] != ACCOUNT or ref.get("resource") not in ("machinedeployments", TEMPLATES):
+            continue
+        received = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+        if received >= since:
+            code = event.get("responseStatus", {}).get("code", 0)
+            found.setdefault(ref["resource"], set()).add((ref.get("namespace", ""), event["verb"], code))
+    return {resource: [list(entry) for entry in sorted(entries)] for resource, entries in found.items()}
+
+
+def without_the_template_rule(
+    mgmt: ControlPlane, lab: Lab, runner: pod_runner.PodRunner, demand: Callable[[], None]
+) -> dict[str, Any]:
+    """The Role without the proxmoxmachinetemplates rule, the autoscaler killed and restarted,
+    demand at 0 workers: refused the templates, it scales nothing (see the module's docstring).
+    Also what its ServiceAccount was allowed before, and the crash and restart."""
+    roles = get(mgmt, "roles", "-n", NS)["items"]
+    [role] = [r for r in roles if any(TEMPLATES in rule.get("resources", []) for rule in r["rules"])]
+    role["rules"] = [rule for rule in role["rules"] if TEMPLATES not in rule.get("resources", [])]
+    mgmt.kubectl("replace", "-f", "-", stdin=json.dumps(role))
+    allowed = account_requests(mgmt.audit())
+    [*_, running] = [e for e in runner.events if e["event"] == "started"]
+    events = len(runner.events)
+    os.kill(running["pid"], signal.SIGKILL)
+    restarted = until(
+        "the killed autoscaler restarted after the backoff",
+        lambda: next((e for e in runner.events[events:] if e["event"] == "started"), None),
+    )
+    crash = runner.events[events:]
+    log = runner.folder / restarted["log"]
+    until("the restarted autoscaler refused the templates", lambda: _refusals(_lines(log)))
+    pod = until(
+        "the Pod's status with the restart",
+        lambda: (
+            (found := get(mgmt, "pod", restarted["pod"], "-n", NS))
+            and "running" in (found["status"].get("containerStatuses") or [{"state": {}}])[0]["state"]
+            and found
+        ),
+    )
+    audit_mark = len(mgmt.audit())
+    demand()
+    until(
+        "the demand pod Unschedulable",
+        lambda: any(conditions(p).get("PodScheduled", {}).get("reason") == "Unschedulable" for p in lab.demand_pods()),
+    )
+    pending_from = len(_lines(log))
+    until(
+        f"{CONTROL_REFUSALS} refused retries of the templates once the demand is pending",
+        lambda: len(_refusals(_lines(log)[pending_from:])) >= CONTROL_REFUSALS,
+    )
+    lines, now = _lines(log), lab.sample()
+    loops = [index for index, line in enumerate(lines) if MAIN_LOOP in line]
+    return {
+        "role": role["metadata"]["name"],
+        "allowed_with_the_rule": allowed,
+        "refused_without": account_requests(mgmt.audit(), since=restarted["at"]),
+        "crash": crash,
+        "pod": pod,
+        "refusals_after_pending": len(_refusals(lines[pending_from:])),
+        "main_loops": len(loops),
+        "waiting_for_templates": bool(loops) and any(WAITING_FOR_TEMPLATES in line for line in lines[loops[-1] :]),
+        "replicas": now["replicas"],
+        "pending_at_end": now["pending"],
+        "scales": scales(mgmt, audit_mark),
+        "forbidden": _refusals(lines)[:3],
+    }
+
+
+def _lines(log: Path) -> list[str]:
+    return log.read_text(errors="replace").splitlines()
+
+
+def _refusals(lines: list[str]) -> list[str]:
+    return [line for line in lines if REFUSED in line and TEMPLATES in line and "forbidden" in line]
+
+
+def without_contract_labels(mgmt: ControlPlane, manager: ClusterApiManager) -> dict[str, Any]:
+    """With the contract labels taken off the ProxmoxCluster CRD, a second Cluster's
+    infrastructure cannot be resolved, and the manager says why."""
+    mgmt.kubectl(
+        "label",
+        "crd/proxmoxclusters.infrastructure.cluster.x-k8s.io",
+        "cluster.x-k8s.io/v1beta1-",
+        "cluster.x-k8s.io/v1beta2-",
+    )
+    meta = {"name": UNLABELLED, "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": UNLABELLED}}
+    infrastructure = {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "ProxmoxCluster", "name": UNLABELLED}
+    second = [
+        {
+            **{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": meta},
+            "spec": {
+                "clusterNetwork": {"pods": {"cidrBlocks": ["10.244.0.0/16"]}},
+                "infrastructureRef": infrastructure,
+            },
+        },
+        {
+            **{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha2", "kind": "ProxmoxCluster", "metadata": meta},
+            "spec": {
+                "controlPlaneEndpoint": {"host": "192.168.4.41", "port": 6443},
+                "ipv4Config": {"addresses": ["192.168.4.50-192.168.4.59"], "prefix": 24, "gateway": "192.168.4.8"},
+                "dnsServers": ["8.8.8.8"],
+                "allowedNodes": [],
+            },
+        },
+    ]
+    mgmt.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": second}))
+    said = until(
+        "the manager refuses the unlabelled CRD",
+        lambda: [line for line in _lines(manager.log) if CONTRACT_ERROR in line and UNLABELLED in line],
+    )
+    infra = conditions(get(mgmt, "cluster", UNLABELLED, "-n", NS)).get("InfrastructureReady", {})
+    return {"log": said[0], "condition": f"{infra.get('reason', '')}: {infra.get('message', '')}"}

@@ -1,0 +1,246 @@
+"""What the lab1 scenario (lab1_autoscaling.py) reads, and how it waits: both clusters through their
+APIs (`Lab`), the audit logs (who wrote what, who was refused), the CLI's runs, the autoscaler's
+process from /proc and from inside its namespaces, and the Cluster API objects a step leaves. Each
+function returns plain data for the tests (tests/test_box_lab1_*.py) to assert on.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from e2e.box.cluster_part import _requests_since
+from e2e.box.scenarios import WRITES
+from e2e.engine.cli import Engine
+from e2e.engine.control_plane import ControlPlane
+from e2e.standins.cluster import chart_repo_standin
+from e2e.standins.cluster.pod_process import Api
+
+NS, CLUSTER = "default", "lab1"
+WORKERS, AUTOSCALER = f"{CLUSTER}-workers", f"{CLUSTER}-autoscaler"
+ACCOUNT = f"system:serviceaccount:{NS}:{AUTOSCALER}"
+# One demand pod fills a worker (4 cpu, Cilium's agent takes 100m); none fits the control plane.
+DEMAND = "demand"
+DEMAND_CPU = "3"
+BOUND = 180.0
+POLL = 0.5
+CORE = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default"
+ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def until(what: str, done: Callable[[], Any], bound: float = BOUND) -> Any:
+    """`done()`'s first true answer, polled; an AssertionError after `bound` seconds."""
+    deadline = time.monotonic() + bound
+    while not (answer := done()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {bound}s: {what}")
+        time.sleep(POLL)
+    return answer
+
+
+def get(cluster: ControlPlane, *args: str, kubeconfig: Path | None = None) -> Any:
+    """The object(s) as JSON, or None (not found, or not yet served)."""
+    done = cluster.kubectl_as(kubeconfig or cluster.kubeconfig, "get", *args, "-o", "json")
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions", [])}
+
+
+def names(mgmt: ControlPlane, resource: str) -> list[str]:
+    done = mgmt.kubectl("get", resource, "-n", NS, "-o", "jsonpath={.items[*].metadata.name}")
+    return sorted(done.stdout.split())
+
+
+def run(engine: Engine, mgmt: ControlPlane, action: str, *args: str) -> dict[str, Any]:
+    """One CLI run: its exit code, seconds, changes, and the admin's writes (the engine's) to the
+    management cluster, each [verb, resource, name]."""
+    mark, began, started = len(mgmt.audit()), time.monotonic(), time.time()
+    done = engine.run(action, *args)
+    writes = [request[:3] for request in _requests_since(mgmt, mark) if request[0] in WRITES]
+    return {
+        **{"action": " ".join((action, *args)), "rc": done.rc, "seconds": round(time.monotonic() - began, 1)},
+        "summary": done.summary(),
+        "changed": [s for s in done.steps() if s["op"] not in ("same", "read")],
+        "writes": writes,
+        "error": done.output[-5000:] if done.rc else "",
+        "order": _order(done.events),
+        "started": started,
+    }
+
+
+def _order(events: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """[index in the event log, timestamp] of the Cluster's step done and of Cilium's begun."""
+    found: dict[str, list[Any]] = {}
+    for index, event in enumerate(events):
+        for kind, suffix, key in (
+            ("resOutputsEvent", "::lab1-cluster", "cluster_done"),
+            ("resourcePreEvent", "::lab1-cilium", "cilium_begun"),
+        ):
+            if kind in event and event[kind]["metadata"]["urn"].endswith(suffix) and key not in found:
+                found[key] = [index, event.get("timestamp")]
+    return found
+
+
+class Lab:
+    """Reads of both clusters through their APIs (no kubectl process per poll)."""
+
+    def __init__(self, mgmt: ControlPlane, lab1_kubeconfig: Path) -> None:
+        self.mgmt, self.lab1 = Api.from_kubeconfig(mgmt.kubeconfig), Api.from_kubeconfig(lab1_kubeconfig)
+
+    def get(self, api: Api, path: str) -> Any:
+        code, body = api.call("GET", path)
+        return body if code == 200 else None
+
+    def demand_pods(self) -> list[dict[str, Any]]:
+        found = self.get(self.lab1, f"/api/v1/namespaces/default/pods?labelSelector=app%3D{DEMAND}") or {}
+        pods: list[dict[str, Any]] = found.get("items", [])
+        return pods
+
+    def sample(self) -> dict[str, Any]:
+        deployment = self.get(self.mgmt, f"{CORE}/machinedeployments/{WORKERS}") or {}
+        machines = (self.get(self.mgmt, f"{CORE}/machines") or {}).get("items", [])
+        workers = [m for m in machines if "cluster.x-k8s.io/deployment-name" in m["metadata"].get("labels", {})]
+        nodes = (self.get(self.lab1, "/api/v1/nodes") or {}).get("items", [])
+        pods = self.demand_pods()
+        return {
+            "replicas": deployment.get("spec", {}).get("replicas"),
+            "machines": len(workers),
+            "machines_with_node": len([m for m in workers if m.get("status", {}).get("nodeRef")]),
+            "nodes": len([n for n in nodes if "node-role.kubernetes.io/control-plane" not in n["metadata"]["labels"]]),
+            "pending": len([p for p in pods if not p["spec"].get("nodeName")]),
+            "scheduled": len([p for p in pods if p["spec"].get("nodeName")]),
+        }
+
+    def watch(self, what: str, done: Callable[[dict[str, Any]], bool], began: float) -> list[list[Any]]:
+        """[seconds since `began`, field, value] each time a sampled value changes, until `done`."""
+        timeline: list[list[Any]] = []
+        last: dict[str, Any] = {}
+        deadline = time.monotonic() + BOUND
+        while True:
+            now = self.sample()
+            stamp = round(time.monotonic() - began, 1)
+            timeline += [[stamp, key, value] for key, value in now.items() if last.get(key) != value]
+            last = now
+            if done(now):
+                return timeline
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not within {BOUND}s: {what}; last {now}; timeline {timeline}")
+            time.sleep(POLL)
+
+
+def scales(mgmt: ControlPlane, mark: int) -> list[dict[str, Any]]:
+    """Each write to the MachineDeployment (or its /scale) after `mark`: who, how, when."""
+    return [
+        {
+            "user": event["user"]["username"],
+            "verb": event["verb"],
+            "subresource": event["objectRef"].get("subresource", ""),
+            "at": event["requestReceivedTimestamp"],
+            "code": event.get("responseStatus", {}).get("code"),
+        }
+        for event in mgmt.audit()[mark:]
+        if event.get("objectRef", {}).get("resource") == "machinedeployments"
+        and event["objectRef"].get("name") == WORKERS
+        and event["verb"] in WRITES
+        and "dryRun=All" not in event.get("requestURI", "")
+    ]
+
+
+def managers(mgmt: ControlPlane) -> dict[str, list[str]]:
+    """Which field manager owns which of the MachineDeployment's spec fields (top level)."""
+    done = mgmt.kubectl("get", "machinedeployment", WORKERS, "-n", NS, "-o", "json", "--show-managed-fields")
+    return {
+        "/".join(filter(None, (entry["manager"], entry["operation"], entry.get("subresource")))): sorted(
+            key.removeprefix("f:") for key in entry.get("fieldsV1", {}).get("f:spec", {})
+        )
+        for entry in json.loads(done.stdout)["metadata"]["managedFields"]
+    }
+
+
+def cluster_api_writes(mgmt: ControlPlane) -> dict[str, dict[str, Any]]:
+    """Every write to a cluster.x-k8s.io group, by "user verb resource[/subresource]": how many,
+    the first one's response code, and which mutating webhooks changed the first one."""
+    writes: dict[str, dict[str, Any]] = {}
+    for event in mgmt.audit():
+        ref = event.get("objectRef", {})
+        if not ref.get("apiGroup", "").endswith("cluster.x-k8s.io") or event["verb"] not in WRITES:
+            continue
+        if "dryRun=All" in event.get("requestURI", ""):
+            continue
+        resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        key = f"{event['user']['username']} {event['verb']} {resource}"
+        if key in writes:
+            writes[key]["count"] += 1
+            continue
+        mutated = [
+            json.loads(value)["webhook"]
+            for name, value in (event.get("annotations") or {}).items()
+            if name.startswith("mutation.webhook.admission.k8s.io/") and json.loads(value).get("mutated")
+        ]
+        writes[key] = {"count": 1, "code": event.get("responseStatus", {}).get("code"), "mutated_by": mutated}
+    return writes
+
+
+def _inside(pid: int, namespace: str, *command: str) -> str:
+    """What `command` prints in the process's own namespace (`--mount`, `--uts`)."""
+    done = subprocess.run(["nsenter", "-t", str(pid), namespace, *command], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def mounted_kubeconfig(pid: int) -> str:
+    """The workload kubeconfig as the process sees it, at the chart's mount path."""
+    return _inside(pid, "--mount", "cat", "/etc/kubernetes/value")
+
+
+def process(pid: int) -> dict[str, Any]:
+    """What a running process got, read from /proc and from inside its namespaces: its argv, its
+    environment, its hostname, and the files at their mount paths as it sees them."""
+    proc = Path(f"/proc/{pid}")
+    token = _inside(pid, "--mount", "cat", f"{ACCOUNT_MOUNT}/token")
+    payload = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return {
+        "pid": pid,
+        "argv": (proc / "cmdline").read_bytes().decode().split("\0")[:-1],
+        "environ": sorted((proc / "environ").read_bytes().decode().split("\0")[:-1]),
+        "kubeconfig": mounted_kubeconfig(pid),
+        "namespace": _inside(pid, "--mount", "cat", f"{ACCOUNT_MOUNT}/namespace"),
+        "ca": _inside(pid, "--mount", "cat", f"{ACCOUNT_MOUNT}/ca.crt"),
+        "token_claims": claims,
+        "hostname": _inside(pid, "--uts", "cat", "/proc/sys/kernel/hostname").strip(),
+        "etc_on_the_machine_unchanged": not Path("/etc/kubernetes").exists(),
+    }
+
+
+def kubeconfig_secret(mgmt: ControlPlane) -> dict[str, Any]:
+    """lab1-kubeconfig as Cluster API keeps it: its type, metadata, keys and decoded value."""
+    secret = get(mgmt, "secret", f"{CLUSTER}-kubeconfig", "-n", NS)
+    return {key: secret[key] for key in ("type", "metadata")} | {
+        "keys": sorted(secret["data"]),
+        "value": base64.b64decode(secret["data"]["value"]).decode(),
+    }
+
+
+def capmox_assets(charts: chart_repo_standin.ChartRepoStandIn) -> dict[str, list[Any]]:
+    """GETs of CAPMOX's cluster-template.yaml from the chart repository stand-in, for the
+    program's version, the one before and one it does not serve: [status, body] each."""
+    context = ssl.create_default_context(cafile=str(charts.certificate))
+    assets: dict[str, list[Any]] = {}
+    for version in ("v0.9.0", "v0.9.1", "v0.9.2"):
+        url = f"{charts.url}/{chart_repo_standin.CAPMOX_ASSETS}/{version}/cluster-template.yaml"
+        try:
+            with urllib.request.urlopen(url, timeout=10, context=context) as answer:  # noqa: S310
+                assets[version] = [answer.status, answer.read().decode()]
+        except urllib.error.HTTPError as refused:
+            assets[version] = [refused.code, ""]
+    return assets

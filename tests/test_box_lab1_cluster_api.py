@@ -1,0 +1,167 @@
+"""The real Cluster API core beneath the program's lab1 in the box (the scenario of
+e2e/box/lab1_autoscaling.py, the session fixture `lab1_box` of tests/conftest.py, on
+e2e/box/workload_box.py): the operator stand-in installs each provider's real CRDs from the
+upstream archives with their contract labels and starts the real cluster-api-manager v1.12.11;
+its webhook defaults the replicas the program leaves out; the real Cluster, MachineDeployment,
+MachineSet and Machine controllers make the first worker's chain, whose Node the kubelet stand-in
+registers and the real Machine controller finds; lab1 is a second real control plane with its real
+scheduler; the stand-ins of e2e/standins/workload/ do what cannot run here; and the control:
+without its contract label the ProxmoxCluster cannot be resolved. Selected with `pytest -m engine`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from e2e.box import lab1_controls, scenarios
+from e2e.engine.control_plane import ADMIN_USER, CLUSTER_API_USER, PROVIDERS_USER
+
+pytestmark = pytest.mark.engine
+
+CONTRACT = "cluster.x-k8s.io/v1beta2"
+# What the worker's sizing (lab1_autoscaling.WORKER) makes: 2 sockets * 2 cores, 4096 MiB (which
+# the API server writes as 4Gi), the 30 GB boot volume.
+WORKER_CAPACITY = {"cpu": "4", "memory": "4Gi", "ephemeral-storage": "30Gi", "pods": "110"}
+
+
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in obj["status"]["conditions"] if c["type"] == kind)
+
+
+def _write(lab1_box: Any, user: str, verb: str, resource: str) -> dict[str, Any] | None:
+    """The count of `user`'s writes, the first's code and mutating webhooks (or None: none)."""
+    found: dict[str, Any] | None = lab1_box["cluster_api_writes"].get(f"{user} {verb} {resource}")
+    return found
+
+
+def test_the_operator_installs_the_real_crds_with_their_contract_labels(lab1_box: Any) -> None:
+    beneath = lab1_box["beneath"]
+    applied = {entry["kind"]: entry["crds"] for entry in beneath["crds_applied"]}
+    assert len(applied["CoreProvider"]) == 13
+    assert "machinedeployments.cluster.x-k8s.io" in applied["CoreProvider"]
+    assert applied["InfrastructureProvider"] == [
+        f"{plural}.infrastructure.cluster.x-k8s.io"
+        for plural in ("proxmoxclusters", "proxmoxclustertemplates", "proxmoxmachines", "proxmoxmachinetemplates")
+    ]
+    assert applied["IPAMProvider"] == []
+    assert beneath["operator_notes"] == [
+        "no archive of cluster-api-ipam-provider-in-cluster in ../shared/vendor: its CRDs "
+        "(InClusterIPPool, GlobalInClusterIPPool) are not applied"
+    ]
+    labels = beneath["crd_labels"]
+    assert labels["kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io"][CONTRACT] == "v1beta2"
+    # Upstream's core CRDs carry no contract label: core kinds are never resolved by contract.
+    assert CONTRACT not in labels["machinedeployments.cluster.x-k8s.io"]
+    assert beneath["manager_ready_seconds"] < 60
+
+
+def test_the_real_webhook_defaults_replicas_to_the_min_size(lab1_box: Any) -> None:
+    # The program leaves replicas out (pulumi never owns them: test_box_lab1_autoscaling.py);
+    # the webhook set them to the group's min size when the engine created the MachineDeployment.
+    created = lab1_box["md_created"]
+    assert created["spec"]["replicas"] == 0
+    assert created["metadata"]["annotations"]["cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"] == "0"
+    create = _write(lab1_box, ADMIN_USER, "patch", "machinedeployments")
+    assert create is not None
+    assert (create["code"], create["mutated_by"]) == (201, ["default.machinedeployment.cluster.x-k8s.io"])
+    assert lab1_box["beneath"]["webhook_configurations"] == [
+        "MutatingWebhookConfiguration/capi-mutating-webhook-configuration",
+        "ValidatingWebhookConfiguration/capi-validating-webhook-configuration",
+    ]
+    assert lab1_box["v1beta1_requests"] == {}, "something asked for v1beta1: the CRDs need their conversion webhook"
+
+
+def test_the_real_cluster_controller_does_its_part_and_the_stand_ins_theirs(lab1_box: Any) -> None:
+    # Owner references and the endpoint are the manager's writes, the providers' status theirs.
+    for resource in ("proxmoxclusters", "kubeadmcontrolplanes", "clusters"):
+        assert _write(lab1_box, CLUSTER_API_USER, "patch", resource), resource
+    for resource in ("proxmoxclusters/status", "kubeadmcontrolplanes/status"):
+        writers = {key.split(" ")[0] for key in lab1_box["cluster_api_writes"] if key.endswith(f" {resource}")}
+        assert writers == {PROVIDERS_USER}, resource
+    cluster = lab1_box["cluster"]
+    assert cluster["spec"]["controlPlaneEndpoint"] == {"host": scenarios.LAB1_ADDRESS, "port": 6443}
+    assert cluster["status"]["initialization"] == {"infrastructureProvisioned": True, "controlPlaneInitialized": True}
+    assert _condition(cluster, "ControlPlaneInitialized")["status"] == "True"
+    [machine_set] = lab1_box["beneath"]["machine_sets"]
+    assert [owner["kind"] for owner in machine_set["metadata"]["ownerReferences"]] == ["MachineDeployment"]
+
+
+def test_lab1_kubeconfig_is_written_where_cluster_api_reads_it_and_works(lab1_box: Any) -> None:
+    secret = lab1_box["beneath"]["secret"]
+    assert secret["type"] == "cluster.x-k8s.io/secret"
+    assert secret["metadata"]["labels"] == {"cluster.x-k8s.io/cluster-name": "lab1"}
+    assert secret["metadata"]["ownerReferences"][0]["kind"] == "KubeadmControlPlane"
+    assert secret["keys"] == ["value"]
+    assert lab1_box["beneath"]["readyz"] == "ok"
+
+
+def test_the_control_plane_node_takes_what_tolerates_it(lab1_box: Any) -> None:
+    node = lab1_box["beneath"]["control_node"]
+    assert node["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] == ""
+    assert node["spec"]["taints"] == [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+    assert node["spec"]["providerID"].startswith("proxmox://")
+    # The control-plane ProxmoxMachineTemplate's sizing: the program's default (2 sockets * 4 cores,
+    # 16384 MiB, a 100 GB boot volume).
+    assert node["status"]["capacity"] == {"cpu": "8", "memory": "16Gi", "ephemeral-storage": "100Gi", "pods": "110"}
+    # Cilium's agent and operator (the stand-in chart, the operator at the program's one replica)
+    # and CoreDNS.
+    placed = sorted(
+        (pod["metadata"]["labels"].get("name") or pod["metadata"]["labels"]["k8s-app"], pod["spec"]["nodeName"])
+        for pod in lab1_box["beneath"]["system_pods"]
+    )
+    control = node["metadata"]["name"]
+    assert placed == [("cilium", control), ("cilium-operator", control), ("kube-dns", control), ("kube-dns", control)]
+
+
+def test_scaling_to_one_makes_a_machine_whose_node_the_real_controller_finds(lab1_box: Any) -> None:
+    worker = lab1_box["worker"]
+    machine, proxmox, node = worker["machine"], worker["proxmox_machine"], worker["node"]
+    assert machine["status"]["phase"] == "Running"
+    assert machine["status"]["nodeRef"]["name"] == node["metadata"]["name"]
+    assert machine["spec"]["providerID"] == proxmox["spec"]["providerID"] == node["spec"]["providerID"]
+    assert [o["kind"] for o in proxmox["metadata"]["ownerReferences"]] == ["Machine"]
+    assert [o["kind"] for o in worker["kubeadm_config"]["metadata"]["ownerReferences"]] == ["Machine"]
+    for resource in ("proxmoxmachines", "kubeadmconfigs", "machines"):
+        write = _write(lab1_box, CLUSTER_API_USER, "patch", resource)
+        assert write is not None, resource
+        assert write["code"] == 201, resource
+    # The real Machine controller synced the Node and dropped Cluster API's uninitialized taint.
+    assert node["metadata"]["annotations"]["cluster.x-k8s.io/machine"] == machine["metadata"]["name"]
+    assert "taints" not in node["spec"] or node["spec"]["taints"] == []
+    assert node["status"]["capacity"] == WORKER_CAPACITY
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.35.9"
+    assert worker["lease_later"]["spec"]["renewTime"] > worker["lease"]["spec"]["renewTime"]
+
+
+def test_the_real_scheduler_places_what_fits_and_leaves_the_rest_unschedulable(lab1_box: Any) -> None:
+    running = lab1_box["worker"]["running"]
+    assert running["spec"]["nodeName"] == lab1_box["worker"]["node"]["metadata"]["name"]
+    assert running["status"]["phase"] == "Running"
+    scheduled = _condition(lab1_box["unschedulable"], "PodScheduled")
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
+    assert "Insufficient cpu" in scheduled["message"]
+
+
+def test_scaling_to_zero_takes_the_machines_their_vms_and_their_nodes(lab1_box: Any) -> None:
+    assert lab1_box["nodes_after"] == [lab1_box["beneath"]["control_node"]["metadata"]["name"]]
+    worker = lab1_box["worker"]["proxmox_machine"]["metadata"]["name"]
+    done = [entry["what"] for entry in lab1_box["standins_timeline"] if entry["object"].endswith(f"/{worker}")]
+    assert done[-1] == "destroyed"
+
+
+def test_the_capmox_template_is_served_for_v0_9_0_and_v0_9_1_only(lab1_box: Any) -> None:
+    assets = lab1_box["capmox_assets"]
+    assert assets["v0.9.0"] == assets["v0.9.1"]
+    assert assets["v0.9.1"][0] == 200
+    assert "kind: ProxmoxMachineTemplate" in assets["v0.9.1"][1]
+    assert assets["v0.9.2"][0] == 404
+
+
+def test_without_the_contract_label_the_infrastructure_cannot_be_resolved(lab1_box: Any) -> None:
+    # The control: a second Cluster, once the ProxmoxCluster CRD lost its labels.
+    unlabelled = lab1_box["unlabelled"]
+    assert lab1_controls.CONTRACT_ERROR in unlabelled["log"]
+    assert "proxmoxclusters.infrastructure.cluster.x-k8s.io" in unlabelled["log"]
+    assert "ProxmoxCluster" not in unlabelled["condition"]
