@@ -226,6 +226,7 @@ def lab1_as_clusterctl_left_it(root: str, site: str) -> dict[str, Any]:
             out["timeline"] = box.standins.record.timeline
             if box.managers:
                 out["manager_log_tail"] = box.manager.log_tail(30)
+    mark("box down")
     print("times:", times)
     return out
 
