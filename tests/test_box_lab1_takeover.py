@@ -143,3 +143,53 @@ def test_cilium_was_installed_by_helm_as_release_cilium_in_kube_system(lab1: Any
     assert record["type"] == "helm.sh/release.v1"
     assert record["labels"]["status"] == "deployed"
     assert sorted(node for _, node in lab1["cilium_pods"]) == sorted([n["metadata"]["name"] for n in lab1["nodes"]] * 2)
+
+
+def test_the_settings_read_back_from_the_live_objects_are_the_owners_variables(lab1: Any) -> None:
+    site = lab1["site"]
+    sizing = {
+        "sockets": site["sockets"],
+        "cores": site["cores"],
+        "memoryMib": site["memory_mib"],
+        "diskGib": site["boot_volume_gb"],
+    }
+    assert lab1["settings_from_live"] == {
+        "name": "lab1",
+        "namespace": "default",
+        "kubernetesVersion": "v1.35.9",
+        "controlPlaneEndpoint": site["endpoint"],
+        "nodeIpRanges": site["node_ip_ranges"],
+        "ipPrefix": site["ip_prefix"],
+        "gateway": site["gateway"],
+        "dnsServers": site["dns_servers"],
+        "allowedNodes": [site["source_node"]],
+        "sshPublicKeys": site["ssh_keys"],
+        "sourceNode": site["source_node"],
+        "templateVmId": site["template_vmid"],
+        "bootVolumeDevice": site["boot_volume_device"],
+        "bridge": site["bridge"],
+        "vipInterface": site["vip_interface"],
+        # clusterctl's template's, which overlaps the lab's 192.168.0.0/16 (spec: traps).
+        "podCidr": "192.168.0.0/16",
+        "controlPlane": {"replicas": 1, **sizing},
+        "workers": sizing,
+    }
+
+
+def test_the_snapshot_holds_what_a_takeover_must_leave_alone(lab1: Any) -> None:
+    kinds = sorted({name.split("/")[0] for name in lab1["snapshot"]})
+    assert kinds == [
+        "cluster",
+        "helm-releases",
+        "kubeadmconfigs",
+        "kubeadmconfigtemplate",
+        "kubeadmcontrolplane",
+        "machinedeployment",
+        "machines",
+        "machinesets",
+        "nodes",
+        "proxmoxcluster",
+        "proxmoxmachines",
+        "proxmoxmachinetemplate",
+    ]
+    assert len(lab1["snapshot"]) == 7 + 4 + 2 + 1

@@ -32,25 +32,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.box import workload_box
+from e2e.box import lab1_state, workload_box
 from e2e.box.scenarios import LAB1_ADDRESS
 from e2e.engine import vendor
 from e2e.engine.cli import built_bin
-from e2e.engine.control_plane import ControlPlane
 
-NS, CLUSTER = "default", "lab1"
+NS, CLUSTER = lab1_state.NS, lab1_state.CLUSTER
 KUBERNETES_VERSION = "v1.35.9"
 CAPMOX_TEMPLATE = "templates/cluster-template.yaml"
-# The seven objects clusterctl renders from CAPMOX's default template, as `kubectl get` names them.
-OBJECTS = (
-    ("cluster", CLUSTER),
-    ("proxmoxcluster", CLUSTER),
-    ("kubeadmcontrolplane", f"{CLUSTER}-control-plane"),
-    ("proxmoxmachinetemplate", f"{CLUSTER}-control-plane"),
-    ("machinedeployment", f"{CLUSTER}-workers"),
-    ("proxmoxmachinetemplate", f"{CLUSTER}-worker"),
-    ("kubeadmconfigtemplate", f"{CLUSTER}-worker"),
-)
+OBJECTS = lab1_state.OBJECTS
 CILIUM_VALUES = ("ipam.mode=kubernetes",)
 BOUND = 180.0
 POLL = 0.5
@@ -173,9 +163,7 @@ def _ran(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return {"args": done.args[1:], "rc": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}
 
 
-def _get(mgmt: ControlPlane, kubeconfig: Path, *args: str) -> Any:
-    done = mgmt.kubectl_as(kubeconfig, "get", *args, "-o", "json", "--show-managed-fields")
-    return json.loads(done.stdout) if done.returncode == 0 else None
+_get = lab1_state.get
 
 
 def _conditions(obj: dict[str, Any] | None) -> dict[str, str]:
@@ -329,7 +317,9 @@ def _cilium(box: workload_box.WorkloadBox, base: Path, lab1: Path) -> list[dict[
 def _read_state(box: workload_box.WorkloadBox, lab1: Path, out: dict[str, Any]) -> None:
     """The state the takeover starts from, as the live objects have it."""
     mgmt = box.mgmt
-    out["objects"] = {f"{kind}/{name}": _get(mgmt, mgmt.kubeconfig, kind, name, "-n", NS) for kind, name in OBJECTS}
+    out["objects"] = lab1_state.objects(mgmt)
+    out["snapshot"] = lab1_state.snapshot(mgmt, lab1)
+    out["settings_from_live"] = lab1_state.settings_from_live(out["objects"])
     for kind in ("machinesets", "machines", "kubeadmconfigs", "proxmoxmachines"):
         out[kind] = [item["metadata"]["name"] for item in (_get(mgmt, mgmt.kubeconfig, kind, "-n", NS) or {})["items"]]
     releases = _get(mgmt, lab1, "secrets", "-n", "kube-system", "-l", "owner=helm")
