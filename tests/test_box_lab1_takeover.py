@@ -28,7 +28,7 @@ CLIENT_SIDE_APPLY = "kubectl-client-side-apply"
 def lab1(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp(f"lab1-takeover-{request.param}")
     result = in_new_netns(
-        "clusterctl_lab1.lab1_as_clusterctl_left_it",
+        "lab1_takeover.lab1_taken_over",
         str(root),
         request.param,
         addresses=clusterctl_lab1.addresses(request.param),
@@ -43,6 +43,13 @@ def _managers(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "/".join(filter(None, (entry["manager"], entry["operation"], entry.get("subresource")))): entry["fieldsV1"]
         for entry in obj["metadata"]["managedFields"]
     }
+
+
+def test_the_scenario_ran_through_and_the_program_made_the_management_cluster(lab1: Any) -> None:
+    assert not lab1.get("failed"), lab1["failed"]
+    assert lab1["config_failed"] == []
+    assert lab1["mgmt_up"]["rc"] == 0, lab1["mgmt_up"]["error"]
+    assert lab1["runner"]["errors"] == []
 
 
 def test_nothing_was_refused(lab1: Any) -> None:

@@ -1,6 +1,6 @@
-"""lab1 as clusterctl left it (issue 31's starting point; tests/test_box_lab1_takeover.py): on the
-workload box (e2e/box/workload_box.py) with the real Cluster API core and the providers installed as
-the lab1 scenarios have them, the owner's steps with the real tools:
+"""lab1 as clusterctl left it (issue 31's starting point; e2e/box/lab1_takeover.py runs it): on the
+workload box (e2e/box/workload_box.py) with the real Cluster API core and the providers Ready, the
+owner's steps with the real tools (`left_by_the_owner`):
 
     clusterctl generate cluster lab1 --from cluster-template.yaml --kubernetes-version v1.35.9 \\
         --target-namespace default --config clusterctl.yaml > lab1.yaml
@@ -26,7 +26,6 @@ import base64
 import json
 import os
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -188,38 +187,7 @@ def generate(base: Path, site: Site) -> tuple[dict[str, Any], Path]:
     return {**_ran(done), "stdout": done.stdout, "config": config.read_text()}, rendered
 
 
-def lab1_as_clusterctl_left_it(root: str, site: str) -> dict[str, Any]:
-    """The scenario (see the module's docstring) at SITES[site]: what the takeover starts from."""
-    base, times, began = Path(root), dict[str, float](), time.monotonic()
-    out: dict[str, Any] = {"site": asdict(SITES[site])}
-
-    def mark(what: str) -> None:
-        times[what] = round(time.monotonic() - began, 1)
-
-    with workload_box.running(base, operator_install_seconds=0.0) as box:
-        out["problems"] = box.problems()  # the stand-ins' lists, filled as they go
-
-        def until(what: str, found: Callable[[], Any]) -> Any:
-            deadline = time.monotonic() + BOUND
-            while time.monotonic() < deadline:
-                if answer := found():
-                    return answer
-                time.sleep(POLL)
-            raise AssertionError(f"not within {BOUND}s: {what}; the stand-ins refused: {box.problems()}")
-
-        try:
-            _left_by_the_owner(box, base, SITES[site], out, mark=mark, until=until)
-        finally:
-            out["times"] = times
-            out["timeline"] = box.standins.record.timeline
-            if box.managers:
-                out["manager_log_tail"] = box.manager.log_tail(30)
-    mark("box down")
-    print("times:", times)
-    return out
-
-
-def _left_by_the_owner(
+def left_by_the_owner(
     box: workload_box.WorkloadBox,
     base: Path,
     site: Site,
@@ -228,10 +196,10 @@ def _left_by_the_owner(
     mark: Callable[[str], None],
     until: Callable[[str, Callable[[], Any]], Any],
 ) -> None:
+    """The owner's steps on a box whose providers are Ready (the module's docstring), then the
+    state they left, into `out`; `mark` times each part, `until` polls for a condition."""
     mgmt = box.mgmt
-    mark("box up")
-    out["providers_seconds"] = box.install_providers()
-    mark("providers Ready, manager running")
+    out["site"] = asdict(site)
     out["generate"], rendered = generate(base, site)
     if out["generate"]["rc"]:
         raise AssertionError(f"clusterctl generate cluster failed: {out['generate']['stderr']}")

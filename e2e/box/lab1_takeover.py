@@ -1,0 +1,125 @@
+"""Issue 31 in the box (tests/test_box_lab1_takeover.py): lab1 as clusterctl left it, taken over by
+the program. On the workload box (e2e/box/workload_box.py) with the real Cluster API core, the
+autoscaler's chart and the pod runner as the program's lab1 scenario has them:
+
+1. the program's first `pulumi up` through the real CLI with no workload cluster: the management
+   cluster's part (cert-manager, the operator, the providers; the operator stand-in starts the
+   real Cluster API manager);
+2. the owner's steps (e2e/box/clusterctl_lab1.py): `clusterctl generate cluster lab1` with the
+   owner's clusterctl.yaml at one of its SITES, `kubectl apply`, `helm install cilium`, until the
+   worker's Machine runs and both Nodes are Ready; the state that leaves, and a snapshot of what
+   the takeover must leave alone (e2e/box/lab1_state.py).
+
+    in_new_netns("lab1_takeover.lab1_taken_over", root, site, addresses=clusterctl_lab1.addresses(site))
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from e2e.box import clusterctl_lab1, workload_box
+from e2e.box.scenarios import _lab_secrets, _readme_first_run, _step
+from e2e.engine.cli import Engine
+from e2e.standins.cluster import chart_repo_standin, pod_runner
+
+NS, CLUSTER = clusterctl_lab1.NS, clusterctl_lab1.CLUSTER
+AUTOSCALER = f"{CLUSTER}-autoscaler"
+# The official chart 9.59.0 from the archives, which the program's autoscaler release installs.
+AUTOSCALER_CHART = chart_repo_standin.VendoredChart("cluster-autoscaler-chart-9.59.0.tar.gz")
+# The management cluster's kube-controller-manager: the token controller, what makes the
+# autoscaler's Deployment a Pod (the pod runner runs it) and the garbage collector.
+MGMT_CONTROLLERS = (
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "garbage-collector-controller",
+)
+BOUND = clusterctl_lab1.BOUND
+POLL = clusterctl_lab1.POLL
+
+
+def _settings(box: workload_box.WorkloadBox) -> dict[str, str]:
+    """Where the box serves what the program fetches (the stack's own settings)."""
+    return {
+        "certManagerChartRepo": box.repo_url("jetstack"),
+        "capiOperatorChartRepo": box.repo_url("capi-operator"),
+        "ciliumChartRepo": box.repo_url("cilium"),
+        "ciliumVersion": workload_box.CILIUM_VERSION,
+        "clusterAutoscalerChartRepo": box.repo_url("autoscaler"),
+        "capmoxReleaseUrl": box.capmox_release_url,
+    }
+
+
+def _run(engine: Engine, action: str, *args: str) -> dict[str, Any]:
+    """One CLI run: exit code, seconds, summary, the steps that were not `same`, the error."""
+    began = time.monotonic()
+    run = engine.run(action, *args)
+    return {
+        "action": " ".join((action, *args)),
+        "rc": run.rc,
+        "seconds": round(time.monotonic() - began, 1),
+        "summary": run.summary(),
+        "changed": [step for step in run.steps() if step["op"] not in ("same", "read")],
+        "error": run.output[-5000:] if run.rc else "",
+    }
+
+
+def lab1_taken_over(root: str, site: str) -> dict[str, Any]:
+    base, times, began = Path(root), dict[str, float](), time.monotonic()
+    out: dict[str, Any] = {}
+
+    def mark(what: str) -> None:
+        times[what] = round(time.monotonic() - began, 1)
+
+    with ExitStack() as stack:
+        box = stack.enter_context(
+            workload_box.running(
+                base,
+                extra_charts={"autoscaler": [AUTOSCALER_CHART]},
+                operator_install_seconds=0.0,
+                mgmt_controllers=MGMT_CONTROLLERS,
+            )
+        )
+        runner = stack.enter_context(
+            pod_runner.running(box.mgmt, NS, AUTOSCALER, base / "pods", backoff_seconds=1.0, secret_sync_seconds=2.0)
+        )
+        out["problems"] = box.problems()  # the stand-ins' lists, filled as they go
+
+        def until(what: str, found: Callable[[], Any]) -> Any:
+            deadline = time.monotonic() + BOUND
+            while time.monotonic() < deadline:
+                if answer := found():
+                    return answer
+                time.sleep(POLL)
+            raise AssertionError(f"not within {BOUND}s: {what}; the stand-ins refused: {box.problems()}")
+
+        mark("box up")
+        try:
+            engine = box.engine()
+            config = _readme_first_run(engine, _lab_secrets())
+            config += [_step(engine, ("config", "set", key, value)) for key, value in _settings(box).items()]
+            out["config_failed"] = [step for step in config if step["rc"]]
+            out["mgmt_up"] = _run(engine, "up")
+            if out["mgmt_up"]["rc"]:
+                raise AssertionError("the program's first pulumi up (the management cluster) failed")
+            until("the Cluster API manager running", lambda: box.managers)
+            mark("the program's first up: the management cluster")
+            clusterctl_lab1.left_by_the_owner(box, base, clusterctl_lab1.SITES[site], out, mark=mark, until=until)
+        except Exception:  # what happened so far is the test's to read
+            out["failed"] = traceback.format_exc()
+        out |= {
+            "times": times,
+            "timeline": box.standins.record.timeline,
+            "runner": {"events": runner.events, "errors": runner.errors},
+        }
+        if out.get("failed") and box.managers:
+            out["manager_log_tail"] = box.manager.log_tail(30)
+    mark("box down")
+    print("times:", times)
+    return out
