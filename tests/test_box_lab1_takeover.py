@@ -200,3 +200,17 @@ def test_the_snapshot_holds_what_a_takeover_must_leave_alone(lab1: Any) -> None:
         "proxmoxmachinetemplate",
     ]
     assert len(lab1["snapshot"]) == 7 + 4 + 2 + 1
+
+
+def test_before_the_takeover_the_program_refuses_lab1_and_writes_nothing_to_it(lab1: Any) -> None:
+    # The live pod CIDR, the template's 192.168.0.0/16, is refused by the settings.
+    live = lab1["preview_live_values"]
+    assert live["rc"] != 0
+    assert "lab-mgmt:workloadClusters[0].podCidr: 192.168.0.0/16 overlaps" in live["error"]
+    # With the program's own, the preview stops at the Cluster kubectl made (docs/adoption.md).
+    declared = lab1["preview_program_pod_cidr"]
+    assert declared["rc"] != 0
+    assert "the Cluster default/lab1 exists on the management cluster, made by" in declared["error"]
+    assert "kubectl-client-side-apply, not by this program" in " ".join(declared["error"].split())
+    assert lab1["changed_by_previews"] == {"appeared": [], "gone": [], "rewritten": []}
+    assert [w for w in lab1["writes_by_previews"] if w["user"] == ADMIN_USER] == []

@@ -15,6 +15,8 @@ autoscaler's chart and the pod runner as the program's lab1 scenario has them:
 
 from __future__ import annotations
 
+import re
+import textwrap
 import time
 import traceback
 from collections.abc import Callable
@@ -22,7 +24,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from e2e.box import clusterctl_lab1, workload_box
+import yaml
+
+from e2e.box import clusterctl_lab1, lab1_state, workload_box
 from e2e.box.scenarios import _lab_secrets, _readme_first_run, _step
 from e2e.engine.cli import Engine
 from e2e.standins.cluster import chart_repo_standin, pod_runner
@@ -40,6 +44,12 @@ MGMT_CONTROLLERS = (
     "replicaset-controller",
     "garbage-collector-controller",
 )
+# The workers' bounds the owner picks (Pulumi.lab.yaml's), and the box's short autoscaler timings
+# through the program's own settings (as the program's lab1 scenario sets them).
+WORKER_BOUNDS = {"minSize": 0, "maxSize": 3}
+TIMINGS = {"scanInterval": "2s", "scaleDownUnneededTime": "10s", "scaleDownDelayAfterAdd": "5s"}
+# What Pulumi.lab.yaml declares (the template's overlaps the lab).
+PROGRAM_POD_CIDR = "10.244.0.0/16"
 BOUND = clusterctl_lab1.BOUND
 POLL = clusterctl_lab1.POLL
 
@@ -68,6 +78,37 @@ def _run(engine: Engine, action: str, *args: str) -> dict[str, Any]:
         "changed": [step for step in run.steps() if step["op"] not in ("same", "read")],
         "error": run.output[-5000:] if run.rc else "",
     }
+
+
+def declare(engine: Engine, entry: dict[str, Any]) -> str:
+    """The owner's edit of the stack file: `workloadClusters` set to the one entry (in place of the
+    empty list the box's engine starts with, or of the entry declared before), the rest of the
+    file as it is. The text written."""
+    stack_file = engine.project / "Pulumi.lab.yaml"
+    text = stack_file.read_text()
+    start = text.index("  lab-mgmt:workloadClusters:")
+    following = re.search(r"^  [^\s-]", text[start + 1 :], re.MULTILINE)
+    end = start + 1 + following.start() if following else len(text)
+    written = textwrap.indent(yaml.safe_dump({"lab-mgmt:workloadClusters": [entry]}, sort_keys=False), "  ")
+    stack_file.write_text(text[:start] + written + text[end:])
+    return written
+
+
+def _before_the_takeover(
+    engine: Engine, box: workload_box.WorkloadBox, base: Path, entry: dict[str, Any], out: dict[str, Any]
+) -> None:
+    """What the program does today with lab1 declared as the live objects say: the live pod CIDR
+    (the template's) is refused by the settings; with the program's own pod CIDR the preview stops
+    at the Cluster that kubectl made. Neither writes to lab1 (the snapshot unchanged)."""
+    mark = len(box.mgmt.audit())
+    out["declared"] = declare(engine, entry)
+    out["preview_live_values"] = _run(engine, "preview")
+    declare(engine, entry | {"podCidr": PROGRAM_POD_CIDR})
+    out["preview_program_pod_cidr"] = _run(engine, "preview")
+    out["changed_by_previews"] = lab1_state.changed(
+        out["snapshot"], lab1_state.snapshot(box.mgmt, base / "lab1.kubeconfig")
+    )
+    out["writes_by_previews"] = lab1_state.writes(box.mgmt, mark)
 
 
 def lab1_taken_over(root: str, site: str) -> dict[str, Any]:
@@ -111,6 +152,11 @@ def lab1_taken_over(root: str, site: str) -> dict[str, Any]:
             until("the Cluster API manager running", lambda: box.managers)
             mark("the program's first up: the management cluster")
             clusterctl_lab1.left_by_the_owner(box, base, clusterctl_lab1.SITES[site], out, mark=mark, until=until)
+            # The entry the live objects say, with the owner's bounds and the box's timings.
+            entry = out["settings_from_live"] | {"autoscaler": TIMINGS}
+            entry["workers"] = WORKER_BOUNDS | entry["workers"]
+            _before_the_takeover(engine, box, base, entry, out)
+            mark("previews with lab1 declared, before the takeover")
         except Exception:  # what happened so far is the test's to read
             out["failed"] = traceback.format_exc()
         out |= {
