@@ -5,6 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components import adoption
 from components.charts import LocalChart
 
 NAMESPACE = "kube-system"
@@ -25,12 +26,22 @@ class Cilium(pulumi.ComponentResource):
 
     It is installed once the cluster's control plane answers (the caller makes it wait on the
     Cluster's ControlPlaneInitialized condition): not on the cluster being Available, which needs
-    Ready nodes, which need the CNI first."""
+    Ready nodes, which need the CNI first.
+
+    Adopting (`adopt`), the release that Helm installed from the laptop is imported as
+    `kube-system/cilium` with chart, version and values as they run (components.adoption); the
+    first run after it upgrades the release to these values where they differ (docs/adoption.md)."""
 
     release: kubernetes.helm.v3.Release
 
     def __init__(
-        self, name: str, chart: LocalChart, *, workload: kubernetes.Provider, opts: pulumi.ResourceOptions | None = None
+        self,
+        name: str,
+        chart: LocalChart,
+        *,
+        workload: kubernetes.Provider,
+        adopt: bool,
+        opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("homelab:index:Cilium", name, None, opts)
         self.release = kubernetes.helm.v3.Release(
@@ -41,6 +52,9 @@ class Cilium(pulumi.ComponentResource):
             namespace=NAMESPACE,
             values=VALUES,
             timeout=RELEASE_TIMEOUT_SECONDS,
-            opts=pulumi.ResourceOptions(parent=self, provider=workload),
+            opts=pulumi.ResourceOptions.merge(
+                pulumi.ResourceOptions(parent=self, provider=workload),
+                adoption.imported(f"{NAMESPACE}/{chart.chart}", adoption.RELEASE_INPUTS, adopt=adopt),
+            ),
         )
         self.register_outputs({"status": self.release.status})

@@ -23,7 +23,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -122,7 +122,8 @@ def template_variables(cluster: WorkloadCluster, sizing: MachineSizing) -> dict[
 
 def digested_name(name: str, spec: Mapping[str, Any]) -> str:
     """A machine template's name with a digest of its spec: Cluster API's machine templates are
-    immutable, so another spec is another template (issue 31 maps clusterctl's plain names here)."""
+    immutable, so another spec is another template. It is the template's Pulumi name always, and
+    its Kubernetes name unless the cluster was taken over with it (components.cluster_takeover)."""
     canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     return f"{name}-{hashlib.sha256(canonical.encode()).hexdigest()[:DIGEST_LENGTH]}"
 
@@ -138,6 +139,21 @@ class ClusterObjects:
     worker_template: dict[str, Any]
     worker_config: dict[str, Any]
     machine_deployment: dict[str, Any]
+    made_names: dict[str, str] = field(default_factory=dict)
+    """Each machine template's digested name -> the name the template gives it, as clusterctl
+    named it (`<cluster>-control-plane`, `<cluster>-worker`)."""
+
+    def resources(self) -> list[dict[str, Any]]:
+        """The seven objects."""
+        return [
+            self.cluster,
+            self.proxmox_cluster,
+            self.control_plane,
+            self.control_plane_template,
+            self.worker_template,
+            self.worker_config,
+            self.machine_deployment,
+        ]
 
 
 def render_cluster(template: str, cluster: WorkloadCluster) -> ClusterObjects:
@@ -205,15 +221,19 @@ def _split(rendered: str) -> _Rendering:
 
 
 def _patched(objects: ClusterObjects, cluster: WorkloadCluster) -> ClusterObjects:
-    """What the template gets wrong for this lab, and the machine templates' digested names."""
-    for resource in vars(objects).values():
+    """What the template gets wrong for this lab, and the machine templates' digested names.
+    Of a cluster clusterctl made (takenOver), the networks stay as it rendered them; while it is
+    being adopted, the MachineDeployment carries no annotation of the program's either, so that
+    every object is what clusterctl rendered from the same values (components.cluster_takeover)."""
+    for resource in objects.resources():
         # clusterctl puts them in --target-namespace the same way; the template names none.
         resource["metadata"]["namespace"] = cluster.namespace
     network = objects.cluster["spec"].setdefault("clusterNetwork", {})
     # The template's pod network 192.168.0.0/16 overlaps the lab; Cilium (ipam.mode=kubernetes)
     # takes the node CIDRs from it. The services get theirs (kubeadm's default unless set).
     network["pods"] = {"cidrBlocks": [str(cluster.pod_cidr)]}
-    network["services"] = {"cidrBlocks": [str(cluster.service_cidr)]}
+    if not cluster.taken_over:
+        network["services"] = {"cidrBlocks": [str(cluster.service_cidr)]}
     for template in (objects.control_plane_template, objects.worker_template):
         _set_vlan(template, cluster.vlan)
     _patch_machine_deployment(objects.machine_deployment, cluster)
@@ -242,6 +262,8 @@ def _patch_machine_deployment(deployment: dict[str, Any], cluster: WorkloadClust
     # server prunes it, and Cluster API's webhook fills it in): leave it out, keep the selector.
     if spec.get("selector", {}).get("matchLabels", {}) is None:
         del spec["selector"]["matchLabels"]
+    if cluster.adopt:
+        return
     sizing = cluster.workers.sizing
     deployment["metadata"].setdefault("annotations", {}).update(
         {
@@ -263,6 +285,8 @@ def _digest_templates(objects: ClusterObjects) -> None:
         (objects.control_plane_template, objects.control_plane["spec"]["machineTemplate"]["spec"]),
         (objects.worker_template, objects.machine_deployment["spec"]["template"]["spec"]),
     ):
-        name = digested_name(template["metadata"]["name"], template["spec"])
+        made = template["metadata"]["name"]
+        name = digested_name(made, template["spec"])
+        objects.made_names[name] = made
         template["metadata"]["name"] = name
         ref["infrastructureRef"]["name"] = name

@@ -6,7 +6,8 @@ them over silently, and any field that differs from what clusterctl rendered (a 
 the control plane's spec) rolls every node. Until such a cluster is taken over on purpose, a run
 that declares it stops before any of its objects is sent: the Cluster object is read first, and
 one that no Pulumi program ever applied (no `pulumi-kubernetes-*` field manager) is refused,
-naming the cluster and the way forward.
+naming the cluster and the way forward; one that this stack took over is its own
+(components.cluster_takeover).
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def refuse_hand_made(namespace: str, name: str, kubeconfig: str) -> None:
         f"{PROJECT}:workloadClusters: the Cluster {namespace}/{name} exists on the management cluster, "
         f"made by {', '.join(sorted(set(managers))) or 'an unknown writer'}, not by this program. Declaring it "
         "would apply the program's objects over it (server-side apply takes every field) and can roll its "
-        "nodes. Leave it out of workloadClusters until it is taken over (docs/adoption.md, "
-        '"A workload cluster made with clusterctl")'
+        'nodes. Take it over as docs/adoption.md says ("A workload cluster made with clusterctl": '
+        "takenOver and adopt in its entry), or leave it out of workloadClusters"
     )
 
 

@@ -6,9 +6,12 @@ onto its own API server, so that what the box proves is what the program does.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components import cluster_takeover
 from components.charts import ClusterCharts
 from components.cluster_api import ClusterApi, ClusterNode
 from components.cluster_template import ClusterTemplateError, render_cluster
@@ -48,10 +51,15 @@ def manage_cluster(
         context_name=f"{settings.vm.name}-ro",
         token_generation=settings.access.readonly_token_generation,
     )
+    taken_over = records.last_value(cluster_takeover.RECORD_OUTPUT)
     workload_clusters = [
         workload
         for cluster in settings.workload.clusters
-        if (workload := _workload_cluster(settings, cluster, node, cluster_charts, providers=cluster_api.providers))
+        if (
+            workload := _workload_cluster(
+                settings, cluster, node, cluster_charts, providers=cluster_api.providers, taken_over=taken_over
+            )
+        )
     ]
     kubeconfigs = pulumi.Output.all(**{w.name: w.readonly_kubeconfig for w in workload_clusters})
     records.keep("readonlyKubeconfig", readonly.kubeconfig)
@@ -59,6 +67,14 @@ def manage_cluster(
     # an empty list, not a mapping: dict() makes it one either way.
     records.keep("workloadReadonlyKubeconfigs", pulumi.Output.secret(kubeconfigs.apply(dict)))
     records.keep(PROVIDER_VERSIONS_OUTPUT, cluster_api.provider_versions)
+    kept_names = pulumi.Output.all(**{w.record_key: w.kept_names for w in workload_clusters})
+    declared = [cluster_takeover.record_key(cluster) for cluster in settings.workload.clusters]
+    records.keep(
+        cluster_takeover.RECORD_OUTPUT,
+        pulumi.Output.all(taken_over, kept_names).apply(
+            lambda args: cluster_takeover.record(args[0], args[1], declared)
+        ),
+    )
 
 
 def _workload_cluster(
@@ -68,11 +84,13 @@ def _workload_cluster(
     cluster_charts: ClusterCharts,
     *,
     providers: list[kubernetes.apiextensions.CustomResource],
+    taken_over: pulumi.Output[Mapping[str, Mapping[str, str]] | None],
 ) -> WorkloadCluster | None:
     """The cluster's Cluster API objects, once the providers are Ready, and what goes with it.
     None, in a best-effort run (skipCredentialsCheck) that could not fetch CAPMOX's template, for
     a protected cluster: the engine refuses to delete its protected objects, so leaving it out of
-    that run can plan nothing worse than a refusal."""
+    that run can plan nothing worse than a refusal. `taken_over`: the last run's record of the
+    clusters it took over (components.cluster_takeover)."""
     workload_charts = cluster_charts.workload
     if workload_charts is None or workload_charts.cluster_template is None:
         if settings.proxmox.skip_credentials_check and cluster.protected:
@@ -97,4 +115,5 @@ def _workload_cluster(
         workload=settings.workload,
         providers=providers,
         token_generation=settings.access.readonly_token_generation,
+        last_names=taken_over.apply(lambda record: (record or {}).get(cluster_takeover.record_key(cluster))),
     )

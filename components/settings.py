@@ -109,9 +109,14 @@ class _Reader:
     def __init__(self, raw: Mapping[str, str]) -> None:
         self._raw = raw
         self.problems: list[str] = []
+        self.warnings: list[str] = []
 
     def fail(self, key: str, message: str) -> None:
         self.problems.append(f"{PROJECT}:{key}: {message}")
+
+    def warn(self, key: str, message: str) -> None:
+        """A value accepted that the owner should know the cost of."""
+        self.warnings.append(f"{PROJECT}:{key}: {message}")
 
     def _value(self, key: str) -> str:
         """The stack's value, or else Pulumi.yaml's default, as the CLI would have given it."""
@@ -600,6 +605,13 @@ class WorkloadCluster:
     protected: bool
     """Its Cluster API objects are protected: deleting the Cluster deletes every VM of the
     cluster, so taking it out of the stack takes a run with `protected: false` first."""
+    taken_over: bool
+    """Made by clusterctl from the same template, then taken over (docs/adoption.md): its networks
+    stay as clusterctl made them, which they can no longer leave (the template's pod CIDR, no
+    service CIDR declared)."""
+    adopt: bool
+    """This run imports its running objects and Cilium's release as they are and declares only
+    what clusterctl rendered (components.cluster_takeover); on for the adoption run only."""
 
     @property
     def node_network(self) -> ipaddress.IPv4Network:
@@ -632,6 +644,9 @@ class _Entry:
 
     def fail(self, name: str, message: str) -> None:
         self.r.fail(f"{self.path}.{name}", message)
+
+    def warn(self, name: str, message: str) -> None:
+        self.r.warn(f"{self.path}.{name}", message)
 
     def has(self, name: str) -> bool:
         return self._value.get(name) is not None
@@ -812,10 +827,25 @@ def _read_workload_cluster(e: _Entry, lab: _Lab) -> WorkloadCluster:
         workers=_read_workers(e.entry("workers")),
         autoscaler=_read_autoscaler_timings(e.entry("autoscaler")),
         protected=e.boolean("protected", default=True),
+        taken_over=e.boolean("takenOver", default=False),
+        adopt=e.boolean("adopt", default=False),
     )
     _check_pod_and_service_networks(e, cluster, lab)
+    _check_taken_over(e, cluster)
     e.done()
     return cluster
+
+
+def _check_taken_over(e: _Entry, cluster: WorkloadCluster) -> None:
+    """What an adoption needs (docs/adoption.md, "A workload cluster made with clusterctl")."""
+    if cluster.adopt and not cluster.taken_over:
+        e.fail("adopt", "true needs takenOver: true (the cluster was made by clusterctl and stays as it was made)")
+    if cluster.adopt and not cluster.protected:
+        e.fail("adopt", "true needs protected: true: a cluster being taken over is never deleted by Pulumi")
+    if cluster.taken_over and e.has("serviceCidr"):
+        # clusterctl's template declares none, so kubeadm took its default; declaring one now
+        # would change a running cluster's network.
+        e.fail("serviceCidr", "must stay unset with takenOver: true; the cluster runs kubeadm's default 10.96.0.0/12")
 
 
 def _read_workload_kubernetes(e: _Entry) -> str:
@@ -907,7 +937,12 @@ def _check_pod_and_service_networks(e: _Entry, cluster: WorkloadCluster, lab: _L
             continue
         for network, what in taken:
             if network.version == 4 and cidr.overlaps(network):
-                e.fail(key, f"{cidr} overlaps {what}; pick e.g. {example}")
+                if cluster.taken_over:
+                    # Made so by clusterctl's template (192.168.0.0/16), and a running cluster's pod
+                    # network cannot move: said, not refused.
+                    e.warn(key, f"{cidr} overlaps {what}: a host there is unreachable from the cluster's pods")
+                else:
+                    e.fail(key, f"{cidr} overlaps {what}; pick e.g. {example}")
     if _NO_NETWORK not in (cluster.pod_cidr, cluster.service_cidr) and cluster.pod_cidr.overlaps(cluster.service_cidr):
         e.fail("serviceCidr", f"{cluster.service_cidr} overlaps podCidr {cluster.pod_cidr}")
 
@@ -970,6 +1005,8 @@ class Settings:
     """Take the running lab into the stack as it is (docs/adoption.md): import, change nothing."""
     adopt_cluster_objects: bool
     """Whether this run also manages what is on the cluster; false only in the first adoption run."""
+    warnings: tuple[str, ...] = ()
+    """Values accepted with a cost, each naming its key; shown as the run's warnings."""
 
 
 def _check_adoption(r: _Reader, settings: Settings) -> None:
@@ -1010,6 +1047,7 @@ def parse_settings(raw: Mapping[str, str]) -> Settings:
         workload=_read_workload(r, _lab(proxmox, vm)),
         adopt=r.boolean("adopt"),
         adopt_cluster_objects=r.boolean("adoptClusterObjects"),
+        warnings=tuple(r.warnings),
     )
     _check_adoption(r, settings)
     if r.problems:
@@ -1021,4 +1059,7 @@ def load_settings() -> Settings:
     """Read the stack's config once. Secret values are read as plain text for validation only;
     every component wraps them in pulumi.Output.secret before they reach a resource."""
     config = pulumi.Config(PROJECT)
-    return parse_settings({key: value for key in KEYS if (value := config.get(key)) is not None})
+    settings = parse_settings({key: value for key in KEYS if (value := config.get(key)) is not None})
+    for warning in settings.warnings:
+        pulumi.log.warn(warning)
+    return settings

@@ -5,17 +5,17 @@ inside it, cluster-autoscaler beside its objects, a read-only account inside it.
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components import adoption, cluster_takeover
 from components.charts import WorkloadCharts
 from components.cilium import Cilium
 from components.cluster_autoscaler import ClusterAutoscaler
 from components.cluster_template import ClusterObjects
-from components.hand_made_clusters import refuse_hand_made
 from components.readonly_access import ReadOnlyAccess
 from components.settings import WorkloadCluster as ClusterSettings
 from components.settings import WorkloadSettings
@@ -31,19 +31,23 @@ class WorkloadCluster(pulumi.ComponentResource):
     (components.cluster_template), as custom resources on the management cluster, once the
     Cluster API providers are Ready. Machine templates first, then what refers to them; the
     Cluster last, waited on until its control plane is initialized. None of them is sent before
-    the Cluster is known not to be someone else's (components.hand_made_clusters).
+    the Cluster is known not to be someone else's (components.hand_made_clusters) or, adopting,
+    to run exactly as the settings render it (components.cluster_takeover).
 
     Then, through the admin kubeconfig Cluster API writes to `<namespace>/<name>-kubeconfig`:
     Cilium and the read-only account inside the cluster; and cluster-autoscaler on the management
     cluster, which reads the cluster through the same Secret."""
 
     name: str
+    record_key: str
+    """`<namespace>/<name>`, its key in cluster_takeover.RECORD_OUTPUT."""
     cluster: kubernetes.apiextensions.CustomResource
     machine_deployment: kubernetes.apiextensions.CustomResource
     kubeconfig_secret_id: pulumi.Output[str]
     """`<namespace>/<name>-kubeconfig`, the Secret Cluster API writes the admin kubeconfig to."""
-    worker_template_name: str
-    control_plane_template_name: str
+    kept_names: pulumi.Output[dict[str, str] | None]
+    """The record of a taken-over cluster's template names (cluster_takeover.RECORD_OUTPUT), None
+    for a cluster the program made."""
     provider: kubernetes.Provider
     """The cluster's own API server, as its admin."""
     readonly_kubeconfig: pulumi.Output[str]
@@ -61,11 +65,14 @@ class WorkloadCluster(pulumi.ComponentResource):
         workload: WorkloadSettings,
         providers: Sequence[pulumi.Resource],
         token_generation: int,
+        last_names: pulumi.Output[Mapping[str, str] | None],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """`management`, `management_kubeconfig` and `on_cluster`: the management cluster's
-        provider, admin kubeconfig and object options (components.cluster_api.ClusterNode)."""
+        provider, admin kubeconfig and object options (components.cluster_api.ClusterNode).
+        `last_names`: the last run's record of this cluster, if it was taken over."""
         self.name = name = cluster.name
+        self.record_key = cluster_takeover.record_key(cluster)
         super().__init__("homelab:index:WorkloadCluster", name, None, opts)
         self._objects(
             cluster,
@@ -74,15 +81,12 @@ class WorkloadCluster(pulumi.ComponentResource):
             on_cluster=on_cluster,
             providers=providers,
             timeout_minutes=workload.control_plane_timeout_minutes,
+            last_names=last_names,
         )
-        admin_kubeconfig = self._admin_kubeconfig(cluster, management)
-        self.provider = kubernetes.Provider(
-            f"{name}-kubernetes",
-            kubeconfig=admin_kubeconfig,
-            cluster_identifier=f"{cluster.namespace}/{name}",
-            opts=pulumi.ResourceOptions(parent=self),
+        admin_kubeconfig = self._admin_access(cluster, management)
+        Cilium(
+            name, charts.cilium, workload=self.provider, adopt=cluster.adopt, opts=pulumi.ResourceOptions(parent=self)
         )
-        Cilium(name, charts.cilium, workload=self.provider, opts=pulumi.ResourceOptions(parent=self))
         ClusterAutoscaler(
             cluster,
             charts.autoscaler,
@@ -103,8 +107,7 @@ class WorkloadCluster(pulumi.ComponentResource):
         self.register_outputs(
             {
                 "kubeconfigSecretId": self.kubeconfig_secret_id,
-                "workerTemplateName": self.worker_template_name,
-                "controlPlaneTemplateName": self.control_plane_template_name,
+                "keptNames": self.kept_names,
                 "readonlyKubeconfig": self.readonly_kubeconfig,
             }
         )
@@ -118,95 +121,121 @@ class WorkloadCluster(pulumi.ComponentResource):
         on_cluster: pulumi.ResourceOptions,
         providers: Sequence[pulumi.Resource],
         timeout_minutes: int,
+        last_names: pulumi.Output[Mapping[str, str] | None],
     ) -> None:
         name, namespace = cluster.name, cluster.namespace
+        self.kept_names = last_names.apply(lambda last: cluster_takeover.kept_names(cluster, objects, last))
+        recorded = last_names.apply(lambda last: last is not None)
         child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), on_cluster)
         # What deleting would take machines with is protected; a machine template is not: another
         # sizing deletes the old one (found by the box: a protected one stopped the rollout's run).
         lasting = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=cluster.protected))
-        # Every object's metadata waits on the check: a refusal fails the run before any is sent.
-        # What it yields is nothing secret, though it comes from the admin kubeconfig.
-        checked = pulumi.Output.unsecret(
-            management_kubeconfig.apply(lambda kubeconfig: refuse_hand_made(namespace, name, kubeconfig))
-        )
+        parts = _Parts(cluster, objects, self.kept_names, management_kubeconfig, recorded)
 
-        def custom(resource_name: str, body: dict[str, Any], *after: pulumi.Resource) -> Any:
-            return _custom_resource(resource_name, body, lasting, [*providers, *after], checked)
+        def custom(resource_name: str, pick: _Pick, *after: pulumi.Resource) -> Any:
+            return parts.resource(resource_name, pick, lasting, [*providers, *after])
 
-        def template(resource_name: str, body: dict[str, Any]) -> Any:
-            return _custom_resource(resource_name, body, child, list(providers), checked)
+        def template(resource_name: str, pick: _Pick) -> Any:
+            return parts.resource(resource_name, pick, child, list(providers))
 
-        self.control_plane_template_name = objects.control_plane_template["metadata"]["name"]
-        self.worker_template_name = objects.worker_template["metadata"]["name"]
         # Named after its spec (cluster_template.digested_name): another sizing is a new template,
         # created before its referrer is updated; the old one is deleted after that.
-        control_plane_template = template(self.control_plane_template_name, objects.control_plane_template)
-        worker_template = template(self.worker_template_name, objects.worker_template)
-        worker_config = custom(f"{name}-worker-config", objects.worker_config)
-        proxmox_cluster = custom(f"{name}-proxmox-cluster", objects.proxmox_cluster)
-        control_plane = custom(f"{name}-control-plane", objects.control_plane, control_plane_template)
-        self.machine_deployment = custom(f"{name}-workers", objects.machine_deployment, worker_template, worker_config)
-        self.cluster = _cluster(
-            name,
-            objects,
-            lasting,
+        control_plane_template = template(
+            objects.control_plane_template["metadata"]["name"], lambda o: o.control_plane_template
+        )
+        worker_template = template(objects.worker_template["metadata"]["name"], lambda o: o.worker_template)
+        worker_config = custom(f"{name}-worker-config", lambda o: o.worker_config)
+        proxmox_cluster = custom(f"{name}-proxmox-cluster", lambda o: o.proxmox_cluster)
+        control_plane = custom(f"{name}-control-plane", lambda o: o.control_plane, control_plane_template)
+        self.machine_deployment = custom(
+            f"{name}-workers", lambda o: o.machine_deployment, worker_template, worker_config
+        )
+        within = f"{timeout_minutes}m"
+        self.cluster = parts.resource(
+            f"{name}-cluster",
+            _waited_cluster if not cluster.adopt else lambda o: o.cluster,
+            pulumi.ResourceOptions.merge(
+                lasting, pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create=within, update=within))
+            ),
             [*providers, proxmox_cluster, control_plane],
-            timeout_minutes=timeout_minutes,
-            checked=checked,
         )
         # From the Cluster's id, so that it is unknown in the preview of the run that creates the
         # cluster (a read of the Secret is skipped then: Cluster API has not written it yet) and
         # known, with the Cluster as its dependency, once the control plane is initialized.
         self.kubeconfig_secret_id = self.cluster.id.apply(lambda _: f"{namespace}/{name}-kubeconfig")
 
-    def _admin_kubeconfig(self, cluster: ClusterSettings, management: kubernetes.Provider) -> pulumi.Output[str]:
+    def _admin_access(self, cluster: ClusterSettings, management: kubernetes.Provider) -> pulumi.Output[str]:
+        """The admin kubeconfig that Cluster API keeps, and the cluster's provider (`provider`) with it."""
         admin_secret = kubernetes.core.v1.Secret.get(
             f"{cluster.name}-admin-kubeconfig",
             self.kubeconfig_secret_id,
             opts=pulumi.ResourceOptions(parent=self, provider=management),
         )
-        return pulumi.Output.secret(admin_secret.data.apply(lambda data: base64.b64decode(data["value"]).decode()))
+        kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
+            admin_secret.data.apply(lambda data: base64.b64decode(data["value"]).decode())
+        )
+        self.provider = kubernetes.Provider(
+            f"{cluster.name}-kubernetes",
+            kubeconfig=kubeconfig,
+            cluster_identifier=f"{cluster.namespace}/{cluster.name}",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return kubeconfig
 
 
-def _cluster(
-    name: str,
-    objects: ClusterObjects,
-    opts: pulumi.ResourceOptions,
-    after: list[pulumi.Resource],
-    *,
-    timeout_minutes: int,
-    checked: pulumi.Output[None],
-) -> kubernetes.apiextensions.CustomResource:
+_Pick = Callable[[ClusterObjects], dict[str, Any]]
+
+
+def _waited_cluster(objects: ClusterObjects) -> dict[str, Any]:
     """The Cluster, done when its control plane is initialized (workloadControlPlaneTimeoutMinutes
-    at most), so that what is installed into the cluster after it finds an API server."""
+    at most), so that what is installed into the cluster after it finds an API server. Not while
+    adopting: clusterctl rendered no such annotation, and the cluster runs already."""
     body = dict(objects.cluster)
     metadata = dict(body["metadata"])
     metadata["annotations"] = {**metadata.get("annotations", {}), "pulumi.com/waitFor": CONTROL_PLANE_INITIALIZED}
-    within = f"{timeout_minutes}m"
-    return _custom_resource(
-        f"{name}-cluster",
-        {**body, "metadata": metadata},
-        pulumi.ResourceOptions.merge(
-            opts, pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create=within, update=within))
-        ),
-        after,
-        checked,
-    )
+    return {**body, "metadata": metadata}
 
 
-def _custom_resource(
-    resource_name: str,
-    body: dict[str, Any],
-    opts: pulumi.ResourceOptions,
-    after: list[pulumi.Resource],
-    checked: pulumi.Output[None],
-) -> kubernetes.apiextensions.CustomResource:
-    metadata = body["metadata"]
-    return kubernetes.apiextensions.CustomResource(
-        resource_name,
-        api_version=body["apiVersion"],
-        kind=body["kind"],
-        metadata=checked.apply(lambda _: metadata),
-        spec=body["spec"],
-        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=after)),
-    )
+class _Parts:
+    """How each of the seven objects is registered: its fields from this run's objects, named as
+    the record says (cluster_takeover.named); its metadata only once the check passed; adopting,
+    imported under the name clusterctl gave it, with what it runs kept (the import alone cannot
+    tell a difference: cluster_takeover)."""
+
+    def __init__(
+        self,
+        cluster: ClusterSettings,
+        objects: ClusterObjects,
+        kept_names: pulumi.Output[dict[str, str] | None],
+        management_kubeconfig: pulumi.Output[str],
+        recorded: pulumi.Output[bool],
+    ) -> None:
+        # Every object's metadata waits on the check: a refusal fails the run before any is sent.
+        # What it yields is nothing secret, though it comes from the admin kubeconfig.
+        self.checked = pulumi.Output.unsecret(
+            pulumi.Output.all(management_kubeconfig, recorded).apply(
+                lambda args: cluster_takeover.check_owner(cluster, objects, args[0], recorded=args[1])
+            )
+        )
+        self.declared = kept_names.apply(lambda names: cluster_takeover.named(objects, names))
+        self.made = cluster_takeover.named(objects, objects.made_names)
+        self.adopt = cluster.adopt
+
+    def resource(
+        self, resource_name: str, pick: _Pick, opts: pulumi.ResourceOptions, after: list[pulumi.Resource]
+    ) -> kubernetes.apiextensions.CustomResource:
+        plain = pick(self.made)
+        metadata = plain["metadata"]
+        imported = adoption.imported(
+            f"{metadata['namespace']}/{metadata['name']}", adoption.OBJECT_INPUTS, adopt=self.adopt
+        )
+        return kubernetes.apiextensions.CustomResource(
+            resource_name,
+            api_version=plain["apiVersion"],
+            kind=plain["kind"],
+            metadata=pulumi.Output.all(self.checked, self.declared).apply(lambda args: pick(args[1])["metadata"]),
+            spec=self.declared.apply(lambda objects: pick(objects)["spec"]),
+            opts=pulumi.ResourceOptions.merge(
+                opts, pulumi.ResourceOptions.merge(imported, pulumi.ResourceOptions(depends_on=after))
+            ),
+        )

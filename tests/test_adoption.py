@@ -135,7 +135,18 @@ def test_the_adoption_preview_with_a_kubeconfig_file_passes_the_adoption_check(t
 def test_adopting_with_a_workload_cluster_declared_is_refused_by_the_check() -> None:
     run = harness.run_program({**ADOPT, "workloadClusters": harness.stack_workload_clusters()})
     steps = [{"op": "import" if r.import_id else "create", "urn": r.urn} for r in run.resources.values()]
-    assert any("homelab:index:WorkloadCluster::lab1" in problem for problem in adoption_check.problems(steps))
+    refused = {problem.rsplit("::", 1)[1] for problem in adoption_check.problems(steps)}
+    # Its seven Cluster API objects and Cilium's release exist in the lab: never created while adopting.
+    assert {
+        "lab1-cluster",
+        "lab1-proxmox-cluster",
+        "lab1-control-plane",
+        "lab1-workers",
+        "lab1-worker-config",
+    } < refused
+    assert "lab1-cilium" in refused
+    templates = {name for name in refused if name.startswith(("lab1-worker-", "lab1-control-plane-"))}
+    assert len(templates - {"lab1-worker-config"}) == 2
 
 
 def test_the_adoption_check_catches_a_lab_object_left_without_its_import(adopted: harness.Run) -> None:

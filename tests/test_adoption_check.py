@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ GOOD = [
 ]
 
 
-def check(tmp_path: Path, steps: list[dict[str, str]]) -> int:
+def check(tmp_path: Path, steps: list[dict[str, Any]]) -> int:
     preview = tmp_path / "preview.json"
     preview.write_text(json.dumps({"steps": steps}))
     return adoption_check.main(["adoption_check.py", str(preview)])
@@ -137,3 +138,74 @@ def test_the_programs_own_stderr_without_a_traceback_passes(tmp_path: Path) -> N
         json.dumps({"steps": GOOD, "diagnostics": [{"severity": "info#err", "message": "fetching chart index\n"}]})
     )
     assert adoption_check.main(["adoption_check.py", str(preview)]) == 0
+
+
+# --- a workload cluster taken over (docs/adoption.md, "A workload cluster made with clusterctl") ---
+
+WORKLOAD = f"{STACK}homelab:index:WorkloadCluster"
+LAB1_WORKER_TEMPLATE = (
+    f"{WORKLOAD}$kubernetes:infrastructure.cluster.x-k8s.io/v1alpha2:ProxmoxMachineTemplate::lab1-worker-9cc14bd7"
+)
+LAB1_DEPLOYMENT = f"{WORKLOAD}$kubernetes:cluster.x-k8s.io/v1beta2:MachineDeployment::lab1-workers"
+CILIUM = f"{WORKLOAD}$homelab:index:Cilium$kubernetes:helm.sh/v3:Release::lab1-cilium"
+TAKEOVER = [
+    {"op": "create", "urn": f"{WORKLOAD}::lab1"},
+    {"op": "import", "urn": LAB1_WORKER_TEMPLATE},
+    {"op": "import", "urn": LAB1_DEPLOYMENT},
+    {"op": "read", "urn": f"{WORKLOAD}$kubernetes:core/v1:Secret::lab1-admin-kubeconfig"},
+    {"op": "create", "urn": f"{WORKLOAD}$pulumi:providers:kubernetes::lab1-kubernetes"},
+    {"op": "create", "urn": f"{WORKLOAD}$homelab:index:Cilium::lab1"},
+    {"op": "import", "urn": CILIUM},
+    {"op": "create", "urn": f"{WORKLOAD}$homelab:index:ClusterAutoscaler::lab1"},
+    {
+        "op": "create",
+        "urn": f"{WORKLOAD}$homelab:index:ClusterAutoscaler$kubernetes:helm.sh/v3:Release::lab1-autoscaler",
+    },
+    {"op": "create", "urn": f"{WORKLOAD}$homelab:index:ReadOnlyAccess::lab1-readonly"},
+    {"op": "create", "urn": f"{WORKLOAD}$homelab:index:ReadOnlyAccess$kubernetes:core/v1:Secret::lab1-readonly-token"},
+]
+
+
+def test_a_workload_cluster_taken_over_passes(tmp_path: Path) -> None:
+    assert check(tmp_path, [*GOOD, *TAKEOVER]) == 0
+
+
+@pytest.mark.parametrize("urn", [LAB1_WORKER_TEMPLATE, LAB1_DEPLOYMENT, CILIUM], ids=["template", "md", "cilium"])
+def test_a_create_of_what_lab1_runs_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str], urn: str) -> None:
+    steps = [step if step["urn"] != urn else {"op": "create", "urn": urn} for step in TAKEOVER]
+    assert check(tmp_path, [*GOOD, *steps]) == 1
+    assert f"create: {urn}" in capsys.readouterr().err
+
+
+def test_an_update_names_each_field_that_differs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As `pulumi preview --json` writes a step (pulumi pkg/display/json.go, PreviewStep)."""
+    update = {
+        "op": "update",
+        "urn": LAB1_WORKER_TEMPLATE,
+        "diffReasons": ["spec"],
+        "detailedDiff": {
+            "spec.template.spec.network.networkDevices[0].vlan": {"kind": "add", "inputDiff": False},
+            "spec.template.spec.numCores": {"kind": "update", "inputDiff": False},
+        },
+    }
+    assert check(tmp_path, [*GOOD, *TAKEOVER, update]) == 1
+    err = capsys.readouterr().err
+    assert f"update: {LAB1_WORKER_TEMPLATE}\n" in err
+    assert "    spec.template.spec.network.networkDevices[0].vlan (add)\n" in err
+    assert "    spec.template.spec.numCores (update)\n" in err
+
+
+def test_a_replacement_without_a_detailed_diff_names_its_reasons(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replace = {
+        "op": "replace",
+        "urn": LAB1_DEPLOYMENT,
+        "diffReasons": ["metadata", "spec"],
+        "replaceReasons": ["metadata"],
+        "detailedDiff": None,
+    }
+    assert check(tmp_path, [*GOOD, *TAKEOVER, replace]) == 1
+    err = capsys.readouterr().err
+    assert "    metadata (replace)\n" in err
+    assert "    spec (differs)\n" in err

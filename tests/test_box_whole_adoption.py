@@ -5,7 +5,8 @@ with the real CLI and the program's own __main__.py: the hand-over, a first run 
 is not the installed one, the two adoption runs (the VM and the node with adoptClusterObjects
 false, then the cluster's objects), each gated before its `pulumi up`, the preview expecting no
 changes; then a k3sVersion that is not the installed one again. All of it twice: at the spec's
-lab, and at another node, VMID, address and k3s version (box_adoption.SITES).
+lab, and at another node, VMID, address and k3s version (box_adoption.SITES); then, at the spec's
+lab, step 8's convergence.
 What each run made the box do is read from the stand-ins' and the guest's logs and its disk. In a
 network namespace of the test's own; selected with `pytest -m engine`.
 """
@@ -45,6 +46,10 @@ def adoption(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         timeout=2400,
     )
     return {**result, "site": box_adoption.SITES[request.param]}
+
+
+# Step 8 runs at one site only (box_adoption.CONVERGED_AT): its tests read that site's run.
+AT_CONVERGENCE = pytest.mark.parametrize("adoption", [box_adoption.CONVERGED_AT], indirect=True)
 
 
 def changing_calls(calls: list[list[str]]) -> list[list[str]]:
@@ -305,6 +310,7 @@ def _k8s_writes_allowed(item: str, write: list[str]) -> bool:
     return False
 
 
+@AT_CONVERGENCE
 @pytest.mark.parametrize("item", CONVERGENCE_ITEMS)
 def test_each_convergence_run_changes_only_what_its_item_says(adoption: Any, item: str) -> None:
     convergence = adoption["convergence"]
@@ -327,6 +333,7 @@ def test_each_convergence_run_changes_only_what_its_item_says(adoption: Any, ite
     assert changing_calls(run["calls_during_up"]) == []
 
 
+@AT_CONVERGENCE
 def test_the_convergence_upgrades_each_release_once_and_writes_every_provider_cr_and_namespace(
     adoption: Any,
 ) -> None:
@@ -341,6 +348,7 @@ def test_the_convergence_upgrades_each_release_once_and_writes_every_provider_cr
     assert any(name.startswith("capmox-credentials-") for _, _, name in items["CAPMOX Secret"]["up"]["k8s_writes"])
 
 
+@AT_CONVERGENCE
 def test_the_owners_reboot_after_the_vm_run_keeps_the_host_key_and_the_last_preview_is_empty(adoption: Any) -> None:
     convergence = adoption["convergence"]
     assert convergence["host_key_before_reboot"] == convergence["host_key_after_reboot"]

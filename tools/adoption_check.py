@@ -1,6 +1,6 @@
 """Reads `pulumi preview --json` of an adoption run and fails unless it only imports, reads and
 adds the program's own new objects: any update, replace or delete, or a create of something the
-playbook's lab already has, is listed and exits 1 (docs/adoption.md).
+playbook's lab already has, is listed with each field that differs and exits 1 (docs/adoption.md).
 
     pulumi preview --stack lab --json > preview.json && .venv/bin/python tools/adoption_check.py preview.json
 
@@ -31,6 +31,11 @@ NEW_TO_THE_LAB = {
     "homelab:index:ClusterApi",
     "homelab:index:ReadOnlyAccess",
     "homelab:index:WorkloadClusterAccess",
+    # A workload cluster being taken over: its components are the program's; what they hold is
+    # judged one by one (its seven Cluster API objects and Cilium's release must be imported).
+    "homelab:index:WorkloadCluster",
+    "homelab:index:Cilium",
+    "homelab:index:ClusterAutoscaler",
     "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
     "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding",
     "kubernetes:core/v1:ServiceAccount",
@@ -39,10 +44,13 @@ NEW_TO_THE_LAB = {
 # a CAPMOX credentials Secret created in an adoption run would take CAPMOX off the playbook's. The
 # operator's webhook configurations are the chart's: ClusterApi's patches of them add only the
 # annotation that the program waits on, and change nothing the operator or Helm reads. K3sNode's
-# local command writes the admin kubeconfig file that kubeconfigPath names, on this machine.
+# local command writes the admin kubeconfig file that kubeconfigPath names, on this machine. A
+# workload cluster's autoscaler is the program's own release (docs/adoption.md says what to do
+# with one installed by hand); Cilium's release under its own component must be imported.
 NEW_TO_THE_LAB_UNDER = {
     "command:local:Command": "homelab:index:K3sNode",
     "kubernetes:core/v1:Secret": "homelab:index:ReadOnlyAccess",
+    "kubernetes:helm.sh/v3:Release": "homelab:index:ClusterAutoscaler",
     "kubernetes:admissionregistration.k8s.io/v1:ValidatingWebhookConfigurationPatch": "homelab:index:ClusterApi",
     "kubernetes:admissionregistration.k8s.io/v1:MutatingWebhookConfigurationPatch": "homelab:index:ClusterApi",
 }
@@ -70,7 +78,22 @@ def problems(steps: Iterable[Mapping[str, Any]]) -> list[str]:
         if op == "create" and _new_to_the_lab(urn):
             continue
         found.append(f"{op}: {urn}")
+        found += [f"    {field}" for field in differing_fields(step)]
     return found
+
+
+def differing_fields(step: Mapping[str, Any]) -> list[str]:
+    """Each property path the step would change, with how (`spec.replicas (update)`), from the
+    engine's detailed diff (pulumi display/json.go PreviewStep.detailedDiff: path -> {kind,
+    inputDiff}), or else its top-level diffReasons/replaceReasons; a replacement's cause is marked."""
+    detailed = step.get("detailedDiff") or {}
+    if detailed:
+        return [f"{path} ({diff.get('kind', '?')})" for path, diff in sorted(detailed.items())]
+    replacing = set(step.get("replaceReasons") or [])
+    return [
+        f"{key} ({'replace' if key in replacing else 'differs'})"
+        for key in sorted(set(step.get("diffReasons") or []) | replacing)
+    ]
 
 
 # What the program prints on stderr when the engine stops it midway: the box saw a preview whose engine

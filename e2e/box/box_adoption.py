@@ -44,6 +44,11 @@ SITES = {
     "spec": box.SPEC_SITE,
     "other": box.Site(node="pv2-3", vmid=305, address="192.168.7.30", gateway="192.168.7.1", k3s_version=box.K3S_BUMP),
 }
+# Where step 8 (`_converged`) follows the adoption. What depends on the site (the import ids, the
+# addresses dialed, the gate, the k3s version) is proven by the adoption at both; step 8 is the
+# program's ordinary runs, one item at a time, and at a second site would cost sixteen more engine
+# runs for nothing the first does not show.
+CONVERGED_AT = "spec"
 
 
 # The guest's files whose bytes or times would change with a rewrite, a reinstall or a k3s
@@ -356,7 +361,7 @@ def _adopted_vm(lab: box.Box) -> dict[str, Any]:
 
 def adoption_in_the_box(root: str, site: str) -> dict[str, Any]:
     """The playbook's lab at one of SITES in the box, docs/adoption.md followed on it, then a k3s
-    version that differs from the installed one."""
+    version that differs from the installed one; at CONVERGED_AT, then step 8."""
     base = Path(root)
     with box.running(base, SITES[site]) as lab:
         started = time.monotonic()
@@ -366,5 +371,6 @@ def adoption_in_the_box(root: str, site: str) -> dict[str, Any]:
         if "no_changes_preview" in result["adoption"]:
             result["adopted_vm"] = _adopted_vm(lab)
             result["k3s_differs"] = _k3s_differs(lab)
-            result["convergence"] = _converged(lab)
+            if site == CONVERGED_AT:
+                result["convergence"] = _converged(lab)
         return {**result, **box._standins(lab)}

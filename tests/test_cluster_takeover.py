@@ -1,0 +1,251 @@
+"""Taking over a workload cluster that clusterctl made (components.cluster_takeover): lab1 as
+`clusterctl generate cluster | kubectl apply` left it (the tests' stand-in template rendered with
+the entry's values, each object with kubectl's last-applied-configuration), imported in the
+adoption run under clusterctl's names with exactly what clusterctl rendered, and the stack's own
+from then on through the record it leaves."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import harness
+import pytest
+import yaml
+from test_settings import PREFIX, problems
+
+from components.adoption import OBJECT_INPUTS, RELEASE_INPUTS
+from components.cluster_takeover import (
+    LAST_APPLIED,
+    RECORD_OUTPUT,
+    AdoptedClusterMissingError,
+    TakeoverMismatchError,
+    object_path,
+)
+from components.cluster_template import substitute, template_variables
+from components.hand_made_clusters import HandMadeClusterError
+from components.settings import SettingsError, WorkloadCluster, parse_settings
+
+CUSTOM_RESOURCE_TYPES = tuple(
+    f"kubernetes:{prefix}cluster.x-k8s.io/" for prefix in ("", "controlplane.", "bootstrap.", "infrastructure.")
+)
+PMT = "kubernetes:infrastructure.cluster.x-k8s.io/v1alpha2:ProxmoxMachineTemplate"
+MD = "kubernetes:cluster.x-k8s.io/v1beta2:MachineDeployment"
+KCP = "kubernetes:controlplane.cluster.x-k8s.io/v1beta2:KubeadmControlPlane"
+CLUSTER = "kubernetes:cluster.x-k8s.io/v1beta2:Cluster"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+def taken_over_entry(**changes: Any) -> dict[str, Any]:
+    """lab1 with clusterctl's values: no VLAN and the template's pod CIDR."""
+    [lab1] = harness.stack_workload_clusters()
+    entry = {key: value for key, value in lab1.items() if key != "vlan"}
+    return {**entry, "podCidr": "192.168.0.0/16", "takenOver": True, **changes}
+
+
+def settings_of(entry: dict[str, Any]) -> WorkloadCluster:
+    raw = {
+        key.removeprefix(PREFIX): value for key, value in harness.stack_config({"workloadClusters": [entry]}).items()
+    }
+    return parse_settings(raw).workload.clusters[0]
+
+
+def clusterctl_lab1(entry: dict[str, Any], worker_count: str = "1") -> dict[str, dict[str, Any]]:
+    """API path -> the live object, as `clusterctl generate cluster` rendered the template from the
+    entry's values (one sizing for both templates, as clusterctl has) and `kubectl apply` left it."""
+    cluster = settings_of(entry)
+    variables = {**template_variables(cluster, cluster.workers.sizing), "WORKER_MACHINE_COUNT": worker_count}
+    live = {}
+    for applied in (o for o in yaml.safe_load_all(substitute(harness.CLUSTER_TEMPLATE.read_text(), variables)) if o):
+        applied["metadata"]["namespace"] = cluster.namespace
+        running = copy.deepcopy(applied)
+        running["metadata"]["annotations"] = {LAST_APPLIED: json.dumps(applied)}
+        running["metadata"]["managedFields"] = [{"manager": "kubectl-client-side-apply", "operation": "Update"}]
+        running["status"] = {"observedGeneration": 1}
+        live[object_path(applied)] = running
+    return live
+
+
+@pytest.fixture(scope="module")
+def adopted() -> harness.Run:
+    entry = taken_over_entry(adopt=True)
+    return harness.run_program({"workloadClusters": [entry]}, live_objects=clusterctl_lab1(entry))
+
+
+def cluster_objects(run: harness.Run) -> list[harness.Resource]:
+    return [r for r in run.resources.values() if r.type.startswith(CUSTOM_RESOURCE_TYPES) and r.name.startswith("lab1")]
+
+
+def test_each_object_is_imported_under_clusterctls_name_as_it_runs(adopted: harness.Run) -> None:
+    imports = {r.plain["kind"] + " " + r.name: r.import_id for r in cluster_objects(adopted)}
+    worker, control_plane = (
+        next(r.name for r in adopted.of_type(PMT) if r.name.startswith(p))
+        for p in ("lab1-worker-", "lab1-control-plane-")
+    )
+    assert imports == {
+        "Cluster lab1-cluster": "default/lab1",
+        "ProxmoxCluster lab1-proxmox-cluster": "default/lab1",
+        "KubeadmControlPlane lab1-control-plane": "default/lab1-control-plane",
+        f"ProxmoxMachineTemplate {control_plane}": "default/lab1-control-plane",
+        f"ProxmoxMachineTemplate {worker}": "default/lab1-worker",
+        "KubeadmConfigTemplate lab1-worker-config": "default/lab1-worker",
+        "MachineDeployment lab1-workers": "default/lab1-workers",
+    }
+    for resource in cluster_objects(adopted):
+        assert resource.ignore_changes == OBJECT_INPUTS, resource.name
+        assert resource.plain["metadata"]["name"] == resource.import_id.split("/")[1], resource.name
+        assert resource.protect == (resource.type != PMT), resource.name
+    assert (
+        adopted.get(KCP, "lab1-control-plane").plain["spec"]["machineTemplate"]["spec"]["infrastructureRef"]["name"]
+        == "lab1-control-plane"
+    )
+    assert (
+        adopted.get(MD, "lab1-workers").plain["spec"]["template"]["spec"]["infrastructureRef"]["name"] == "lab1-worker"
+    )
+
+
+def test_adopting_declares_nothing_clusterctl_did_not_render(adopted: harness.Run) -> None:
+    deployment = adopted.get(MD, "lab1-workers").plain
+    assert "annotations" not in deployment["metadata"]
+    assert "replicas" not in deployment["spec"]
+    cluster = adopted.get(CLUSTER, "lab1-cluster").plain
+    assert "annotations" not in cluster["metadata"]
+    assert cluster["spec"]["clusterNetwork"] == {"pods": {"cidrBlocks": ["192.168.0.0/16"]}}
+
+
+def test_cilium_is_imported_as_it_runs_and_the_autoscaler_is_the_programs(adopted: harness.Run) -> None:
+    cilium = adopted.get(RELEASE, "lab1-cilium")
+    assert (cilium.import_id, cilium.ignore_changes) == ("kube-system/cilium", RELEASE_INPUTS)
+    assert adopted.get(RELEASE, "lab1-autoscaler").import_id == ""
+
+
+def record_of(run: harness.Run) -> dict[str, dict[str, str]]:
+    record, secret = run.outputs[RECORD_OUTPUT]
+    assert not secret
+    return dict(record)
+
+
+def test_the_adoption_run_records_the_names_clusterctl_gave(adopted: harness.Run) -> None:
+    templates = {r.name: r.plain["metadata"]["name"] for r in adopted.of_type(PMT)}
+    assert record_of(adopted) == {"default/lab1": templates}
+    assert sorted(templates.values()) == ["lab1-control-plane", "lab1-worker"]
+
+
+def test_a_cluster_the_program_made_leaves_no_record() -> None:
+    assert record_of(harness.run_program()) == {}
+
+
+def test_after_the_adoption_the_record_keeps_the_names_and_the_cluster_is_the_stacks(adopted: harness.Run) -> None:
+    entry = taken_over_entry()
+    after = harness.run_program(
+        {"workloadClusters": [entry]},
+        previous_outputs={RECORD_OUTPUT: record_of(adopted)},
+        live_objects=clusterctl_lab1(entry),
+    )
+    assert after.cluster_reads == []
+    assert record_of(after) == record_of(adopted)
+    for resource in cluster_objects(after):
+        assert resource.plain["metadata"]["name"] == adopted.get(resource.type, resource.name).plain["metadata"]["name"]
+        assert (resource.import_id, resource.ignore_changes) == ("", [])
+    # The program's annotations come back: a metadata-only update of these two.
+    assert "pulumi.com/waitFor" in after.get(CLUSTER, "lab1-cluster").plain["metadata"]["annotations"]
+    assert len(after.get(MD, "lab1-workers").plain["metadata"]["annotations"]) == 6
+    assert after.get(MD, "lab1-workers").plain["spec"] == adopted.get(MD, "lab1-workers").plain["spec"]
+
+
+def test_without_the_record_the_taken_over_cluster_is_refused_as_hand_made() -> None:
+    entry = taken_over_entry()
+    with pytest.raises(HandMadeClusterError, match="kubectl-client-side-apply"):
+        harness.run_program({"workloadClusters": [entry]}, live_objects=clusterctl_lab1(entry))
+
+
+def test_a_sizing_change_after_the_takeover_is_a_new_template_under_its_digested_name(adopted: harness.Run) -> None:
+    entry = taken_over_entry(workers={"maxSize": 3, "memoryMib": 32768})
+    bigger = harness.run_program({"workloadClusters": [entry]}, previous_outputs={RECORD_OUTPUT: record_of(adopted)})
+    names = {r.name: r.plain["metadata"]["name"] for r in bigger.of_type(PMT)}
+    worker = next(name for name in names if name.startswith("lab1-worker-"))
+    assert names[worker] == worker
+    assert "lab1-control-plane" in names.values()
+    assert bigger.get(MD, "lab1-workers").plain["spec"]["template"]["spec"]["infrastructureRef"]["name"] == worker
+    # The old name stays recorded: the sizing changed back finds clusterctl's template again.
+    assert record_of(bigger) == record_of(adopted)
+
+
+def test_adopting_a_cluster_that_does_not_run_is_refused_naming_the_setting() -> None:
+    record = harness.Run()
+    with pytest.raises(AdoptedClusterMissingError, match="lab1 has adopt: true, but its Cluster default/lab1 does not"):
+        harness.run_program({"workloadClusters": [taken_over_entry(adopt=True)]}, record=record)
+    assert cluster_objects(record) == []
+
+
+def test_settings_that_render_another_cluster_are_refused_naming_each_field() -> None:
+    entry = taken_over_entry(adopt=True)
+    live = clusterctl_lab1({**entry, "workers": {"maxSize": 3, "cores": 2}})
+    # The template has no VLAN variable: an owner who needed one edited the manifest before applying.
+    worker = live[
+        "/apis/infrastructure.cluster.x-k8s.io/v1alpha2/namespaces/default/proxmoxmachinetemplates/lab1-worker"
+    ]
+    applied = json.loads(worker["metadata"]["annotations"][LAST_APPLIED])
+    applied["spec"]["template"]["spec"]["network"]["networkDevices"][0]["vlan"] = 4
+    worker["metadata"]["annotations"][LAST_APPLIED] = json.dumps(applied)
+    record = harness.Run()
+    with pytest.raises(TakeoverMismatchError) as refused:
+        harness.run_program({"workloadClusters": [entry]}, live_objects=live, record=record)
+    message = str(refused.value)
+    for line in (
+        "ProxmoxMachineTemplate lab1-worker: spec.template.spec.network.networkDevices[0].vlan: running 4, "
+        "the settings render nothing",
+        "ProxmoxMachineTemplate lab1-worker: spec.template.spec.numCores: running 2, the settings render 4",
+        "ProxmoxMachineTemplate lab1-control-plane: spec.template.spec.numCores: running 2, the settings render 4",
+    ):
+        assert line in message
+    assert "replicas" not in message
+    assert cluster_objects(record) == []
+
+
+# --- the settings ------------------------------------------------------------------------------------
+
+
+def workload_problems(entry: dict[str, Any]) -> list[str]:
+    with pytest.raises(SettingsError) as error:
+        settings_of(entry)
+    return problems(error.value)
+
+
+def test_adopt_needs_takenover_and_protection() -> None:
+    entry = taken_over_entry(adopt=True, takenOver=False, protected=False, podCidr="10.244.0.0/16")
+    assert workload_problems(entry) == [
+        "lab-mgmt:workloadClusters[0].adopt: true needs takenOver: true (the cluster was made by clusterctl and "
+        "stays as it was made)",
+        "lab-mgmt:workloadClusters[0].adopt: true needs protected: true: a cluster being taken over is never deleted "
+        "by Pulumi",
+    ]
+
+
+def test_the_templates_pod_cidr_is_refused_for_a_new_cluster() -> None:
+    lines = workload_problems(taken_over_entry(takenOver=False))
+    assert lines
+    assert all(line.startswith("lab-mgmt:workloadClusters[0].podCidr: 192.168.0.0/16 overlaps") for line in lines)
+
+
+def test_a_taken_over_cluster_keeps_its_pod_cidr_with_a_warning_naming_the_overlap() -> None:
+    raw = {
+        key.removeprefix(PREFIX): v
+        for key, v in harness.stack_config({"workloadClusters": [taken_over_entry()]}).items()
+    }
+    settings = parse_settings(raw)
+    assert settings.workload.clusters[0].pod_cidr.exploded == "192.168.0.0/16"
+    assert settings.warnings
+    assert all(w.startswith("lab-mgmt:workloadClusters[0].podCidr: 192.168.0.0/16 overlaps") for w in settings.warnings)
+    assert any("vmAddress" in w for w in settings.warnings)
+
+
+def test_a_taken_over_cluster_declares_no_service_cidr() -> None:
+    [line] = workload_problems(taken_over_entry(serviceCidr="10.96.0.0/12"))
+    assert line.startswith("lab-mgmt:workloadClusters[0].serviceCidr: must stay unset with takenOver: true")
+
+
+def test_an_unknown_key_is_still_refused() -> None:
+    [line] = workload_problems(taken_over_entry(adopted=True))
+    assert line.startswith("lab-mgmt:workloadClusters[0].adopted: is not a setting this program knows")
