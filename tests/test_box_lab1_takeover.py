@@ -9,6 +9,7 @@ real `helm` installs Cilium into lab1. At the lab's values and at another site. 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +215,109 @@ def test_before_the_takeover_the_program_refuses_lab1_and_writes_nothing_to_it(l
     assert "kubectl-client-side-apply, not by this program" in " ".join(declared["error"].split())
     assert lab1["changed_by_previews"] == {"appeared": [], "gone": [], "rewritten": []}
     assert [w for w in lab1["writes_by_previews"] if w["user"] == ADMIN_USER] == []
+
+
+def test_w3_the_gate_refuses_a_vlan_and_another_worker_size_naming_each_field(lab1: Any) -> None:
+    assert [step["rc"] for step in lab1["w2"] + lab1["variant_config"] + lab1["fixed_config"]] == [0] * 8
+    variant = lab1["variant_gate"]
+    assert (variant["preview_rc"], variant["rc"]) == (1, 1)
+    named = [
+        line.strip() for line in variant["output"].splitlines() if line.strip().startswith("ProxmoxMachineTemplate")
+    ]
+    memory = lab1["site"]["memory_mib"]
+    assert named == [
+        "ProxmoxMachineTemplate lab1-control-plane: spec.template.spec.network.networkDevices[0].vlan: "
+        "running nothing, the settings render 4",
+        f"ProxmoxMachineTemplate lab1-worker: spec.template.spec.memoryMiB: running {memory}, the settings render 8192",
+        "ProxmoxMachineTemplate lab1-worker: spec.template.spec.network.networkDevices[0].vlan: "
+        "running nothing, the settings render 4",
+    ]
+
+
+def test_w3_with_w1s_values_the_gate_passes_on_imports_and_the_programs_new_objects(lab1: Any) -> None:
+    gate = lab1["gate"]
+    assert (gate["preview_rc"], gate["rc"]) == (0, 0), gate["output"]
+    # The machine templates' resources are named with their spec's digest (the run record maps it
+    # to clusterctl's name).
+    imported = sorted(
+        re.sub(r"-[0-9a-f]{8}$", "-<digest>", op.split(" ", 1)[1]) for op in gate["ops"] if op.startswith("import ")
+    )
+    assert imported == [
+        "lab1-cilium",
+        "lab1-cluster",
+        "lab1-control-plane",
+        "lab1-control-plane-<digest>",
+        "lab1-proxmox-cluster",
+        "lab1-worker-<digest>",
+        "lab1-worker-config",
+        "lab1-workers",
+    ]
+    assert not [op for op in gate["ops"] if op.split(" ", 1)[0] in ("update", "replace", "delete")]
+
+
+def test_w4_the_adoption_up_imports_and_writes_nothing_to_lab1(lab1: Any) -> None:
+    up = lab1["adoption_up"]
+    assert up["rc"] == 0, up["error"]
+    assert up["summary"]["import"] == 8
+    assert "update" not in up["summary"]
+    assert "delete" not in up["summary"]
+    # No write by the engine to the seven objects or what Cluster API made from them.
+    assert lab1["adoption_writes"] == []
+    # No MachineSet, Machine or Node appeared or went; nothing rewritten; Cilium's release record
+    # still revision 1.
+    assert lab1["adoption_changed"] == {"appeared": [], "gone": [], "rewritten": []}
+    for name, managers in lab1["managers_after_adoption"].items():
+        assert f"{CLIENT_SIDE_APPLY}/Update" in managers, name
+        assert not [m for m in managers if m.startswith("pulumi-kubernetes")], name
+    assert lab1["md_spec_owners_after_adoption"][f"{CLIENT_SIDE_APPLY}/Update"].count("replicas") == 1
+    adopted = json.loads(lab1["adopted_output"])["default/lab1"]
+    assert sorted(adopted.values()) == ["lab1-control-plane", "lab1-worker"]
+
+
+def test_w5_nothing_left_to_change(lab1: Any) -> None:
+    assert lab1["w5"]["rc"] == 0, lab1["w5"]["error"]
+    assert set(lab1["w5"]["summary"]) <= {"same", "read"}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found by the box: W6's `pulumi preview` (adopt off) fails on the MachineDeployment, "
+    'Server-Side Apply conflict with "kubectl-client-side-apply" on .spec.selector (the dry run does '
+    "not take over kubectl's fields; the up does)",
+)
+def test_w6_the_preview_with_adoption_off_passes(lab1: Any) -> None:
+    assert lab1["w6_preview"]["rc"] == 0, lab1["w6_preview"]["error"]
+
+
+def test_w6_adoption_off_updates_metadata_only_and_upgrades_cilium_once(lab1: Any) -> None:
+    up = lab1["w6_up"]
+    assert up["rc"] == 0, up["error"]
+    assert set(up["summary"]) == {"read", "same", "update"}
+    changed = lab1["w6_changed"]
+    assert changed["appeared"] == ["helm-releases/sh.helm.release.v1.cilium.v2"]
+    assert changed["gone"] == []
+    # No spec changed: every generation stays (the MachineSet takes the MachineDeployment's new
+    # annotations).
+    for line in changed["rewritten"]:
+        name, _, generations = line.rpartition(" generation ")
+        before, after = generations.split("->")
+        assert before == after, line
+    # pulumi's manager replaces kubectl's; spec.replicas is nobody's but Cluster API's status.
+    for name, managers in lab1["managers_after_w6"].items():
+        assert f"{CLIENT_SIDE_APPLY}/Update" not in managers, name
+    assert not [m for m, fields in lab1["md_spec_owners_after_w6"].items() if "replicas" in fields]
+    assert lab1["w6_no_change"]["rc"] == 0, lab1["w6_no_change"]["error"]
+
+
+def test_the_autoscaler_scales_1_2_1_and_pulumi_up_stays_a_no_op(lab1: Any) -> None:
+    autoscaler = "system:serviceaccount:default:lab1-autoscaler"
+    for step in ("scale_up", "scale_down"):
+        scales = [w for w in lab1[step]["writes"] if w[2] == "scale"]
+        assert scales == [[autoscaler, "patch", "scale", 200]], step
+        assert not [w for w in lab1[step]["writes"] if w[0] == ADMIN_USER], step
+    assert lab1["workers_at_end"] == {"replicas": 1, "machines": 1, "running": 1, "ready_workers": 1}
+    for no_change in lab1["no_change"]:
+        assert no_change["preview"]["rc"] == 0, (no_change["after"], no_change["preview"]["error"])
+        assert no_change["up"]["rc"] == 0, (no_change["after"], no_change["up"]["error"])
+        assert set(no_change["up"]["summary"]) <= {"same", "read"}, no_change["after"]
+        assert no_change["md_writes"] == [], no_change["after"]

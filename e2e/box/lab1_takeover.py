@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from e2e.box import clusterctl_lab1, lab1_state, workload_box
+from e2e.box import clusterctl_lab1, lab1_adoption_steps, lab1_state, workload_box
 from e2e.box.scenarios import _lab_secrets, _readme_first_run, _step
 from e2e.engine.cli import Engine
 from e2e.standins.cluster import chart_repo_standin, pod_runner
@@ -44,9 +44,9 @@ MGMT_CONTROLLERS = (
     "replicaset-controller",
     "garbage-collector-controller",
 )
-# The workers' bounds the owner picks (Pulumi.lab.yaml's), and the box's short autoscaler timings
+# The workers' bounds the owner picks (at least the one worker running, W1), and the box's short autoscaler timings
 # through the program's own settings (as the program's lab1 scenario sets them).
-WORKER_BOUNDS = {"minSize": 0, "maxSize": 3}
+WORKER_BOUNDS = {"minSize": 1, "maxSize": 3}
 TIMINGS = {"scanInterval": "2s", "scaleDownUnneededTime": "10s", "scaleDownDelayAfterAdd": "5s"}
 # What Pulumi.lab.yaml declares (the template's overlaps the lab).
 PROGRAM_POD_CIDR = "10.244.0.0/16"
@@ -63,20 +63,6 @@ def _settings(box: workload_box.WorkloadBox) -> dict[str, str]:
         "ciliumVersion": workload_box.CILIUM_VERSION,
         "clusterAutoscalerChartRepo": box.repo_url("autoscaler"),
         "capmoxReleaseUrl": box.capmox_release_url,
-    }
-
-
-def _run(engine: Engine, action: str, *args: str) -> dict[str, Any]:
-    """One CLI run: exit code, seconds, summary, the steps that were not `same`, the error."""
-    began = time.monotonic()
-    run = engine.run(action, *args)
-    return {
-        "action": " ".join((action, *args)),
-        "rc": run.rc,
-        "seconds": round(time.monotonic() - began, 1),
-        "summary": run.summary(),
-        "changed": [step for step in run.steps() if step["op"] not in ("same", "read")],
-        "error": run.output[-5000:] if run.rc else "",
     }
 
 
@@ -102,9 +88,9 @@ def _before_the_takeover(
     at the Cluster that kubectl made. Neither writes to lab1 (the snapshot unchanged)."""
     mark = len(box.mgmt.audit())
     out["declared"] = declare(engine, entry)
-    out["preview_live_values"] = _run(engine, "preview")
+    out["preview_live_values"] = lab1_adoption_steps.run(engine, "preview")
     declare(engine, entry | {"podCidr": PROGRAM_POD_CIDR})
-    out["preview_program_pod_cidr"] = _run(engine, "preview")
+    out["preview_program_pod_cidr"] = lab1_adoption_steps.run(engine, "preview")
     out["changed_by_previews"] = lab1_state.changed(
         out["snapshot"], lab1_state.snapshot(box.mgmt, base / "lab1.kubeconfig")
     )
@@ -146,7 +132,7 @@ def lab1_taken_over(root: str, site: str) -> dict[str, Any]:
             config = _readme_first_run(engine, _lab_secrets())
             config += [_step(engine, ("config", "set", key, value)) for key, value in _settings(box).items()]
             out["config_failed"] = [step for step in config if step["rc"]]
-            out["mgmt_up"] = _run(engine, "up")
+            out["mgmt_up"] = lab1_adoption_steps.run(engine, "up")
             if out["mgmt_up"]["rc"]:
                 raise AssertionError("the program's first pulumi up (the management cluster) failed")
             until("the Cluster API manager running", lambda: box.managers)
@@ -157,6 +143,12 @@ def lab1_taken_over(root: str, site: str) -> dict[str, Any]:
             entry["workers"] = WORKER_BOUNDS | entry["workers"]
             _before_the_takeover(engine, box, base, entry, out)
             mark("previews with lab1 declared, before the takeover")
+            lab1_adoption_steps.adopt(engine, box, base, out)
+            mark("W2-W5: the gate refuses the variant, passes; the adoption up; no changes")
+            lab1_adoption_steps.adopt_off(engine, box, base, out)
+            mark("W6: adoption off")
+            lab1_adoption_steps.scale(engine, box, base, out, until)
+            mark("the autoscaler: 1 -> 2 -> 1")
         except Exception:  # what happened so far is the test's to read
             out["failed"] = traceback.format_exc()
         out |= {
