@@ -320,4 +320,5 @@ def test_the_autoscaler_scales_1_2_1_and_pulumi_up_stays_a_no_op(lab1: Any) -> N
         assert no_change["preview"]["rc"] == 0, (no_change["after"], no_change["preview"]["error"])
         assert no_change["up"]["rc"] == 0, (no_change["after"], no_change["up"]["error"])
         assert set(no_change["up"]["summary"]) <= {"same", "read"}, no_change["after"]
-        assert no_change["md_writes"] == [], no_change["after"]
+        # Cluster API's status writes go on; the engine writes nothing to the MachineDeployment.
+        assert not [w for w in no_change["md_writes"] if w[0] == ADMIN_USER], no_change["after"]
