@@ -18,6 +18,7 @@ LONGEST_FIRST = (
     "test_box_faults",
     "test_box_lifecycle",
     "test_box_lab1_autoscaling",
+    "test_box_lab1_takeover",
     "test_box_adoption",
     "test_box_whole",
 )

@@ -126,6 +126,10 @@ def running(
     (the token controller alone unless a Deployment must become Pods: the autoscaler's)."""
     with ExitStack() as stack:
         mgmt = stack.enter_context(control_plane.running(base / "mgmt", VM_ADDRESS, controllers=mgmt_controllers))
+        # The workload stand-ins' block, whose workload control planes stop after the manager: a
+        # workload API server still watched by the manager's cluster cache waits out its bound
+        # (20 s) before it is killed.
+        standins = stack.enter_context(providers.running(mgmt, base / "workload", interval=interval))
         # Entered before the operator's loop, so closed after it: nothing starts a manager then.
         managers_stack = stack.enter_context(ExitStack())
         managers: list[cluster_api.ClusterApiManager] = []
@@ -153,5 +157,4 @@ def running(
                 chart_repo_standin.capmox_release_assets(),
             )
         )
-        standins = stack.enter_context(providers.running(mgmt, base / "workload", interval=interval))
         yield WorkloadBox(base, mgmt, operator, standins, charts, webhook, injector, managers)

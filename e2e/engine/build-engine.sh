@@ -15,9 +15,11 @@
 #                                      upstream archives in $LAB_MGMT_VENDOR
 #   ... workload                       also what runs a workload cluster for real: kube-scheduler
 #                                      (beside the control plane), the Cluster API core manager
-#                                      (LAB_MGMT_CLUSTER_API_BIN) and cluster-autoscaler built
-#                                      with its clusterapi provider (LAB_MGMT_AUTOSCALER_BIN),
-#                                      both from the upstream archives in $LAB_MGMT_VENDOR
+#                                      (LAB_MGMT_CLUSTER_API_BIN) with clusterctl beside it and
+#                                      cluster-autoscaler built with its clusterapi provider
+#                                      (LAB_MGMT_AUTOSCALER_BIN), from the upstream archives in
+#                                      $LAB_MGMT_VENDOR; the helm CLI from the Go module proxy
+#                                      (LAB_MGMT_HELM_BIN)
 #
 # The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
 # pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
@@ -382,36 +384,69 @@ build_control_plane() {
 CLUSTER_API_VERSION=1.12.11
 AUTOSCALER_VERSION=1.35.2
 
-# build_from_archive NAME VERSION ARCHIVE BINARY PACKAGE [go build flags...]: prints VARIABLE's line.
+# build_from_archive VARIABLE NAME VERSION ARCHIVE "BINARY=PACKAGE ..." [go build flags...]: prints
+# VARIABLE's line. One archive can give several binaries (the Cluster API tree gives the manager and
+# clusterctl); only those missing from the cache are built, from one unpacking.
 build_from_archive() {
-  local variable="$1" name="$2" version="$3" archive="$4" binary="$5" package="$6"
-  shift 6
-  local out="$cache/$name-v$version/bin" src="$cache/src/$name-v$version" started=$SECONDS
-  if [ -x "$out/$binary" ]; then
-    say "$binary v$version: cached"
-  elif ! have_archives "$archive"; then
-    say "$binary v$version: missing $archive (put it in $vendor or set LAB_MGMT_VENDOR)"
+  local variable="$1" name="$2" version="$3" archive="$4" binaries="$5"
+  shift 5
+  local out="$cache/$name-v$version/bin" src="$cache/src/$name-v$version" started pair missing=""
+  for pair in $binaries; do
+    if [ -x "$out/${pair%%=*}" ]; then
+      say "${pair%%=*} v$version: cached"
+    else
+      missing="$missing $pair"
+    fi
+  done
+  if [ -n "$missing" ] && ! have_archives "$archive"; then
+    say "$(for pair in $missing; do printf '%s ' "${pair%%=*}"; done)v$version: missing $archive (put it in $vendor or set LAB_MGMT_VENDOR)"
     return 1
-  else
+  elif [ -n "$missing" ]; then
     rm -rf "$src" && mkdir -p "$out"
     unpack "$archive" "$src"
-    say "$binary v$version: building"
-    (cd "$src" && go build -trimpath "$@" -o "$out/$binary.partial" "$package")
-    finish "$out/$binary" "$started"
+    for pair in $missing; do
+      started=$SECONDS
+      say "${pair%%=*} v$version: building"
+      (cd "$src" && go build -trimpath "$@" -o "$out/${pair%%=*}.partial" "${pair#*=}")
+      finish "$out/${pair%%=*}" "$started"
+    done
     rm -rf "$src"
   fi
   printf '%s=%s\n' "$variable" "$out"
 }
 
+# The core manager and clusterctl, which the box runs as the owner did (`clusterctl generate
+# cluster`) to leave a workload cluster as clusterctl leaves it.
 build_cluster_api() {
   build_from_archive LAB_MGMT_CLUSTER_API_BIN cluster-api "$CLUSTER_API_VERSION" \
-    "cluster-api-v$CLUSTER_API_VERSION.tar.gz" cluster-api-manager . \
+    "cluster-api-v$CLUSTER_API_VERSION.tar.gz" "cluster-api-manager=. clusterctl=./cmd/clusterctl" \
     -ldflags "-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=v$CLUSTER_API_VERSION"
 }
 
 build_autoscaler() {
   build_from_archive LAB_MGMT_AUTOSCALER_BIN cluster-autoscaler "$AUTOSCALER_VERSION" \
-    "cluster-autoscaler-$AUTOSCALER_VERSION.tar.gz" cluster-autoscaler . -tags clusterapi -ldflags "-s -w"
+    "cluster-autoscaler-$AUTOSCALER_VERSION.tar.gz" "cluster-autoscaler=." -tags clusterapi -ldflags "-s -w"
+}
+
+# The helm CLI, which the box runs as the owner ran it from the laptop (Cilium's release on a
+# workload cluster made with clusterctl): the Helm inside the kubernetes plugin (v3.18.6), from the
+# Go module proxy, built as a dependency like etcd.
+HELM_VERSION=3.18.6
+
+build_helm() {
+  local out="$cache/helm-v$HELM_VERSION/bin" src="$cache/src/helm-v$HELM_VERSION" started=$SECONDS
+  if [ -x "$out/helm" ]; then
+    say "helm v$HELM_VERSION: cached"
+  else
+    rm -rf "$src" && mkdir -p "$src" "$out"
+    say "helm v$HELM_VERSION: building"
+    (cd "$src" && go mod init lab-mgmt/helm >/dev/null 2>&1 && go get "helm.sh/helm/v3@v$HELM_VERSION" >&2 &&
+      go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
+        -o "$out/helm.partial" helm.sh/helm/v3/cmd/helm)
+    finish "$out/helm" "$started"
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_HELM_BIN=%s\n' "$out"
 }
 
 # Two lanes build side by side, so that both cores stay busy while one links or downloads (Go's
@@ -442,6 +477,7 @@ cli_lane() {
   fi
   if wants workload; then
     build_autoscaler
+    build_helm
   fi
 }
 

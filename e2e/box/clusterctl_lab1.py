@@ -1,0 +1,318 @@
+"""lab1 as clusterctl left it (issue 31's starting point; e2e/box/lab1_takeover.py runs it): on the
+workload box (e2e/box/workload_box.py) with the real Cluster API core and the providers Ready, the
+owner's steps with the real tools (`left_by_the_owner`):
+
+    clusterctl generate cluster lab1 --from cluster-template.yaml --kubernetes-version v1.35.9 \\
+        --target-namespace default --config clusterctl.yaml > lab1.yaml
+    kubectl apply -f lab1.yaml
+    helm repo add cilium <repo> && helm install cilium cilium/cilium --version <v> \\
+        --namespace kube-system --set ipam.mode=kubernetes
+
+`clusterctl` is the real one built from the vendored Cluster API v1.12.11 tree, the template the
+vendored CAPMOX v0.9.0's `templates/cluster-template.yaml` (what `--infrastructure proxmox:v0.9.1`
+gives: chart_repo_standin serves v0.9.0's for v0.9.1), the variables the owner's
+`configs/capi/clusterctl.yaml` holds, at one of SITES; `kubectl apply` is client-side, as the
+admin of the management cluster; `helm` the real CLI (v3.18.6) against lab1 through the
+`lab1-kubeconfig` Secret Cluster API keeps. Cluster API's real controllers and the stand-ins of
+e2e/standins/workload/ bring up lab1's control plane and its one worker (a MachineSet, a Machine,
+a Node). The result is what the takeover starts from, read from the live objects: the seven
+objects with their field managers and last-applied annotation, the MachineSets, Machines, lab1's
+Nodes and the Helm release record, with the times each part took.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from e2e.box import lab1_state, workload_box
+from e2e.box.scenarios import LAB1_ADDRESS
+from e2e.engine import vendor
+from e2e.engine.cli import built_bin
+
+NS, CLUSTER = lab1_state.NS, lab1_state.CLUSTER
+KUBERNETES_VERSION = "v1.35.9"
+CAPMOX_TEMPLATE = "templates/cluster-template.yaml"
+OBJECTS = lab1_state.OBJECTS
+CILIUM_VALUES = ("ipam.mode=kubernetes",)
+BOUND = 180.0
+POLL = 0.5
+
+
+@dataclass(frozen=True)
+class Site:
+    """What the owner's clusterctl.yaml says at one site (the variables of CAPMOX's template)."""
+
+    endpoint: str
+    node_ip_ranges: tuple[str, ...]
+    gateway: str
+    ip_prefix: int
+    dns_servers: tuple[str, ...]
+    source_node: str
+    template_vmid: int
+    bridge: str
+    boot_volume_device: str
+    boot_volume_gb: int
+    sockets: int
+    cores: int
+    memory_mib: int
+    vip_interface: str = "ens18"
+    ssh_keys: tuple[str, ...] = (
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHhnI9tkG93j66SuHRKoLRSzSk70QX+hEMVq3CTkCXjc owner@laptop",
+    )
+
+    def clusterctl_yaml(self) -> str:
+        """The owner's `configs/capi/clusterctl.yaml`: every variable as a string, lists in
+        clusterctl's bracket form, as CAPMOX's docs write them."""
+        variables = {
+            "PROXMOX_SOURCENODE": self.source_node,
+            "TEMPLATE_VMID": str(self.template_vmid),
+            "ALLOWED_NODES": f"[{self.source_node}]",
+            "BRIDGE": self.bridge,
+            "CONTROL_PLANE_ENDPOINT_IP": self.endpoint,
+            "VIP_NETWORK_INTERFACE": self.vip_interface,
+            "NODE_IP_RANGES": "[" + ",".join(self.node_ip_ranges) + "]",
+            "GATEWAY": self.gateway,
+            "IP_PREFIX": str(self.ip_prefix),
+            "DNS_SERVERS": "[" + ",".join(self.dns_servers) + "]",
+            "VM_SSH_KEYS": ",".join(self.ssh_keys),
+            "BOOT_VOLUME_DEVICE": self.boot_volume_device,
+            "BOOT_VOLUME_SIZE": str(self.boot_volume_gb),
+            "NUM_SOCKETS": str(self.sockets),
+            "NUM_CORES": str(self.cores),
+            "MEMORY_MIB": str(self.memory_mib),
+            "CONTROL_PLANE_MACHINE_COUNT": "1",
+            "WORKER_MACHINE_COUNT": "1",
+        }
+        return "".join(f"{key}: {json.dumps(value)}\n" for key, value in variables.items())
+
+
+# The lab's values (Pulumi.lab.yaml's lab1 entry; the template's own defaults for the sizes), and
+# another site with other addresses, ranges, node, template, bridge, disk and a smaller machine.
+SITES = {
+    "lab": Site(
+        endpoint=LAB1_ADDRESS,
+        node_ip_ranges=("192.168.4.41-192.168.4.60",),
+        gateway="192.168.4.8",
+        ip_prefix=24,
+        dns_servers=("8.8.8.8", "2.2.2.2"),
+        source_node="pv1-1",
+        template_vmid=9000,
+        bridge="vmbr0",
+        boot_volume_device="scsi0",
+        boot_volume_gb=100,
+        sockets=2,
+        cores=4,
+        memory_mib=16384,
+    ),
+    "other": Site(
+        endpoint="10.20.30.40",
+        node_ip_ranges=("10.20.30.100-10.20.30.109", "10.20.30.120/29"),
+        gateway="10.20.30.1",
+        ip_prefix=25,
+        dns_servers=("10.20.30.1",),
+        source_node="pv2-3",
+        template_vmid=9105,
+        bridge="vmbr1",
+        boot_volume_device="virtio0",
+        boot_volume_gb=40,
+        sockets=1,
+        cores=2,
+        memory_mib=6144,
+    ),
+}
+
+
+def addresses(site: str) -> list[str]:
+    """What the scenario's network namespace must hold: the management cluster's and lab1's
+    control-plane endpoint."""
+    return [workload_box.ADDRESSES[0], SITES[site].endpoint]
+
+
+def _tool(variable: str, binary: str, base: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A built CLI with a home of its own under the box (no version check, no user config)."""
+    home = base / "home"
+    home.mkdir(exist_ok=True)
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+        "CLUSTERCTL_DISABLE_VERSIONCHECK": "true",
+    }
+    return subprocess.run(
+        [str(built_bin(variable, binary) / binary), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=base,
+    )
+
+
+def _ran(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    return {"args": done.args[1:], "rc": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}
+
+
+_get = lab1_state.get
+
+
+def _conditions(obj: dict[str, Any] | None) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in ((obj or {}).get("status") or {}).get("conditions", [])}
+
+
+def generate(base: Path, site: Site) -> tuple[dict[str, Any], Path]:
+    """`clusterctl generate cluster lab1` as the owner ran it: (what it did, the rendered file)."""
+    template = base / "cluster-template.yaml"
+    template.write_text(vendor.member(vendor.CAPMOX_ARCHIVE, CAPMOX_TEMPLATE))
+    config = base / "clusterctl.yaml"
+    config.write_text(site.clusterctl_yaml())
+    done = _tool(
+        "LAB_MGMT_CLUSTER_API_BIN",
+        "clusterctl",
+        base,
+        *("generate", "cluster", CLUSTER, "--from", str(template)),
+        *("--kubernetes-version", KUBERNETES_VERSION, "--target-namespace", NS, "--config", str(config)),
+    )
+    rendered = base / f"{CLUSTER}.yaml"
+    rendered.write_text(done.stdout)
+    return {**_ran(done), "stdout": done.stdout, "config": config.read_text()}, rendered
+
+
+def left_by_the_owner(
+    box: workload_box.WorkloadBox,
+    base: Path,
+    site: Site,
+    out: dict[str, Any],
+    *,
+    mark: Callable[[str], None],
+    until: Callable[[str, Callable[[], Any]], Any],
+) -> None:
+    """The owner's steps on a box whose providers are Ready (the module's docstring), then the
+    state they left, into `out`; `mark` times each part, `until` polls for a condition."""
+    mgmt = box.mgmt
+    out["site"] = asdict(site)
+    out["generate"], rendered = generate(base, site)
+    if out["generate"]["rc"]:
+        raise AssertionError(f"clusterctl generate cluster failed: {out['generate']['stderr']}")
+    audited = len(mgmt.audit())
+    out["apply"] = _ran(mgmt.kubectl_as(mgmt.kubeconfig, "apply", "-f", str(rendered)))
+    mark("clusterctl generate, kubectl apply")
+    until(
+        "the Cluster ControlPlaneInitialized",
+        lambda: (
+            _conditions(_get(mgmt, mgmt.kubeconfig, "cluster", CLUSTER, "-n", NS)).get("ControlPlaneInitialized")
+            == "True"
+        ),
+    )
+    secret = _get(mgmt, mgmt.kubeconfig, "secret", f"{CLUSTER}-kubeconfig", "-n", NS)
+    lab1 = base / "lab1.kubeconfig"
+    lab1.write_bytes(base64.b64decode(secret["data"]["value"]))
+    mark("lab1's control plane initialized")
+    until("lab1's kube-system", lambda: mgmt.kubectl_as(lab1, "get", "namespace", "kube-system").returncode == 0)
+    out["helm"] = _cilium(box, base, lab1)
+    mark("helm install cilium")
+
+    def worker() -> Any:
+        machines = (_get(mgmt, mgmt.kubeconfig, "machines", "-n", NS) or {}).get("items", [])
+        workers = [m for m in machines if m.get("status", {}).get("nodeRef")]
+        return workers if workers and all(m["status"].get("phase") == "Running" for m in workers) else None
+
+    until("the worker Machine Running with its Node", worker)
+
+    def nodes_ready() -> Any:
+        nodes = (_get(mgmt, lab1, "nodes") or {}).get("items", [])
+        ready = [n for n in nodes if _conditions(n).get("Ready") == "True"]
+        return nodes if len(nodes) == 2 and len(ready) == 2 else None  # the control plane's and the worker's
+
+    out["nodes"] = until("both Nodes Ready", nodes_ready)
+
+    def cilium_running() -> Any:
+        pods = (_get(mgmt, lab1, "pods", "-n", "kube-system", "-l", "app.kubernetes.io/part-of=cilium") or {}).get(
+            "items", []
+        )
+        # An agent and an operator on each Node.
+        return pods if len(pods) == 4 and all(p["status"].get("phase") == "Running" for p in pods) else None
+
+    out["cilium_pods"] = [
+        [p["metadata"]["name"], p["spec"].get("nodeName")] for p in until("Cilium Running", cilium_running)
+    ]
+    mark("worker Machine Running, Nodes Ready, Cilium Running")
+    _read_state(box, lab1, out)
+    out["cluster_api_writes_by"] = sorted(
+        {
+            event["user"]["username"]
+            for event in mgmt.audit()[audited:]
+            if event.get("objectRef", {}).get("apiGroup", "").endswith("cluster.x-k8s.io")
+            and event["verb"] in ("create", "update", "patch")
+        }
+    )
+    mark("state read")
+
+
+def _cilium(box: workload_box.WorkloadBox, base: Path, lab1: Path) -> list[dict[str, Any]]:
+    """`helm repo add` and `helm install` of Cilium into lab1, as the owner ran them."""
+    helm = [
+        _tool(
+            "LAB_MGMT_HELM_BIN",
+            "helm",
+            base,
+            *("repo", "add", "cilium", box.repo_url("cilium"), "--ca-file", str(box.charts.certificate)),
+        ),
+        _tool(
+            "LAB_MGMT_HELM_BIN",
+            "helm",
+            base,
+            *("install", "cilium", "cilium/cilium", "--version", workload_box.CILIUM_VERSION),
+            *("--namespace", "kube-system", "--kubeconfig", str(lab1)),
+            *(arg for value in CILIUM_VALUES for arg in ("--set", value)),
+        ),
+    ]
+    for done in helm:
+        if done.returncode:
+            raise AssertionError(f"{done.args[1:3]} failed: {done.stderr}")
+    return [_ran(done) for done in helm]
+
+
+def _read_state(box: workload_box.WorkloadBox, lab1: Path, out: dict[str, Any]) -> None:
+    """The state the takeover starts from, as the live objects have it."""
+    mgmt = box.mgmt
+    out["objects"] = lab1_state.objects(mgmt)
+    out["snapshot"] = lab1_state.snapshot(mgmt, lab1)
+    out["settings_from_live"] = lab1_state.settings_from_live(out["objects"])
+    for kind in ("machinesets", "machines", "kubeadmconfigs", "proxmoxmachines"):
+        out[kind] = [item["metadata"]["name"] for item in (_get(mgmt, mgmt.kubeconfig, kind, "-n", NS) or {})["items"]]
+    releases = _get(mgmt, lab1, "secrets", "-n", "kube-system", "-l", "owner=helm")
+    out["release_secrets"] = [
+        {"name": item["metadata"]["name"], "labels": item["metadata"]["labels"], "type": item["type"]}
+        for item in (releases or {}).get("items", [])
+    ]
+    listed = _tool(
+        "LAB_MGMT_HELM_BIN", "helm", box.base, "list", "-n", "kube-system", "-o", "json", "--kubeconfig", str(lab1)
+    )
+    out["helm_list"] = json.loads(listed.stdout) if listed.returncode == 0 else _ran(listed)
+    values = _tool(
+        "LAB_MGMT_HELM_BIN",
+        "helm",
+        box.base,
+        "get",
+        "values",
+        "cilium",
+        "-n",
+        "kube-system",
+        "-o",
+        "json",
+        "--kubeconfig",
+        str(lab1),
+    )
+    out["helm_values"] = json.loads(values.stdout) if values.returncode == 0 else _ran(values)
+    out["chart_requests"] = box.charts.requests
+    out["charts_unknown"] = box.charts.unknown

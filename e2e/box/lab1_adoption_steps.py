@@ -1,0 +1,219 @@
+"""docs/adoption.md's workload-cluster steps (W1 to W6) followed with the real CLI on lab1 as
+clusterctl left it (e2e/box/lab1_takeover.py runs them), then the autoscaler scaling lab1's
+workers 1 -> 2 -> 1 with `pulumi up` a no-op around each scale. Every write is read from the
+management cluster's audit log, every object's identity from lab1_state's snapshots.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from e2e.box import lab1_state, workload_box
+from e2e.box.scenarios import WRITES, _step
+from e2e.engine.cli import REPO, Engine
+from e2e.engine.control_plane import ADMIN_USER
+
+NS, CLUSTER = lab1_state.NS, lab1_state.CLUSTER
+WORKERS = f"{CLUSTER}-workers"
+CORE = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default"
+DEMAND = "demand"
+# A variant the gate must refuse naming its fields: a VLAN the templates do not have, another
+# worker memory.
+VARIANT_MEMORY_MIB = 8192
+VARIANT_VLAN = 4
+
+Until = Callable[[str, Callable[[], Any]], Any]
+
+
+def run(engine: Engine, action: str, *args: str) -> dict[str, Any]:
+    """One CLI run: exit code, seconds, summary, the steps that were not `same`, the error."""
+    began = time.monotonic()
+    done = engine.run(action, *args)
+    return {
+        "action": " ".join((action, *args)),
+        "rc": done.rc,
+        "seconds": round(time.monotonic() - began, 1),
+        "summary": done.summary(),
+        "changed": [step for step in done.steps() if step["op"] not in ("same", "read")],
+        "error": done.output[-5000:] if done.rc else "",
+    }
+
+
+def gate(engine: Engine, base: Path) -> dict[str, Any]:
+    """W3: `pulumi preview --stack lab --json > preview.json`, then tools/adoption_check.py."""
+    preview = engine.pulumi("preview", "--stack", "lab", "--json")
+    saved = base / f"preview-{len(list(base.glob('preview-*.json')))}.json"
+    saved.write_text(preview.stdout)
+    check = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "adoption_check.py"), str(saved)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    steps = json.loads(preview.stdout).get("steps") or [] if preview.stdout.strip() else []
+    return {
+        "preview_rc": preview.returncode,
+        "ops": sorted({f"{step.get('op')} {step.get('urn', '').rsplit('::', 1)[-1]}" for step in steps}),
+        "rc": check.returncode,
+        "output": check.stdout + check.stderr,
+    }
+
+
+def _admin_writes(box: workload_box.WorkloadBox, mark: int) -> list[dict[str, Any]]:
+    """The engine's writes (the admin's kubeconfig) to lab1's objects after `mark`."""
+    return [write for write in lab1_state.writes(box.mgmt, mark) if write["user"] == ADMIN_USER]
+
+
+def spec_owners(box: workload_box.WorkloadBox) -> dict[str, list[str]]:
+    """Which field manager owns which top-level spec fields of the MachineDeployment."""
+    deployment = lab1_state.get(box.mgmt, box.mgmt.kubeconfig, "machinedeployment", WORKERS, "-n", NS) or {}
+    return {
+        "/".join(filter(None, (entry["manager"], entry["operation"], entry.get("subresource")))): sorted(
+            key.removeprefix("f:") for key in entry.get("fieldsV1", {}).get("f:spec", {})
+        )
+        for entry in deployment.get("metadata", {}).get("managedFields", [])
+    }
+
+
+def _field_managers(box: workload_box.WorkloadBox) -> dict[str, list[str]]:
+    return {
+        name: sorted(
+            "/".join(filter(None, (entry["manager"], entry["operation"], entry.get("subresource"))))
+            for entry in item["metadata"]["managedFields"]
+        )
+        for name, item in lab1_state.objects(box.mgmt).items()
+    }
+
+
+def adopt(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[str, Any]) -> None:
+    """W2 to W5: the entry's keys set as W2 has them, the variant refused by the gate, the gate
+    passing, the adoption `up` and `preview --expect-no-changes`, each read from the audit log."""
+    lab1 = base / "lab1.kubeconfig"
+    chart = out["helm_list"][0]["chart"].removeprefix("cilium-")
+    w2 = [
+        ("config", "set", "--path", "workloadClusters[0].takenOver", "true"),
+        ("config", "set", "--path", "workloadClusters[0].adopt", "true"),
+        ("config", "set", "--path", "workloadClusters[0].podCidr", out["settings_from_live"]["podCidr"]),
+        ("config", "set", "ciliumVersion", chart),
+    ]
+    out["w2"] = [_step(engine, args) for args in w2]
+    # The variant: a VLAN and another worker memory, refused naming both; then back to W1's values.
+    variant = [
+        ("config", "set", "--path", "workloadClusters[0].vlan", str(VARIANT_VLAN)),
+        ("config", "set", "--path", "workloadClusters[0].workers.memoryMib", str(VARIANT_MEMORY_MIB)),
+    ]
+    out["variant_config"] = [_step(engine, args) for args in variant]
+    out["variant_gate"] = gate(engine, base)
+    memory = str(out["settings_from_live"]["workers"]["memoryMib"])
+    fixed = [
+        ("config", "rm", "--path", "workloadClusters[0].vlan"),
+        ("config", "set", "--path", "workloadClusters[0].workers.memoryMib", memory),
+    ]
+    out["fixed_config"] = [_step(engine, args) for args in fixed]
+    before, mark = lab1_state.snapshot(box.mgmt, lab1), len(box.mgmt.audit())
+    out["gate"] = gate(engine, base)
+    out["adoption_up"] = run(engine, "up")
+    out["adoption_writes"] = _admin_writes(box, mark)
+    out["adoption_changed"] = lab1_state.changed(before, lab1_state.snapshot(box.mgmt, lab1))
+    out["managers_after_adoption"] = _field_managers(box)
+    out["md_spec_owners_after_adoption"] = spec_owners(box)
+    out["w5"] = run(engine, "preview", "--expect-no-changes")
+    out["adopted_output"] = engine.pulumi("stack", "output", "adoptedWorkloadClusters", "--json").stdout
+
+
+def adopt_off(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[str, Any]) -> None:
+    """W6: adopt off, preview, up, preview --expect-no-changes."""
+    lab1 = base / "lab1.kubeconfig"
+    out["w6_config"] = _step(engine, ("config", "set", "--path", "workloadClusters[0].adopt", "false"))
+    before, mark = lab1_state.snapshot(box.mgmt, lab1), len(box.mgmt.audit())
+    out["w6_preview"] = run(engine, "preview")
+    out["w6_up"] = run(engine, "up")
+    out["w6_writes"] = _admin_writes(box, mark)
+    out["w6_changed"] = lab1_state.changed(before, lab1_state.snapshot(box.mgmt, lab1))
+    out["managers_after_w6"] = _field_managers(box)
+    out["md_spec_owners_after_w6"] = spec_owners(box)
+    out["w6_no_change"] = run(engine, "preview", "--expect-no-changes")
+
+
+def _workers(box: workload_box.WorkloadBox, lab1: Path) -> dict[str, Any]:
+    deployment = lab1_state.get(box.mgmt, box.mgmt.kubeconfig, "machinedeployment", WORKERS, "-n", NS) or {}
+    machines = (lab1_state.get(box.mgmt, box.mgmt.kubeconfig, "machines", "-n", NS) or {}).get("items", [])
+    nodes = (lab1_state.get(box.mgmt, lab1, "nodes") or {}).get("items", [])
+    ready = [
+        n
+        for n in nodes
+        if "node-role.kubernetes.io/control-plane" not in n["metadata"]["labels"]
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+    ]
+    return {
+        "replicas": deployment.get("spec", {}).get("replicas"),
+        "machines": len(machines),
+        "running": len([m for m in machines if m.get("status", {}).get("phase") == "Running"]),
+        "ready_workers": len(ready),
+    }
+
+
+def _demand(box: workload_box.WorkloadBox, lab1: Path, replicas: int, cpu: str) -> None:
+    """Pods that fit one worker each and never the control plane (they tolerate no taint)."""
+    container = {"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu}}}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": DEMAND, "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": DEMAND}},
+            "template": {
+                "metadata": {"labels": {"app": DEMAND}},
+                "spec": {"terminationGracePeriodSeconds": 0, "containers": [container]},
+            },
+        },
+    }
+    box.mgmt.kubectl_as(lab1, "apply", "-f", "-", stdin=json.dumps(deployment)).check_returncode()
+
+
+def _scales(box: workload_box.WorkloadBox, mark: int) -> list[list[Any]]:
+    """[user, verb, subresource, code] of each write to the MachineDeployment after `mark`."""
+    return [
+        [e["user"]["username"], e["verb"], e["objectRef"].get("subresource", ""), e["responseStatus"].get("code")]
+        for e in box.mgmt.audit()[mark:]
+        if e.get("objectRef", {}).get("resource") == "machinedeployments"
+        and e["objectRef"].get("name") == WORKERS
+        and e["verb"] in WRITES
+        and "dryRun=All" not in e.get("requestURI", "")
+    ]
+
+
+def _no_change(engine: Engine, box: workload_box.WorkloadBox, after: str) -> dict[str, Any]:
+    mark = len(box.mgmt.audit())
+    preview = run(engine, "preview", "--expect-no-changes")
+    up = run(engine, "up")
+    return {"after": after, "preview": preview, "up": up, "md_writes": _scales(box, mark)}
+
+
+def scale(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[str, Any], until: Until) -> None:
+    """The autoscaler scales the workers 1 -> 2 (a second demand pod fits no worker) and, once the
+    demand is one pod again, 2 -> 1 (minSize 1); `pulumi up` a no-op before, between and after."""
+    lab1 = base / "lab1.kubeconfig"
+    cpus = out["settings_from_live"]["workers"]["sockets"] * out["settings_from_live"]["workers"]["cores"]
+    cpu = f"{cpus * 600}m"  # more than half a worker: one pod on each
+    out["no_change"] = [_no_change(engine, box, "adoption off")]
+    mark, began = len(box.mgmt.audit()), time.monotonic()
+    _demand(box, lab1, 2, cpu)
+    until("1 -> 2", lambda: (now := _workers(box, lab1))["replicas"] == 2 and now["ready_workers"] == 2)
+    out["scale_up"] = {"seconds": round(time.monotonic() - began, 1), "writes": _scales(box, mark)}
+    out["no_change"].append(_no_change(engine, box, "1 -> 2"))
+    mark, began = len(box.mgmt.audit()), time.monotonic()
+    _demand(box, lab1, 1, cpu)
+    until("2 -> 1", lambda: (now := _workers(box, lab1))["replicas"] == 1 and now["machines"] == 1)
+    out["scale_down"] = {"seconds": round(time.monotonic() - began, 1), "writes": _scales(box, mark)}
+    out["no_change"].append(_no_change(engine, box, "2 -> 1"))
+    out["workers_at_end"] = _workers(box, lab1)
+    out["md_spec_owners_at_end"] = spec_owners(box)

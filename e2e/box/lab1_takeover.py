@@ -1,0 +1,169 @@
+"""Issue 31 in the box (tests/test_box_lab1_takeover.py): lab1 as clusterctl left it, taken over by
+the program. On the workload box (e2e/box/workload_box.py) with the real Cluster API core, the
+autoscaler's chart and the pod runner as the program's lab1 scenario has them:
+
+1. the program's first `pulumi up` through the real CLI with no workload cluster: the management
+   cluster's part (cert-manager, the operator, the providers; the operator stand-in starts the
+   real Cluster API manager);
+2. the owner's steps (e2e/box/clusterctl_lab1.py): `clusterctl generate cluster lab1` with the
+   owner's clusterctl.yaml at one of its SITES, `kubectl apply`, `helm install cilium`, until the
+   worker's Machine runs and both Nodes are Ready; the state that leaves, and a snapshot of what
+   the takeover must leave alone (e2e/box/lab1_state.py).
+
+    in_new_netns("lab1_takeover.lab1_taken_over", root, site, addresses=clusterctl_lab1.addresses(site))
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.box import clusterctl_lab1, lab1_adoption_steps, lab1_state, workload_box
+from e2e.box.scenarios import _lab_secrets, _readme_first_run, _step
+from e2e.engine.cli import Engine
+from e2e.standins.cluster import chart_repo_standin, pod_runner
+
+NS, CLUSTER = clusterctl_lab1.NS, clusterctl_lab1.CLUSTER
+AUTOSCALER = f"{CLUSTER}-autoscaler"
+# The official chart 9.59.0 from the archives, which the program's autoscaler release installs.
+AUTOSCALER_CHART = chart_repo_standin.VendoredChart("cluster-autoscaler-chart-9.59.0.tar.gz")
+# The management cluster's kube-controller-manager: the token controller, what makes the
+# autoscaler's Deployment a Pod (the pod runner runs it) and the garbage collector.
+MGMT_CONTROLLERS = (
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "garbage-collector-controller",
+)
+# The workers' bounds the owner picks (at least the one worker running, W1), and the box's short autoscaler timings
+# through the program's own settings (as the program's lab1 scenario sets them).
+WORKER_BOUNDS = {"minSize": 1, "maxSize": 3}
+TIMINGS = {"scanInterval": "2s", "scaleDownUnneededTime": "10s", "scaleDownDelayAfterAdd": "5s"}
+# Where the autoscaler scales lab1 after the takeover: the lab's values alone. What is site-specific
+# (the values read back, the gate, the imports, the writes) is proven at both; the scaling
+# proves the program's autoscaler on an adopted cluster, the same at any site, and costs a
+# minute or two a site.
+SCALING_SITES = ("lab",)
+# What Pulumi.lab.yaml declares (the template's overlaps the lab).
+PROGRAM_POD_CIDR = "10.244.0.0/16"
+BOUND = clusterctl_lab1.BOUND
+POLL = clusterctl_lab1.POLL
+
+
+def _settings(box: workload_box.WorkloadBox) -> dict[str, str]:
+    """Where the box serves what the program fetches (the stack's own settings)."""
+    return {
+        "certManagerChartRepo": box.repo_url("jetstack"),
+        "capiOperatorChartRepo": box.repo_url("capi-operator"),
+        "ciliumChartRepo": box.repo_url("cilium"),
+        "ciliumVersion": workload_box.CILIUM_VERSION,
+        "clusterAutoscalerChartRepo": box.repo_url("autoscaler"),
+        "capmoxReleaseUrl": box.capmox_release_url,
+    }
+
+
+def declare(engine: Engine, entry: dict[str, Any]) -> str:
+    """The owner's edit of the stack file: `workloadClusters` set to the one entry (in place of the
+    empty list the box's engine starts with, or of the entry declared before), the rest of the
+    file as it is. The text written."""
+    stack_file = engine.project / "Pulumi.lab.yaml"
+    text = stack_file.read_text()
+    start = text.index("  lab-mgmt:workloadClusters:")
+    following = re.search(r"^  [^\s-]", text[start + 1 :], re.MULTILINE)
+    end = start + 1 + following.start() if following else len(text)
+    written = textwrap.indent(yaml.safe_dump({"lab-mgmt:workloadClusters": [entry]}, sort_keys=False), "  ")
+    stack_file.write_text(text[:start] + written + text[end:])
+    return written
+
+
+def _before_the_takeover(
+    engine: Engine, box: workload_box.WorkloadBox, base: Path, entry: dict[str, Any], out: dict[str, Any]
+) -> None:
+    """What the program does today with lab1 declared as the live objects say: the live pod CIDR
+    (the template's) is refused by the settings; with the program's own pod CIDR the preview stops
+    at the Cluster that kubectl made. Neither writes to lab1 (the snapshot unchanged)."""
+    mark = len(box.mgmt.audit())
+    out["declared"] = declare(engine, entry)
+    out["preview_live_values"] = lab1_adoption_steps.run(engine, "preview")
+    declare(engine, entry | {"podCidr": PROGRAM_POD_CIDR})
+    out["preview_program_pod_cidr"] = lab1_adoption_steps.run(engine, "preview")
+    out["changed_by_previews"] = lab1_state.changed(
+        out["snapshot"], lab1_state.snapshot(box.mgmt, base / "lab1.kubeconfig")
+    )
+    out["writes_by_previews"] = lab1_state.writes(box.mgmt, mark)
+
+
+def lab1_taken_over(root: str, site: str) -> dict[str, Any]:
+    base, times, began = Path(root), dict[str, float](), time.monotonic()
+    out: dict[str, Any] = {}
+
+    def mark(what: str) -> None:
+        times[what] = round(time.monotonic() - began, 1)
+
+    with ExitStack() as stack:
+        box = stack.enter_context(
+            workload_box.running(
+                base,
+                extra_charts={"autoscaler": [AUTOSCALER_CHART]},
+                operator_install_seconds=0.0,
+                mgmt_controllers=MGMT_CONTROLLERS,
+            )
+        )
+        runner = stack.enter_context(
+            pod_runner.running(box.mgmt, NS, AUTOSCALER, base / "pods", backoff_seconds=1.0, secret_sync_seconds=2.0)
+        )
+        out["problems"] = box.problems()  # the stand-ins' lists, filled as they go
+
+        def until(what: str, found: Callable[[], Any]) -> Any:
+            deadline = time.monotonic() + BOUND
+            while time.monotonic() < deadline:
+                if answer := found():
+                    return answer
+                time.sleep(POLL)
+            raise AssertionError(f"not within {BOUND}s: {what}; the stand-ins refused: {box.problems()}")
+
+        mark("box up")
+        try:
+            engine = box.engine()
+            config = _readme_first_run(engine, _lab_secrets())
+            config += [_step(engine, ("config", "set", key, value)) for key, value in _settings(box).items()]
+            out["config_failed"] = [step for step in config if step["rc"]]
+            out["mgmt_up"] = lab1_adoption_steps.run(engine, "up")
+            if out["mgmt_up"]["rc"]:
+                raise AssertionError("the program's first pulumi up (the management cluster) failed")
+            until("the Cluster API manager running", lambda: box.managers)
+            mark("the program's first up: the management cluster")
+            clusterctl_lab1.left_by_the_owner(box, base, clusterctl_lab1.SITES[site], out, mark=mark, until=until)
+            # The entry the live objects say, with the owner's bounds and the box's timings.
+            entry = out["settings_from_live"] | {"autoscaler": TIMINGS}
+            entry["workers"] = WORKER_BOUNDS | entry["workers"]
+            _before_the_takeover(engine, box, base, entry, out)
+            mark("previews with lab1 declared, before the takeover")
+            lab1_adoption_steps.adopt(engine, box, base, out)
+            mark("W2-W5: the gate refuses the variant, passes; the adoption up; no changes")
+            lab1_adoption_steps.adopt_off(engine, box, base, out)
+            mark("W6: adoption off")
+            if site in SCALING_SITES:
+                lab1_adoption_steps.scale(engine, box, base, out, until)
+                mark("the autoscaler: 1 -> 2 -> 1")
+        except Exception:  # what happened so far is the test's to read
+            out["failed"] = traceback.format_exc()
+        out |= {
+            "times": times,
+            "timeline": box.standins.record.timeline,
+            "runner": {"events": runner.events, "errors": runner.errors},
+        }
+        if out.get("failed") and box.managers:
+            out["manager_log_tail"] = box.manager.log_tail(30)
+    mark("box down")
+    print("times:", times)
+    return out
