@@ -220,6 +220,12 @@ class _Parts:
         self.declared = kept_names.apply(lambda names: cluster_takeover.named(objects, names))
         self.made = cluster_takeover.named(objects, objects.made_names)
         self.adopt = cluster.adopt
+        # A taken-over object's fields stay kubectl's until the program applies them once, in the
+        # run with adopt off. That run's `up` takes them, but its preview's dry run forces only
+        # over pulumi-kubernetes's own managers (await.go patchForce) and stopped on a conflict
+        # with kubectl-client-side-apply over the MachineDeployment's .spec.selector (found by the
+        # box): with the annotation both force, and the adoption run has checked every value.
+        self.forced = cluster.taken_over and not cluster.adopt
 
     def resource(
         self, resource_name: str, pick: _Pick, opts: pulumi.ResourceOptions, after: list[pulumi.Resource]
@@ -233,9 +239,20 @@ class _Parts:
             resource_name,
             api_version=plain["apiVersion"],
             kind=plain["kind"],
-            metadata=pulumi.Output.all(self.checked, self.declared).apply(lambda args: pick(args[1])["metadata"]),
+            metadata=pulumi.Output.all(self.checked, self.declared).apply(
+                lambda args: _forced(pick(args[1])["metadata"]) if self.forced else pick(args[1])["metadata"]
+            ),
             spec=self.declared.apply(lambda objects: pick(objects)["spec"]),
             opts=pulumi.ResourceOptions.merge(
                 opts, pulumi.ResourceOptions.merge(imported, pulumi.ResourceOptions(depends_on=after))
             ),
         )
+
+
+PATCH_FORCE = "pulumi.com/patchForce"
+"""pulumi-kubernetes's annotation (pkg/metadata/annotations.go) for an apply that takes the fields
+it sets from any other field manager."""
+
+
+def _forced(metadata: dict[str, Any]) -> dict[str, Any]:
+    return {**metadata, "annotations": {**metadata.get("annotations", {}), PATCH_FORCE: "true"}}

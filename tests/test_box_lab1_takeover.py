@@ -279,12 +279,6 @@ def test_w5_nothing_left_to_change(lab1: Any) -> None:
     assert set(lab1["w5"]["summary"]) <= {"same", "read"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by the box: W6's `pulumi preview` (adopt off) fails on the MachineDeployment, "
-    'Server-Side Apply conflict with "kubectl-client-side-apply" on .spec.selector (the dry run does '
-    "not take over kubectl's fields; the up does)",
-)
 def test_w6_the_preview_with_adoption_off_passes(lab1: Any) -> None:
     assert lab1["w6_preview"]["rc"] == 0, lab1["w6_preview"]["error"]
 
@@ -309,9 +303,9 @@ def test_w6_adoption_off_updates_metadata_only_and_upgrades_cilium_once(lab1: An
     assert lab1["w6_no_change"]["rc"] == 0, lab1["w6_no_change"]["error"]
 
 
+# The scaling runs at lab1_takeover.SCALING_SITES only: its test reads those sites' runs.
+@pytest.mark.parametrize("lab1", lab1_takeover.SCALING_SITES, indirect=True)
 def test_the_autoscaler_scales_1_2_1_and_pulumi_up_stays_a_no_op(lab1: Any) -> None:
-    if lab1["name"] not in lab1_takeover.SCALING_SITES:
-        pytest.skip("the scaling runs at the lab's values only (lab1_takeover.SCALING_SITES)")
     autoscaler = "system:serviceaccount:default:lab1-autoscaler"
     for step in ("scale_up", "scale_down"):
         scales = [w for w in lab1[step]["writes"] if w[2] == "scale"]

@@ -150,7 +150,10 @@ def test_after_the_adoption_the_record_keeps_the_names_and_the_cluster_is_the_st
         assert (resource.import_id, resource.ignore_changes) == ("", [])
     # The program's annotations come back: a metadata-only update of these two.
     assert "pulumi.com/waitFor" in after.get(CLUSTER, "lab1-cluster").plain["metadata"]["annotations"]
-    assert len(after.get(MD, "lab1-workers").plain["metadata"]["annotations"]) == 6
+    assert len(after.get(MD, "lab1-workers").plain["metadata"]["annotations"]) == 7
+    # And every object's apply takes its fields from kubectl's manager, at preview too.
+    for resource in cluster_objects(after):
+        assert resource.plain["metadata"]["annotations"]["pulumi.com/patchForce"] == "true", resource.name
     assert after.get(MD, "lab1-workers").plain["spec"] == adopted.get(MD, "lab1-workers").plain["spec"]
 
 
