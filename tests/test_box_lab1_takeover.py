@@ -308,13 +308,17 @@ def test_w6_adoption_off_updates_metadata_only_and_upgrades_cilium_once(lab1: An
 def test_the_autoscaler_scales_1_2_1_and_pulumi_up_stays_a_no_op(lab1: Any) -> None:
     autoscaler = "system:serviceaccount:default:lab1-autoscaler"
     for step in ("scale_up", "scale_down"):
-        scales = [w for w in lab1[step]["writes"] if w[2] == "scale"]
+        scales = [
+            [w["user"], w["verb"], w["subresource"], w["code"]]
+            for w in lab1[step]["writes"]
+            if w["subresource"] == "scale"
+        ]
         assert scales == [[autoscaler, "patch", "scale", 200]], step
-        assert not [w for w in lab1[step]["writes"] if w[0] == ADMIN_USER], step
+        assert not [w for w in lab1[step]["writes"] if w["user"] == ADMIN_USER], step
     assert lab1["workers_at_end"] == {"replicas": 1, "machines": 1, "running": 1, "ready_workers": 1}
     for no_change in lab1["no_change"]:
         assert no_change["preview"]["rc"] == 0, (no_change["after"], no_change["preview"]["error"])
         assert no_change["up"]["rc"] == 0, (no_change["after"], no_change["up"]["error"])
         assert set(no_change["up"]["summary"]) <= {"same", "read"}, no_change["after"]
         # Cluster API's status writes go on; the engine writes nothing to the MachineDeployment.
-        assert not [w for w in no_change["md_writes"] if w[0] == ADMIN_USER], no_change["after"]
+        assert not [w for w in no_change["md_writes"] if w["user"] == ADMIN_USER], no_change["after"]

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box import lab1_state, workload_box
-from e2e.box.scenarios import WRITES, _step
+from e2e.box.lab1_reads import demand, scales
+from e2e.box.scenarios import _step
 from e2e.engine.cli import REPO, Engine
 from e2e.engine.control_plane import ADMIN_USER
 
 NS, CLUSTER = lab1_state.NS, lab1_state.CLUSTER
 WORKERS = f"{CLUSTER}-workers"
 CORE = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default"
-DEMAND = "demand"
 # A variant the gate must refuse naming its fields: a VLAN the templates do not have, another
 # worker memory.
 VARIANT_MEMORY_MIB = 8192
@@ -160,42 +160,11 @@ def _workers(box: workload_box.WorkloadBox, lab1: Path) -> dict[str, Any]:
     }
 
 
-def _demand(box: workload_box.WorkloadBox, lab1: Path, replicas: int, cpu: str) -> None:
-    """Pods that fit one worker each and never the control plane (they tolerate no taint)."""
-    container = {"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": cpu}}}
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": DEMAND, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": DEMAND}},
-            "template": {
-                "metadata": {"labels": {"app": DEMAND}},
-                "spec": {"terminationGracePeriodSeconds": 0, "containers": [container]},
-            },
-        },
-    }
-    box.mgmt.kubectl_as(lab1, "apply", "-f", "-", stdin=json.dumps(deployment)).check_returncode()
-
-
-def _scales(box: workload_box.WorkloadBox, mark: int) -> list[list[Any]]:
-    """[user, verb, subresource, code] of each write to the MachineDeployment after `mark`."""
-    return [
-        [e["user"]["username"], e["verb"], e["objectRef"].get("subresource", ""), e["responseStatus"].get("code")]
-        for e in box.mgmt.audit()[mark:]
-        if e.get("objectRef", {}).get("resource") == "machinedeployments"
-        and e["objectRef"].get("name") == WORKERS
-        and e["verb"] in WRITES
-        and "dryRun=All" not in e.get("requestURI", "")
-    ]
-
-
 def _no_change(engine: Engine, box: workload_box.WorkloadBox, after: str) -> dict[str, Any]:
     mark = len(box.mgmt.audit())
     preview = run(engine, "preview", "--expect-no-changes")
     up = run(engine, "up")
-    return {"after": after, "preview": preview, "up": up, "md_writes": _scales(box, mark)}
+    return {"after": after, "preview": preview, "up": up, "md_writes": scales(box.mgmt, mark)}
 
 
 def scale(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[str, Any], until: Until) -> None:
@@ -206,14 +175,14 @@ def scale(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[s
     cpu = f"{cpus * 600}m"  # more than half a worker: one pod on each
     out["no_change"] = [_no_change(engine, box, "adoption off")]
     mark, began = len(box.mgmt.audit()), time.monotonic()
-    _demand(box, lab1, 2, cpu)
+    demand(box.mgmt, lab1, 2, {"cpu": cpu})
     until("1 -> 2", lambda: (now := _workers(box, lab1))["replicas"] == 2 and now["ready_workers"] == 2)
-    out["scale_up"] = {"seconds": round(time.monotonic() - began, 1), "writes": _scales(box, mark)}
+    out["scale_up"] = {"seconds": round(time.monotonic() - began, 1), "writes": scales(box.mgmt, mark)}
     out["no_change"].append(_no_change(engine, box, "1 -> 2"))
     mark, began = len(box.mgmt.audit()), time.monotonic()
-    _demand(box, lab1, 1, cpu)
+    demand(box.mgmt, lab1, 1, {"cpu": cpu})
     until("2 -> 1", lambda: (now := _workers(box, lab1))["replicas"] == 1 and now["machines"] == 1)
-    out["scale_down"] = {"seconds": round(time.monotonic() - began, 1), "writes": _scales(box, mark)}
+    out["scale_down"] = {"seconds": round(time.monotonic() - began, 1), "writes": scales(box.mgmt, mark)}
     out["no_change"].append(_no_change(engine, box, "2 -> 1"))
     out["workers_at_end"] = _workers(box, lab1)
     out["md_spec_owners_at_end"] = spec_owners(box)

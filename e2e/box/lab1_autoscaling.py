@@ -23,7 +23,6 @@ import json
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from e2e.box.lab1_reads import (
     capmox_assets,
     cluster_api_writes,
     conditions,
+    demand,
     get,
     kubeconfig_secret,
     managers,
@@ -54,22 +54,12 @@ from e2e.box.scenarios import LAB1_ADDRESS, WRITES, _lab_secrets, _readme_first_
 from e2e.controllers import cluster_api
 from e2e.engine.cli import Engine
 from e2e.engine.control_plane import ADMIN_USER, OPERATOR_USER, ControlPlane
-from e2e.standins.cluster import chart_repo_standin, pod_runner
+from e2e.standins.cluster import pod_runner
 
 WORKER = {"sockets": 2, "cores": 2, "memoryMib": 4096, "diskGib": 30}
 RESIZED_MIB = 6144
 # The box's short timings, through the program's own settings.
 TIMINGS = {"scanInterval": "2s", "scaleDownUnneededTime": "5s", "scaleDownDelayAfterAdd": "5s"}
-CHART = chart_repo_standin.VendoredChart("cluster-autoscaler-chart-9.59.0.tar.gz")
-# The autoscaler's Deployment becomes a Pod (the pod runner runs it); the garbage collector ends a
-# foreground deletion (pulumi-kubernetes deletes the old machine template so), as k3s's does.
-MGMT_CONTROLLERS = (
-    "serviceaccount-token-controller",
-    "root-ca-certificate-publisher-controller",
-    "deployment-controller",
-    "replicaset-controller",
-    "garbage-collector-controller",
-)
 # The kubelet's first restart backoff is 10 s and it syncs a mounted Secret about every minute;
 # the box's pod runner, through its settings, 1 s and every 2 s.
 BACKOFF_SECONDS = 1.0
@@ -96,29 +86,7 @@ def _config(engine: Engine, box: workload_box.WorkloadBox) -> list[dict[str, Any
 
 
 def _demand(lab1: Path, mgmt: ControlPlane, replicas: int) -> None:
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": DEMAND, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": DEMAND}},
-            "template": {
-                "metadata": {"labels": {"app": DEMAND}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": "registry.k8s.io/pause:3.10",
-                            "resources": {"requests": {"cpu": DEMAND_CPU, "memory": "1Gi"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
-    mgmt.kubectl_as(lab1, "apply", "-f", "-", stdin=json.dumps(deployment)).check_returncode()
+    demand(mgmt, lab1, replicas, {"cpu": DEMAND_CPU, "memory": "1Gi"})
 
 
 def _no_change(engine: Engine, mgmt: ControlPlane, after: str, *, preview: bool = False) -> dict[str, Any]:
@@ -140,25 +108,9 @@ def lab1_autoscaling(root: str) -> dict[str, Any]:
     def mark(what: str) -> None:
         times[what] = round(time.monotonic() - began, 1)
 
-    with ExitStack() as stack:
-        box = stack.enter_context(
-            workload_box.running(
-                base,
-                extra_charts={"autoscaler": [CHART]},
-                operator_install_seconds=0.0,
-                mgmt_controllers=MGMT_CONTROLLERS,
-            )
-        )
-        runner = stack.enter_context(
-            pod_runner.running(
-                box.mgmt,
-                NS,
-                AUTOSCALER,
-                base / "pods",
-                backoff_seconds=BACKOFF_SECONDS,
-                secret_sync_seconds=SECRET_SYNC_SECONDS,
-            )
-        )
+    with workload_box.running_with_autoscaler(
+        base, NS, AUTOSCALER, backoff_seconds=BACKOFF_SECONDS, secret_sync_seconds=SECRET_SYNC_SECONDS
+    ) as (box, runner):
         try:
             _steps(box, runner, out, mark)
         except Exception:  # what happened so far is the test's to read

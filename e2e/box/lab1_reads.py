@@ -1,5 +1,5 @@
-"""What the lab1 scenario (lab1_autoscaling.py) reads, and how it waits: both clusters through their
-APIs (`Lab`), the audit logs (who wrote what, who was refused), the CLI's runs, the autoscaler's
+"""What the lab1 scenarios (lab1_autoscaling.py, lab1_takeover.py) read, and how they wait: both
+clusters through their APIs (`Lab`), the audit logs (who wrote what, who was refused), the CLI's runs, the autoscaler's
 process from /proc and from inside its namespaces, and the Cluster API objects a step leaves. Each
 function returns plain data for the tests (tests/test_box_lab1_*.py) to assert on.
 """
@@ -244,3 +244,23 @@ def capmox_assets(charts: chart_repo_standin.ChartRepoStandIn) -> dict[str, list
         except urllib.error.HTTPError as refused:
             assets[version] = [refused.code, ""]
     return assets
+
+
+def demand(mgmt: ControlPlane, lab1: Path, replicas: int, requests: dict[str, str]) -> None:
+    """`replicas` pods, each requesting `requests`, in lab1 (its admin kubeconfig `lab1`): sized to
+    fit one worker each and never the control plane (they tolerate no taint)."""
+    container = {"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": requests}}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": DEMAND, "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": DEMAND}},
+            "template": {
+                "metadata": {"labels": {"app": DEMAND}},
+                "spec": {"terminationGracePeriodSeconds": 0, "containers": [container]},
+            },
+        },
+    }
+    mgmt.kubectl_as(lab1, "apply", "-f", "-", stdin=json.dumps(deployment)).check_returncode()

@@ -20,7 +20,6 @@ import textwrap
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -29,21 +28,9 @@ import yaml
 from e2e.box import clusterctl_lab1, lab1_adoption_steps, lab1_state, workload_box
 from e2e.box.scenarios import _lab_secrets, _readme_first_run, _step
 from e2e.engine.cli import Engine
-from e2e.standins.cluster import chart_repo_standin, pod_runner
 
 NS, CLUSTER = clusterctl_lab1.NS, clusterctl_lab1.CLUSTER
 AUTOSCALER = f"{CLUSTER}-autoscaler"
-# The official chart 9.59.0 from the archives, which the program's autoscaler release installs.
-AUTOSCALER_CHART = chart_repo_standin.VendoredChart("cluster-autoscaler-chart-9.59.0.tar.gz")
-# The management cluster's kube-controller-manager: the token controller, what makes the
-# autoscaler's Deployment a Pod (the pod runner runs it) and the garbage collector.
-MGMT_CONTROLLERS = (
-    "serviceaccount-token-controller",
-    "root-ca-certificate-publisher-controller",
-    "deployment-controller",
-    "replicaset-controller",
-    "garbage-collector-controller",
-)
 # The workers' bounds the owner picks (at least the one worker running, W1), and the box's short autoscaler timings
 # through the program's own settings (as the program's lab1 scenario sets them).
 WORKER_BOUNDS = {"minSize": 1, "maxSize": 3}
@@ -109,18 +96,10 @@ def lab1_taken_over(root: str, site: str) -> dict[str, Any]:
     def mark(what: str) -> None:
         times[what] = round(time.monotonic() - began, 1)
 
-    with ExitStack() as stack:
-        box = stack.enter_context(
-            workload_box.running(
-                base,
-                extra_charts={"autoscaler": [AUTOSCALER_CHART]},
-                operator_install_seconds=0.0,
-                mgmt_controllers=MGMT_CONTROLLERS,
-            )
-        )
-        runner = stack.enter_context(
-            pod_runner.running(box.mgmt, NS, AUTOSCALER, base / "pods", backoff_seconds=1.0, secret_sync_seconds=2.0)
-        )
+    with workload_box.running_with_autoscaler(base, NS, AUTOSCALER, backoff_seconds=1.0, secret_sync_seconds=2.0) as (
+        box,
+        runner,
+    ):
         out["problems"] = box.problems()  # the stand-ins' lists, filled as they go
 
         def until(what: str, found: Callable[[], Any]) -> Any:

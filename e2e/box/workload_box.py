@@ -47,6 +47,7 @@ from e2e.standins.cluster import (
     chart_repo_standin,
     operator_standin,
     playbook_lab,
+    pod_runner,
 )
 from e2e.standins.workload import providers
 
@@ -158,3 +159,45 @@ def running(
             )
         )
         yield WorkloadBox(base, mgmt, operator, standins, charts, webhook, injector, managers)
+
+
+# The official cluster-autoscaler chart 9.59.0 from the archives, which the program's release installs.
+AUTOSCALER_CHART = chart_repo_standin.VendoredChart("cluster-autoscaler-chart-9.59.0.tar.gz")
+# The management cluster's kube-controller-manager with the autoscaler: the token controller, what
+# makes its Deployment a Pod (the pod runner runs it), and the garbage collector, which ends a
+# foreground deletion (pulumi-kubernetes deletes an old machine template so), as k3s's does.
+AUTOSCALER_MGMT_CONTROLLERS = (
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "garbage-collector-controller",
+)
+
+
+@contextmanager
+def running_with_autoscaler(
+    base: Path, namespace: str, deployment: str, *, backoff_seconds: float, secret_sync_seconds: float
+) -> Iterator[tuple[WorkloadBox, pod_runner.PodRunner]]:
+    """The workload box for the block with the autoscaler's chart served, and the pod runner that
+    runs the program's autoscaler Deployment `namespace/deployment` as the real binary."""
+    with ExitStack() as stack:
+        box = stack.enter_context(
+            running(
+                base,
+                extra_charts={"autoscaler": [AUTOSCALER_CHART]},
+                operator_install_seconds=0.0,
+                mgmt_controllers=AUTOSCALER_MGMT_CONTROLLERS,
+            )
+        )
+        runner = stack.enter_context(
+            pod_runner.running(
+                box.mgmt,
+                namespace,
+                deployment,
+                base / "pods",
+                backoff_seconds=backoff_seconds,
+                secret_sync_seconds=secret_sync_seconds,
+            )
+        )
+        yield box, runner
