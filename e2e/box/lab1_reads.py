@@ -21,8 +21,8 @@ from e2e.box.cluster_part import _requests_since
 from e2e.box.scenarios import WRITES
 from e2e.engine.cli import Engine
 from e2e.engine.control_plane import ControlPlane
+from e2e.engine.kube_api import Api
 from e2e.standins.cluster import chart_repo_standin
-from e2e.standins.cluster.pod_process import Api
 
 NS, CLUSTER = "default", "lab1"
 WORKERS, AUTOSCALER = f"{CLUSTER}-workers", f"{CLUSTER}-autoscaler"

@@ -17,7 +17,6 @@ the cluster exists (its kubeconfig is written once the API server answers) it wa
 from __future__ import annotations
 
 import base64
-import json
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -26,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from e2e.engine.control_plane import INJECTOR_USER, ControlPlane
+from e2e.engine.kube_api import Api, ApiError
 from e2e.standins.cluster.controller_loop import looping
 
 INJECT_CA_FROM = "cert-manager.io/inject-ca-from"
+ADMISSION = "admissionregistration.k8s.io/v1"
 KINDS = {
     "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
     "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
@@ -62,12 +63,13 @@ class CainjectorStandIn:
 
 
 def _inject(cluster: ControlPlane, standin: CainjectorStandIn, seen: dict[str, float]) -> None:
-    as_injector = cluster.kubeconfig_of(INJECTOR_USER)
-    listed = cluster.kubectl_as(as_injector, "get", ",".join(KINDS.values()), "-o", "json")
-    if listed.returncode != 0:
-        standin.errors.append(listed.stderr.strip())
+    api = Api.from_kubeconfig(cluster.kubeconfig_of(INJECTOR_USER))
+    try:
+        listed = [item for resource in KINDS.values() for item in api.items(ADMISSION, resource) or []]
+    except ApiError as refused:
+        standin.errors.append(str(refused))
         return
-    for item in json.loads(listed.stdout)["items"]:
+    for item in listed:
         meta = item["metadata"]
         source = (meta.get("annotations") or {}).get(INJECT_CA_FROM)
         configuration = f"{item['kind']}/{meta['name']}"
@@ -90,11 +92,10 @@ def _inject(cluster: ControlPlane, standin: CainjectorStandIn, seen: dict[str, f
             {"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": bundle}
             for index in range(len(webhooks))
         ]
-        patched = cluster.kubectl_as(
-            as_injector, "patch", KINDS[item["kind"]], meta["name"], "--type=json", "-p", json.dumps(patch)
-        )
-        if patched.returncode != 0:
-            standin.errors.append(patched.stderr.strip())
+        try:
+            api.json_patch(item, patch)
+        except ApiError as refused:
+            standin.errors.append(str(refused))
             continue
         standin.injected.append({"kind": item["kind"], "name": meta["name"], "at": time.time()})
 

@@ -12,9 +12,9 @@ from contextlib import contextmanager
 
 from e2e.engine.control_plane import ControlPlane
 
-# Each step runs kubectl a few times; at every half second, four boxes side by side spent a core
-# on kubectl alone (make test-engine). A real controller's watch answers sooner; what the tests
-# check is what happens in which order, never how soon.
+# A step reads and writes through the API (e2e/engine/kube_api.py), a few requests; four boxes
+# side by side share two cores. A real controller's watch answers sooner; what the tests check is
+# what happens in which order, never how soon.
 POLL_SECONDS = 2.0
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from e2e.engine.control_plane import OPERATOR_USER, ControlPlane
+from e2e.engine.kube_api import Api, ApiError
 from e2e.standins.cluster import pod_status, provider_crds
 from e2e.standins.cluster.controller_loop import looping
 
@@ -84,14 +85,13 @@ def _cr(kind: str, namespace: str, name: str) -> str:
 
 
 def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, float]) -> None:
-    as_operator = cluster.kubeconfig_of(OPERATOR_USER)
-    listed = cluster.kubectl_as(as_operator, "get", ",".join(standin.resources), "-A", "-o", "json")
-    if listed.returncode != 0 and "doesn't have a resource type" in listed.stderr:
-        return  # The operator chart has not installed its CRDs yet: no operator runs either.
-    if listed.returncode != 0:
-        standin.errors.append(listed.stderr.strip())
+    api = Api.from_kubeconfig(cluster.kubeconfig_of(OPERATOR_USER))
+    try:
+        listed = _provider_crs(api, standin.resources)
+    except ApiError as refused:
+        standin.errors.append(str(refused))
         return
-    for item in json.loads(listed.stdout)["items"]:
+    for item in listed or []:  # None: the operator chart has not installed its CRDs yet, nor runs an operator
         meta, status = item["metadata"], item.get("status") or {}
         generation, cr = meta["generation"], _cr(item["kind"], meta["namespace"], meta["name"])
         if status.get("observedGeneration", 0) >= generation or cr in standin.withheld:
@@ -114,13 +114,10 @@ def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, 
             "installedVersion": version,
             "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": pod_status.now()}],
         }
-        patched = cluster.kubectl_as(
-            as_operator,
-            *("patch", f"{item['kind'].lower()}.{item['apiVersion'].split('/')[0]}", meta["name"]),
-            *("-n", meta["namespace"], "--subresource=status", "--type=merge", "-p", json.dumps({"status": ready})),
-        )
-        if patched.returncode != 0:
-            standin.errors.append(patched.stderr.strip())
+        try:
+            api.merge_patch(item, {"status": ready}, subresource="status")
+        except ApiError as refused:
+            standin.errors.append(str(refused))
             continue
         standin.reconciled.append(
             {
@@ -132,6 +129,19 @@ def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, 
                 "at": time.time(),
             }
         )
+
+
+def _provider_crs(api: Api, resources: Sequence[str]) -> list[dict[str, Any]] | None:
+    """Every CR of `resources` (plural.group), or None while one of them is not served."""
+    found: list[dict[str, Any]] = []
+    for resource in resources:
+        plural, _, group = resource.partition(".")
+        version = api.preferred(group)
+        items = None if version is None else api.items(version, plural)
+        if items is None:
+            return None
+        found += items
+    return found
 
 
 def _install_crds(cluster: ControlPlane, standin: OperatorStandIn, kind: str, name: str) -> bool:
@@ -171,38 +181,28 @@ def _install_crds(cluster: ControlPlane, standin: OperatorStandIn, kind: str, na
 
 
 def _run_pods(cluster: ControlPlane, namespace: str, standin: OperatorStandIn) -> None:
-    as_operator = cluster.kubeconfig_of(OPERATOR_USER)
-    listed = cluster.kubectl_as(as_operator, "get", "pods", "-n", namespace, "-o", "json")
-    if listed.returncode != 0:
-        standin.errors.append(listed.stderr.strip())
+    api = Api.from_kubeconfig(cluster.kubeconfig_of(OPERATOR_USER))
+    try:
+        pending = [pod for pod in api.items("v1", "pods", namespace) or [] if pod["status"].get("phase") == "Pending"]
+        nodes = [node["metadata"]["name"] for node in api.items("v1", "nodes") or []] if pending else []
+    except ApiError as refused:
+        standin.errors.append(str(refused))
         return
-    pending = [pod for pod in json.loads(listed.stdout)["items"] if pod["status"].get("phase") == "Pending"]
-    if not pending:
-        return
-    nodes = cluster.kubectl_as(as_operator, "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}")
-    if nodes.returncode != 0 or len(nodes.stdout.split()) != 1:
-        standin.errors.append(f"cannot schedule onto nodes {nodes.stdout!r}: {nodes.stderr.strip()}")
+    if pending and len(nodes) != 1:
+        standin.errors.append(f"cannot schedule onto nodes {nodes}: the stand-in runs the Pods of one node")
         return
     for pod in pending:
         name, spec = pod["metadata"]["name"], pod["spec"]
-        if not spec.get("nodeName"):
-            bound = cluster.kubectl_as(
-                as_operator,
-                *("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", "-f", "-"),
-                stdin=json.dumps(pod_status.binding(name, nodes.stdout.strip())),
-            )
-            if bound.returncode != 0:
-                standin.errors.append(bound.stderr.strip())
-                continue
         now = pod_status.now()
         status = pod_status.status([pod_status.running(container, now) for container in spec["containers"]], now)
-        patched = cluster.kubectl_as(
-            as_operator,
-            *("patch", "pod", name, "-n", namespace, "--subresource=status", "--type=merge"),
-            *("-p", json.dumps({"status": status})),
-        )
-        if patched.returncode != 0:
-            standin.errors.append(patched.stderr.strip())
+        try:
+            if not spec.get("nodeName"):
+                api.must(
+                    "POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", pod_status.binding(name, nodes[0])
+                )
+            api.merge_patch(pod, {"status": status}, subresource="status")
+        except ApiError as refused:
+            standin.errors.append(str(refused))
             continue
         standin.pods_run.append(f"{namespace}/{name}")
 

@@ -23,19 +23,16 @@ from __future__ import annotations
 
 import base64
 import itertools
-import json
 import os
 import shlex
-import ssl
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from e2e.engine.cli import built_bin
+from e2e.engine.kube_api import Api
 
 
 @dataclass(frozen=True)
@@ -77,48 +74,6 @@ def new_veth_name() -> str:
 
 class PodError(ValueError):
     """A Pod the runner cannot run as a kubelet would: said, never skipped."""
-
-
-@dataclass(frozen=True)
-class Api:
-    """The API server, as the runner's own user (its kubeconfig's token and CA)."""
-
-    server: str
-    token: str
-    context: ssl.SSLContext
-
-    @classmethod
-    def from_kubeconfig(cls, path: Path) -> Api:
-        config = json.loads(path.read_text())
-        cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
-        ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
-        context = ssl.create_default_context(cadata=ca)
-        context.check_hostname = False
-        return cls(cluster["server"], user["token"], context)
-
-    @property
-    def ca(self) -> bytes:
-        return ssl.DER_cert_to_PEM_cert(self.context.get_ca_certs(binary_form=True)[0]).encode()
-
-    def call(self, method: str, path: str, body: Any = None, patch: bool = False) -> tuple[int, dict[str, Any]]:
-        content = "application/merge-patch+json" if patch else "application/json"
-        request = urllib.request.Request(  # noqa: S310 - the box's API server
-            self.server + path,
-            data=None if body is None else json.dumps(body).encode(),
-            method=method,
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": content},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=30, context=self.context) as response:  # noqa: S310
-                return response.status, json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read() or b"{}")
-
-    def get(self, path: str) -> dict[str, Any]:
-        code, answer = self.call("GET", path)
-        if code != 200:
-            raise PodError(f"GET {path}: {code} {answer.get('message', '')}")
-        return answer
 
 
 @dataclass

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.engine.control_plane import KUBELET_USER, ControlPlane
+from e2e.engine.kube_api import MERGE_PATCH, Api, ApiError
 from e2e.standins.cluster import pod_process, pod_status
 from e2e.standins.cluster.controller_loop import looping
 
@@ -86,11 +87,11 @@ class PodRunner:
         self.events.append({"event": event, "pod": pod.name, "uid": pod.uid, "at": time.time(), **more})
 
 
-def _api(runner: PodRunner) -> pod_process.Api:
-    return pod_process.Api.from_kubeconfig(runner.cluster.kubeconfig_of(KUBELET_USER))
+def _api(runner: PodRunner) -> Api:
+    return Api.from_kubeconfig(runner.cluster.kubeconfig_of(KUBELET_USER))
 
 
-def _register_node(api: pod_process.Api, node: str) -> None:
+def _register_node(api: Api, node: str) -> None:
     code, _ = api.call("GET", f"/api/v1/nodes/{node}")
     if code == 404:
         body = {
@@ -103,7 +104,7 @@ def _register_node(api: pod_process.Api, node: str) -> None:
             raise pod_process.PodError(f"cannot register node {node}: {code} {answer.get('message', '')}")
 
 
-def _selector(api: pod_process.Api, runner: PodRunner) -> str:
+def _selector(api: Api, runner: PodRunner) -> str:
     """The Deployment's selector (immutable in apps/v1), once the Deployment exists; else ''."""
     if not runner.selector:
         code, deployment = api.call(
@@ -120,7 +121,7 @@ def _selector(api: pod_process.Api, runner: PodRunner) -> str:
     return runner.selector
 
 
-def _patch_status(api: pod_process.Api, runner: PodRunner, pod: _Pod, spec: dict[str, Any]) -> None:
+def _patch_status(api: Api, runner: PodRunner, pod: _Pod, spec: dict[str, Any]) -> None:
     container = spec["containers"][0]
     if pod.started is not None:
         state = pod_status.running(container, pod.started.started_at, pod.restarts, pod.last)
@@ -131,7 +132,7 @@ def _patch_status(api: pod_process.Api, runner: PodRunner, pod: _Pod, spec: dict
         state = pod_status.waiting(container, "CrashLoopBackOff", message, pod.restarts, pod.last)
     status = pod_status.status([state], pod.start_time, pod.ip, pod_process.HOST_SIDE_IP)
     path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
-    code, answer = api.call("PATCH", path, {"status": status}, patch=True)
+    code, answer = api.call("PATCH", path, {"status": status}, content_type=MERGE_PATCH)
     if code != 200:
         runner.errors.append(f"status of {pod.name}: {code} {answer.get('message', '')}")
 
@@ -149,13 +150,13 @@ def _stop(runner: PodRunner, pod: _Pod, grace: float) -> None:
     runner._record("stopped", pod, exit_code=started.process.returncode)
 
 
-def _start(api: pod_process.Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> None:
+def _start(api: Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> None:
     log = pod.folder / f"{item['spec']['containers'][0]['name']}-{pod.restarts}.log"
     veth = pod_process.new_veth_name()
     address = (runner.cluster.address, runner.cluster.port)
     try:
         pod.started = pod_process.start(api, item, pod.folder, network=(pod.ip, veth), log=log, api_address=address)
-    except pod_process.PodError as error:
+    except (pod_process.PodError, ApiError) as error:
         pod.failed = str(error)
         runner.errors.append(f"pod {pod.name}: {error}")
         return
@@ -179,7 +180,7 @@ def _exited(runner: PodRunner, pod: _Pod) -> None:
     runner._record("exited", pod, exit_code=code)
 
 
-def _delete(api: pod_process.Api, runner: PodRunner, item: dict[str, Any]) -> None:
+def _delete(api: Api, runner: PodRunner, item: dict[str, Any]) -> None:
     """The kubelet's confirmation of a graceful deletion: the Pod removed at once, if still it."""
     meta = item["metadata"]
     body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
@@ -188,7 +189,7 @@ def _delete(api: pod_process.Api, runner: PodRunner, item: dict[str, Any]) -> No
         runner.errors.append(f"delete {meta['name']}: {code} {answer.get('message', '')}")
 
 
-def _tend(api: pod_process.Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> None:
+def _tend(api: Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> None:
     """One Pod, as the kubelet's sync of it: stopped and removed once deleted; else bound, its
     process started, watched, restarted, and its Secret volumes kept in sync."""
     meta, spec = item["metadata"], item["spec"]
@@ -222,7 +223,7 @@ def _tend(api: pod_process.Api, runner: PodRunner, pod: _Pod, item: dict[str, An
             runner._record("synced", pod, volumes=volumes)
 
 
-def _step(api: pod_process.Api, runner: PodRunner) -> None:
+def _step(api: Api, runner: PodRunner) -> None:
     selector = _selector(api, runner)
     if not selector:
         return

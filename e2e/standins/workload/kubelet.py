@@ -83,8 +83,8 @@ def forget(running: dict[str, ControlPlane], registered: set[str], machine: dict
     for key in [entry for entry in registered if entry.endswith(f"/{name}")]:
         namespace_cluster = key.rsplit("/", 1)[0]
         if namespace_cluster in running:
-            Client(running[namespace_cluster], KUBELET_USER).run(
-                "delete", "node", name, "--ignore-not-found", "--wait=false"
+            Client(running[namespace_cluster], KUBELET_USER).delete(
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
             )
         registered.discard(key)
 
@@ -224,17 +224,6 @@ def _remove_terminated(lab: Client, names: list[str]) -> list[str]:
     removed = []
     for pod in lab.items("pods", "v1"):
         if pod["spec"].get("nodeName") in names and "deletionTimestamp" in pod["metadata"]:
-            meta = pod["metadata"]
-            lab.run(
-                "delete",
-                "pod",
-                meta["name"],
-                "-n",
-                meta["namespace"],
-                "--grace-period=0",
-                "--force",
-                "--ignore-not-found",
-                "--wait=false",
-            )
+            lab.delete(pod, grace_seconds=0)
             removed.append(ident(pod))
     return removed

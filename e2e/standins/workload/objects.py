@@ -1,4 +1,4 @@
-"""What the workload cluster's stand-ins share: reading and writing objects through kubectl as a
+"""What the workload cluster's stand-ins share: reading and writing objects through the API as a
 user of their own, reading the fields they need (a missing one is a loud KeyError naming the object
 and the field, never a default), and the shape of a metav1.Condition."""
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from e2e.engine.control_plane import ControlPlane
+from e2e.engine.kube_api import Api
 
 # The API versions the stand-ins know, as Cluster API v1.12 and CAPMOX v0.9 serve them (storage
 # versions); a resource is always read at its version, so an object is never read in a shape the
@@ -36,60 +37,33 @@ class Record:
         self.timeline.append({"at": time.time(), "what": what, "object": obj})
 
 
-@dataclass(frozen=True)
 class Client:
-    """kubectl on `cluster` as `user`; each failure raises with kubectl's message."""
+    """The API of `cluster` as `user` (e2e/engine/kube_api.py); each failure raises with the
+    API server's message."""
 
-    cluster: ControlPlane
-    user: str
-
-    def run(self, *args: str, stdin: str | None = None) -> str:
-        done = self.cluster.kubectl_as(self.cluster.kubeconfig_of(self.user), *args, stdin=stdin)
-        if done.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args[:4])} on {self.cluster.address}: {done.stderr.strip()}")
-        return done.stdout
+    def __init__(self, cluster: ControlPlane, user: str) -> None:
+        self.cluster, self.api = cluster, Api.from_kubeconfig(cluster.kubeconfig_of(user))
 
     def items(self, resource: str, api_version: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        """Every object of `resource` (plural) at `api_version`, in `namespace` or all."""
-        group, _, version = api_version.rpartition("/")
-        name = f"{resource}.{version}.{group}" if group else resource
-        where = ("-n", namespace) if namespace else ("-A",)
-        done = self.cluster.kubectl_as(self.cluster.kubeconfig_of(self.user), "get", name, *where, "-o", "json")
-        if done.returncode != 0 and "doesn't have a resource type" in done.stderr:
-            return []  # its CRD is not installed yet: nor is its provider
-        if done.returncode != 0:
-            raise RuntimeError(f"kubectl get {name} on {self.cluster.address}: {done.stderr.strip()}")
-        found: list[dict[str, Any]] = json.loads(done.stdout)["items"]
-        for item in found:
-            if item.get("apiVersion") != api_version:
-                raise ValueError(f"{ident(item)} read as {item.get('apiVersion')}, not {api_version}")
-        return found
+        """Every object of `resource` (plural) at `api_version`, in `namespace` or all; none while
+        its CRD is not installed (nor is its provider)."""
+        return self.api.items(api_version, resource, namespace) or []
 
     def get(self, resource: str, api_version: str, namespace: str, name: str) -> dict[str, Any] | None:
-        group, _, version = api_version.rpartition("/")
-        full = f"{resource}.{version}.{group}" if group else resource
-        done = self.cluster.kubectl_as(
-            self.cluster.kubeconfig_of(self.user), "get", full, name, "-n", namespace, "-o", "json"
-        )
-        if done.returncode != 0 and "NotFound" in done.stderr:
-            return None
-        if done.returncode != 0:
-            raise RuntimeError(f"kubectl get {full} {namespace}/{name}: {done.stderr.strip()}")
-        found: dict[str, Any] = json.loads(done.stdout)
-        return found
+        found = self.api.find(self.api.path(api_version, resource, namespace, name))
+        return None if found is None else {"apiVersion": api_version, **found}
 
     def patch(self, obj: dict[str, Any], body: dict[str, Any], *, status: bool = False) -> None:
         """A merge patch of `obj` (as read), of its status subresource with `status`."""
-        kind, meta = obj["kind"], obj["metadata"]
-        group, _, version = obj["apiVersion"].rpartition("/")
-        resource = f"{kind.lower()}.{version}.{group}" if group else kind.lower()
-        where = ("-n", meta["namespace"]) if "namespace" in meta else ()
-        sub = ("--subresource=status",) if status else ()
-        self.run("patch", resource, meta["name"], *where, *sub, "--type=merge", "-p", json.dumps(body))
+        self.api.merge_patch(obj, body, subresource="status" if status else "")
 
     def apply(self, obj: dict[str, Any]) -> None:
-        """Created or replaced as a whole (client-side), as a controller's CreateOrUpdate."""
-        self.run("apply", "-f", "-", stdin=json.dumps(obj))
+        """Created or merged into the live one (each item of a List), as a controller's CreateOrUpdate."""
+        for item in obj["items"] if obj["kind"] == "List" else [obj]:
+            self.api.create_or_merge(item)
+
+    def delete(self, obj: dict[str, Any], *, grace_seconds: int | None = None) -> None:
+        self.api.delete(obj, grace_seconds=grace_seconds)
 
 
 def need(obj: dict[str, Any], path: str) -> Any:
