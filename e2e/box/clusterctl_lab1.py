@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box import lab1_state, workload_box
+from e2e.box.lab1_reads import get, until
 from e2e.box.scenarios import LAB1_ADDRESS
 from e2e.engine import vendor
 from e2e.engine.cli import built_bin
@@ -41,8 +42,6 @@ KUBERNETES_VERSION = "v1.35.9"
 CAPMOX_TEMPLATE = "templates/cluster-template.yaml"
 OBJECTS = lab1_state.OBJECTS
 CILIUM_VALUES = ("ipam.mode=kubernetes",)
-BOUND = 180.0
-POLL = 0.5
 
 
 @dataclass(frozen=True)
@@ -162,9 +161,6 @@ def _ran(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return {"args": done.args[1:], "rc": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}
 
 
-_get = lab1_state.get
-
-
 def _conditions(obj: dict[str, Any] | None) -> dict[str, str]:
     return {c["type"]: c["status"] for c in ((obj or {}).get("status") or {}).get("conditions", [])}
 
@@ -194,10 +190,9 @@ def left_by_the_owner(
     out: dict[str, Any],
     *,
     mark: Callable[[str], None],
-    until: Callable[[str, Callable[[], Any]], Any],
 ) -> None:
     """The owner's steps on a box whose providers are Ready (the module's docstring), then the
-    state they left, into `out`; `mark` times each part, `until` polls for a condition."""
+    state they left, into `out`; `mark` times each part."""
     mgmt = box.mgmt
     out["site"] = asdict(site)
     out["generate"], rendered = generate(base, site)
@@ -208,37 +203,35 @@ def left_by_the_owner(
     mark("clusterctl generate, kubectl apply")
     until(
         "the Cluster ControlPlaneInitialized",
-        lambda: (
-            _conditions(_get(mgmt, mgmt.kubeconfig, "cluster", CLUSTER, "-n", NS)).get("ControlPlaneInitialized")
-            == "True"
-        ),
+        lambda: _conditions(get(mgmt, "cluster", CLUSTER)).get("ControlPlaneInitialized") == "True",
     )
-    secret = _get(mgmt, mgmt.kubeconfig, "secret", f"{CLUSTER}-kubeconfig", "-n", NS)
+    secret = get(mgmt, "secret", f"{CLUSTER}-kubeconfig")
     lab1 = base / "lab1.kubeconfig"
     lab1.write_bytes(base64.b64decode(secret["data"]["value"]))
     mark("lab1's control plane initialized")
-    until("lab1's kube-system", lambda: mgmt.kubectl_as(lab1, "get", "namespace", "kube-system").returncode == 0)
+    until("lab1's kube-system", lambda: get(mgmt, "namespace", "kube-system", kubeconfig=lab1))
     out["helm"] = _cilium(box, base, lab1)
     mark("helm install cilium")
 
     def worker() -> Any:
-        machines = (_get(mgmt, mgmt.kubeconfig, "machines", "-n", NS) or {}).get("items", [])
+        machines = (get(mgmt, "machines") or {}).get("items", [])
         workers = [m for m in machines if m.get("status", {}).get("nodeRef")]
         return workers if workers and all(m["status"].get("phase") == "Running" for m in workers) else None
 
     until("the worker Machine Running with its Node", worker)
 
     def nodes_ready() -> Any:
-        nodes = (_get(mgmt, lab1, "nodes") or {}).get("items", [])
+        nodes = (get(mgmt, "nodes", kubeconfig=lab1) or {}).get("items", [])
         ready = [n for n in nodes if _conditions(n).get("Ready") == "True"]
         return nodes if len(nodes) == 2 and len(ready) == 2 else None  # the control plane's and the worker's
 
     out["nodes"] = until("both Nodes Ready", nodes_ready)
 
     def cilium_running() -> Any:
-        pods = (_get(mgmt, lab1, "pods", "-n", "kube-system", "-l", "app.kubernetes.io/part-of=cilium") or {}).get(
-            "items", []
-        )
+        pods = (
+            get(mgmt, "pods", namespace="kube-system", selector="app.kubernetes.io/part-of=cilium", kubeconfig=lab1)
+            or {}
+        ).get("items", [])
         # An agent and an operator on each Node.
         return pods if len(pods) == 4 and all(p["status"].get("phase") == "Running" for p in pods) else None
 
@@ -289,8 +282,8 @@ def _read_state(box: workload_box.WorkloadBox, lab1: Path, out: dict[str, Any]) 
     out["snapshot"] = lab1_state.snapshot(mgmt, lab1)
     out["settings_from_live"] = lab1_state.settings_from_live(out["objects"])
     for kind in ("machinesets", "machines", "kubeadmconfigs", "proxmoxmachines"):
-        out[kind] = [item["metadata"]["name"] for item in (_get(mgmt, mgmt.kubeconfig, kind, "-n", NS) or {})["items"]]
-    releases = _get(mgmt, lab1, "secrets", "-n", "kube-system", "-l", "owner=helm")
+        out[kind] = [item["metadata"]["name"] for item in (get(mgmt, kind) or {})["items"]]
+    releases = get(mgmt, "secrets", namespace="kube-system", selector="owner=helm", kubeconfig=lab1)
     out["release_secrets"] = [
         {"name": item["metadata"]["name"], "labels": item["metadata"]["labels"], "type": item["type"]}
         for item in (releases or {}).get("items", [])

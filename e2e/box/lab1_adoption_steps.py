@@ -10,12 +10,11 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from e2e.box import lab1_state, workload_box
-from e2e.box.lab1_reads import demand, scales
+from e2e.box.lab1_reads import demand, get, managers, run, scales, until
 from e2e.box.scenarios import _step
 from e2e.engine.cli import REPO, Engine
 from e2e.engine.control_plane import ADMIN_USER
@@ -27,22 +26,6 @@ CORE = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default"
 # worker memory.
 VARIANT_MEMORY_MIB = 8192
 VARIANT_VLAN = 4
-
-Until = Callable[[str, Callable[[], Any]], Any]
-
-
-def run(engine: Engine, action: str, *args: str) -> dict[str, Any]:
-    """One CLI run: exit code, seconds, summary, the steps that were not `same`, the error."""
-    began = time.monotonic()
-    done = engine.run(action, *args)
-    return {
-        "action": " ".join((action, *args)),
-        "rc": done.rc,
-        "seconds": round(time.monotonic() - began, 1),
-        "summary": done.summary(),
-        "changed": [step for step in done.steps() if step["op"] not in ("same", "read")],
-        "error": done.output[-5000:] if done.rc else "",
-    }
 
 
 def gate(engine: Engine, base: Path) -> dict[str, Any]:
@@ -69,17 +52,6 @@ def gate(engine: Engine, base: Path) -> dict[str, Any]:
 def _admin_writes(box: workload_box.WorkloadBox, mark: int) -> list[dict[str, Any]]:
     """The engine's writes (the admin's kubeconfig) to lab1's objects after `mark`."""
     return [write for write in lab1_state.writes(box.mgmt, mark) if write["user"] == ADMIN_USER]
-
-
-def spec_owners(box: workload_box.WorkloadBox) -> dict[str, list[str]]:
-    """Which field manager owns which top-level spec fields of the MachineDeployment."""
-    deployment = lab1_state.get(box.mgmt, box.mgmt.kubeconfig, "machinedeployment", WORKERS, "-n", NS) or {}
-    return {
-        "/".join(filter(None, (entry["manager"], entry["operation"], entry.get("subresource")))): sorted(
-            key.removeprefix("f:") for key in entry.get("fieldsV1", {}).get("f:spec", {})
-        )
-        for entry in deployment.get("metadata", {}).get("managedFields", [])
-    }
 
 
 def _field_managers(box: workload_box.WorkloadBox) -> dict[str, list[str]]:
@@ -119,12 +91,12 @@ def adopt(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[s
     out["fixed_config"] = [_step(engine, args) for args in fixed]
     before, mark = lab1_state.snapshot(box.mgmt, lab1), len(box.mgmt.audit())
     out["gate"] = gate(engine, base)
-    out["adoption_up"] = run(engine, "up")
+    out["adoption_up"] = run(engine, box.mgmt, "up")
     out["adoption_writes"] = _admin_writes(box, mark)
     out["adoption_changed"] = lab1_state.changed(before, lab1_state.snapshot(box.mgmt, lab1))
     out["managers_after_adoption"] = _field_managers(box)
-    out["md_spec_owners_after_adoption"] = spec_owners(box)
-    out["w5"] = run(engine, "preview", "--expect-no-changes")
+    out["md_spec_owners_after_adoption"] = managers(box.mgmt)
+    out["w5"] = run(engine, box.mgmt, "preview", "--expect-no-changes")
     out["adopted_output"] = engine.pulumi("stack", "output", "adoptedWorkloadClusters", "--json").stdout
 
 
@@ -133,19 +105,19 @@ def adopt_off(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: di
     lab1 = base / "lab1.kubeconfig"
     out["w6_config"] = _step(engine, ("config", "set", "--path", "workloadClusters[0].adopt", "false"))
     before, mark = lab1_state.snapshot(box.mgmt, lab1), len(box.mgmt.audit())
-    out["w6_preview"] = run(engine, "preview")
-    out["w6_up"] = run(engine, "up")
+    out["w6_preview"] = run(engine, box.mgmt, "preview")
+    out["w6_up"] = run(engine, box.mgmt, "up")
     out["w6_writes"] = _admin_writes(box, mark)
     out["w6_changed"] = lab1_state.changed(before, lab1_state.snapshot(box.mgmt, lab1))
     out["managers_after_w6"] = _field_managers(box)
-    out["md_spec_owners_after_w6"] = spec_owners(box)
-    out["w6_no_change"] = run(engine, "preview", "--expect-no-changes")
+    out["md_spec_owners_after_w6"] = managers(box.mgmt)
+    out["w6_no_change"] = run(engine, box.mgmt, "preview", "--expect-no-changes")
 
 
 def _workers(box: workload_box.WorkloadBox, lab1: Path) -> dict[str, Any]:
-    deployment = lab1_state.get(box.mgmt, box.mgmt.kubeconfig, "machinedeployment", WORKERS, "-n", NS) or {}
-    machines = (lab1_state.get(box.mgmt, box.mgmt.kubeconfig, "machines", "-n", NS) or {}).get("items", [])
-    nodes = (lab1_state.get(box.mgmt, lab1, "nodes") or {}).get("items", [])
+    deployment = get(box.mgmt, "machinedeployment", WORKERS) or {}
+    machines = (get(box.mgmt, "machines") or {}).get("items", [])
+    nodes = (get(box.mgmt, "nodes", kubeconfig=lab1) or {}).get("items", [])
     ready = [
         n
         for n in nodes
@@ -161,19 +133,22 @@ def _workers(box: workload_box.WorkloadBox, lab1: Path) -> dict[str, Any]:
 
 
 def _no_change(engine: Engine, box: workload_box.WorkloadBox, after: str) -> dict[str, Any]:
+    """`pulumi up --expect-no-changes` (it fails on any change it would make) and the writes to the
+    MachineDeployment meanwhile. No preview first: nothing upstream changed, so the up's plan is
+    the preview's."""
     mark = len(box.mgmt.audit())
-    preview = run(engine, "preview", "--expect-no-changes")
-    up = run(engine, "up")
-    return {"after": after, "preview": preview, "up": up, "md_writes": scales(box.mgmt, mark)}
+    up = run(engine, box.mgmt, "up", "--expect-no-changes")
+    return {"after": after, "up": up, "md_writes": scales(box.mgmt, mark)}
 
 
-def scale(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[str, Any], until: Until) -> None:
+def scale(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[str, Any]) -> None:
     """The autoscaler scales the workers 1 -> 2 (a second demand pod fits no worker) and, once the
-    demand is one pod again, 2 -> 1 (minSize 1); `pulumi up` a no-op before, between and after."""
+    demand is one pod again, 2 -> 1 (minSize 1); `pulumi up` a no-op after each (before them, W6's
+    zero-change preview)."""
     lab1 = base / "lab1.kubeconfig"
     cpus = out["settings_from_live"]["workers"]["sockets"] * out["settings_from_live"]["workers"]["cores"]
     cpu = f"{cpus * 600}m"  # more than half a worker: one pod on each
-    out["no_change"] = [_no_change(engine, box, "adoption off")]
+    out["no_change"] = []
     mark, began = len(box.mgmt.audit()), time.monotonic()
     demand(box.mgmt, lab1, 2, {"cpu": cpu})
     until("1 -> 2", lambda: (now := _workers(box, lab1))["replicas"] == 2 and now["ready_workers"] == 2)
@@ -185,4 +160,4 @@ def scale(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[s
     out["scale_down"] = {"seconds": round(time.monotonic() - began, 1), "writes": scales(box.mgmt, mark)}
     out["no_change"].append(_no_change(engine, box, "2 -> 1"))
     out["workers_at_end"] = _workers(box, lab1)
-    out["md_spec_owners_at_end"] = spec_owners(box)
+    out["md_spec_owners_at_end"] = managers(box.mgmt)

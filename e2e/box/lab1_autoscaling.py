@@ -148,7 +148,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     # The admin's kubeconfig as it is now (step 6 rotates the one the stand-in keeps).
     lab1 = lab1_plane.root / "scenario-lab1.kubeconfig"
     lab1.write_text(lab1_plane.kubeconfig.read_text())
-    cluster = get(mgmt, "cluster", CLUSTER, "-n", NS)
+    cluster = get(mgmt, "cluster", CLUSTER)
     out["cluster"], out["cluster_conditions"] = cluster, conditions(cluster)
     out["lab1_helm_writes"] = [
         [e["requestReceivedTimestamp"], e["verb"], e["objectRef"].get("name", "")]
@@ -157,7 +157,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
         and e["objectRef"].get("name", "").startswith("sh.helm.release")
         and e["verb"] in WRITES
     ]
-    out["md_created"] = get(mgmt, "machinedeployment", WORKERS, "-n", NS)
+    out["md_created"] = get(mgmt, "machinedeployment", WORKERS)
     out["beneath"] = _beneath_the_first_up(box, lab1)
     out["autoscaler"] = _the_first_autoscaler(mgmt, runner)
     # 2. Nothing to change, nothing written.
@@ -181,7 +181,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     out["no_change"].append(_no_change(engine, mgmt, "0 -> 1"))
     # The worker's kubelet renews its lease meanwhile.
     worker["lease_later"] = get(
-        mgmt, "lease", "-n", "kube-node-lease", worker["node"]["metadata"]["name"], kubeconfig=lab1
+        mgmt, "lease", worker["node"]["metadata"]["name"], namespace="kube-node-lease", kubeconfig=lab1
     )
     audit_mark, step_began = len(mgmt.audit()), time.monotonic()
     _demand(lab1, mgmt, 3)
@@ -239,7 +239,7 @@ def _beneath_the_first_up(box: workload_box.WorkloadBox, lab1: Path) -> dict[str
     system_pods = until(
         "CoreDNS and Cilium Running on the control plane",
         lambda: (
-            (pods := (get(mgmt, "pods", "-n", "kube-system", kubeconfig=lab1) or {}).get("items", []))
+            (pods := (get(mgmt, "pods", namespace="kube-system", kubeconfig=lab1) or {}).get("items", []))
             # CoreDNS twice, Cilium's operator and agent.
             and len([p for p in pods if p["status"].get("phase") == "Running"]) >= 4
             and pods
@@ -251,7 +251,7 @@ def _beneath_the_first_up(box: workload_box.WorkloadBox, lab1: Path) -> dict[str
         "crd_labels": {crd["metadata"]["name"]: crd["metadata"].get("labels", {}) for crd in get(mgmt, "crd")["items"]},
         "webhook_configurations": list(box.manager.configurations),
         "manager_ready_seconds": box.manager.started_seconds,
-        "machine_sets": get(mgmt, "machinesets", "-n", NS)["items"],
+        "machine_sets": get(mgmt, "machinesets")["items"],
         "secret": kubeconfig_secret(mgmt),
         "readyz": mgmt.kubectl_as(lab1, "get", "--raw", "/readyz").stdout,
         "control_node": get(mgmt, "node", control_node, kubeconfig=lab1),
@@ -264,7 +264,7 @@ def _the_first_autoscaler(mgmt: ControlPlane, runner: pod_runner.PodRunner) -> d
     started = until("the autoscaler started", lambda: next((e for e in runner.events if e["event"] == "started"), None))
     return {
         "process": process(started["pid"]),
-        "pod": get(mgmt, "pod", started["pod"], "-n", NS),
+        "pod": get(mgmt, "pod", started["pod"]),
         "mgmt_ca": (mgmt.root / "pki" / "apiserver.crt").read_text(),
     }
 
@@ -277,7 +277,7 @@ def _the_first_worker(mgmt: ControlPlane, lab: Lab, lab1: Path) -> dict[str, Any
         lambda: next(
             (
                 m
-                for m in get(mgmt, "machines", "-n", NS)["items"]
+                for m in get(mgmt, "machines")["items"]
                 if m.get("status", {}).get("phase") == "Running" and m["status"].get("nodeRef")
             ),
             None,
@@ -293,14 +293,14 @@ def _the_first_worker(mgmt: ControlPlane, lab: Lab, lab1: Path) -> dict[str, Any
     )
     return {
         "machine": machine,
-        "proxmox_machine": get(mgmt, "proxmoxmachine", machine["spec"]["infrastructureRef"]["name"], "-n", NS),
-        "kubeadm_config": get(mgmt, "kubeadmconfig", machine["spec"]["bootstrap"]["configRef"]["name"], "-n", NS),
+        "proxmox_machine": get(mgmt, "proxmoxmachine", machine["spec"]["infrastructureRef"]["name"]),
+        "kubeadm_config": get(mgmt, "kubeadmconfig", machine["spec"]["bootstrap"]["configRef"]["name"]),
         "node": node,
         "running": until(
             "the demand pod Running",
             lambda: next((p for p in lab.demand_pods() if p["status"].get("phase") == "Running"), None),
         ),
-        "lease": get(mgmt, "lease", "-n", "kube-node-lease", node["metadata"]["name"], kubeconfig=lab1),
+        "lease": get(mgmt, "lease", node["metadata"]["name"], namespace="kube-node-lease", kubeconfig=lab1),
     }
 
 
@@ -322,7 +322,7 @@ def _resize(engine: Engine, mgmt: ControlPlane, out: dict[str, Any]) -> None:
     ]
     new_sets = until("a new MachineSet", lambda: sorted(set(names(mgmt, "machinesets")) - set(sets_before)) or None)
     out["machinesets"] = {"before": sets_before, "new": new_sets}
-    out["md_resized"] = get(mgmt, "machinedeployment", WORKERS, "-n", NS)
+    out["md_resized"] = get(mgmt, "machinedeployment", WORKERS)
     out["templates"] = names(mgmt, "proxmoxmachinetemplates")
 
 
@@ -360,5 +360,5 @@ def _rotate(
     until("the autoscaler restarted with the new kubeconfig", restarted)
     out["rotation_events"] = runner.events[events:]
     [new] = [e for e in out["rotation_events"] if e["event"] == "started"]
-    out["rotation_deployment"] = get(mgmt, "deployment", AUTOSCALER, "-n", NS)
-    out["rotation_pod"] = get(mgmt, "pod", new["pod"], "-n", NS)
+    out["rotation_deployment"] = get(mgmt, "deployment", AUTOSCALER)
+    out["rotation_pod"] = get(mgmt, "pod", new["pod"])

@@ -61,7 +61,7 @@ def without_the_template_rule(
     """The Role without the proxmoxmachinetemplates rule, the autoscaler killed and restarted,
     demand at 0 workers: refused the templates, it scales nothing (see the module's docstring).
     Also what its ServiceAccount was allowed before, and the crash and restart."""
-    roles = get(mgmt, "roles", "-n", NS)["items"]
+    roles = get(mgmt, "roles")["items"]
     [role] = [r for r in roles if any(TEMPLATES in rule.get("resources", []) for rule in r["rules"])]
     role["rules"] = [rule for rule in role["rules"] if TEMPLATES not in rule.get("resources", [])]
     mgmt.kubectl("replace", "-f", "-", stdin=json.dumps(role))
@@ -79,7 +79,7 @@ def without_the_template_rule(
     pod = until(
         "the Pod's status with the restart",
         lambda: (
-            (found := get(mgmt, "pod", restarted["pod"], "-n", NS))
+            (found := get(mgmt, "pod", restarted["pod"]))
             and "running" in (found["status"].get("containerStatuses") or [{"state": {}}])[0]["state"]
             and found
         ),
@@ -155,5 +155,5 @@ def without_contract_labels(mgmt: ControlPlane, manager: ClusterApiManager) -> d
         "the manager refuses the unlabelled CRD",
         lambda: [line for line in _lines(manager.log) if CONTRACT_ERROR in line and UNLABELLED in line],
     )
-    infra = conditions(get(mgmt, "cluster", UNLABELLED, "-n", NS)).get("InfrastructureReady", {})
+    infra = conditions(get(mgmt, "cluster", UNLABELLED)).get("InfrastructureReady", {})
     return {"log": said[0], "condition": f"{infra.get('reason', '')}: {infra.get('message', '')}"}

@@ -21,7 +21,7 @@ from e2e.box.cluster_part import _requests_since
 from e2e.box.scenarios import WRITES
 from e2e.engine.cli import Engine
 from e2e.engine.control_plane import ControlPlane
-from e2e.engine.kube_api import Api
+from e2e.engine.kube_api import Api, UnreachableError
 from e2e.standins.cluster import chart_repo_standin
 
 NS, CLUSTER = "default", "lab1"
@@ -46,10 +46,23 @@ def until(what: str, done: Callable[[], Any], bound: float = BOUND) -> Any:
     return answer
 
 
-def get(cluster: ControlPlane, *args: str, kubeconfig: Path | None = None) -> Any:
-    """The object(s) as JSON, or None (not found, or not yet served)."""
-    done = cluster.kubectl_as(kubeconfig or cluster.kubeconfig, "get", *args, "-o", "json")
-    return json.loads(done.stdout) if done.returncode == 0 else None
+def get(
+    cluster: ControlPlane,
+    resource: str,
+    name: str = "",
+    *,
+    namespace: str = NS,
+    selector: str = "",
+    kubeconfig: Path | None = None,
+) -> Any:
+    """What `kubectl get -o json` prints, through the API (no process a poll), as the admin of
+    `cluster` or whoever `kubeconfig` names; None where not found, not yet served, or its API
+    server not answering yet."""
+    api = Api.from_kubeconfig(kubeconfig or cluster.kubeconfig)
+    try:
+        return api.read(resource, name, namespace=namespace, selector=selector)
+    except UnreachableError:  # lab1's API server, not up yet
+        return None
 
 
 def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -57,8 +70,7 @@ def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
 
 
 def names(mgmt: ControlPlane, resource: str) -> list[str]:
-    done = mgmt.kubectl("get", resource, "-n", NS, "-o", "jsonpath={.items[*].metadata.name}")
-    return sorted(done.stdout.split())
+    return sorted(item["metadata"]["name"] for item in get(mgmt, resource)["items"])
 
 
 def run(engine: Engine, mgmt: ControlPlane, action: str, *args: str) -> dict[str, Any]:
@@ -158,12 +170,11 @@ def scales(mgmt: ControlPlane, mark: int) -> list[dict[str, Any]]:
 
 def managers(mgmt: ControlPlane) -> dict[str, list[str]]:
     """Which field manager owns which of the MachineDeployment's spec fields (top level)."""
-    done = mgmt.kubectl("get", "machinedeployment", WORKERS, "-n", NS, "-o", "json", "--show-managed-fields")
     return {
         "/".join(filter(None, (entry["manager"], entry["operation"], entry.get("subresource")))): sorted(
             key.removeprefix("f:") for key in entry.get("fieldsV1", {}).get("f:spec", {})
         )
-        for entry in json.loads(done.stdout)["metadata"]["managedFields"]
+        for entry in get(mgmt, "machinedeployment", WORKERS)["metadata"]["managedFields"]
     }
 
 
@@ -224,7 +235,7 @@ def process(pid: int) -> dict[str, Any]:
 
 def kubeconfig_secret(mgmt: ControlPlane) -> dict[str, Any]:
     """lab1-kubeconfig as Cluster API keeps it: its type, metadata, keys and decoded value."""
-    secret = get(mgmt, "secret", f"{CLUSTER}-kubeconfig", "-n", NS)
+    secret = get(mgmt, "secret", f"{CLUSTER}-kubeconfig")
     return {key: secret[key] for key in ("type", "metadata")} | {
         "keys": sorted(secret["data"]),
         "value": base64.b64decode(secret["data"]["value"]).decode(),

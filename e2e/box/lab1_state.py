@@ -13,10 +13,10 @@ a `workloadClusters` entry, key by key as docs/adoption.md's table maps them.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from e2e.box.lab1_reads import get
 from e2e.box.scenarios import WRITES
 from e2e.engine.control_plane import ControlPlane
 
@@ -35,15 +35,9 @@ OBJECTS = (
 MADE = ("machinesets", "machines", "kubeadmconfigs", "proxmoxmachines")
 
 
-def get(cluster: ControlPlane, kubeconfig: Path, *args: str) -> Any:
-    """`kubectl get ... -o json` with the managed fields, or None (not found, not served)."""
-    done = cluster.kubectl_as(kubeconfig, "get", *args, "-o", "json", "--show-managed-fields")
-    return json.loads(done.stdout) if done.returncode == 0 else None
-
-
 def objects(mgmt: ControlPlane) -> dict[str, Any]:
     """The seven objects as they are, by `kind/name`."""
-    return {f"{kind}/{name}": get(mgmt, mgmt.kubeconfig, kind, name, "-n", NS) for kind, name in OBJECTS}
+    return {f"{kind}/{name}": get(mgmt, kind, name) for kind, name in OBJECTS}
 
 
 def _identity(item: dict[str, Any]) -> dict[str, Any]:
@@ -59,13 +53,15 @@ def snapshot(mgmt: ControlPlane, lab1: Path) -> dict[str, dict[str, Any]]:
         if item is not None:
             found[name] = _identity(item)
     for kind in MADE:
-        for item in (get(mgmt, mgmt.kubeconfig, kind, "-n", NS) or {}).get("items", []):
+        for item in (get(mgmt, kind) or {}).get("items", []):
             found[f"{kind}/{item['metadata']['name']}"] = _identity(item)
-    for item in (get(mgmt, lab1, "nodes") or {}).get("items", []):
+    for item in (get(mgmt, "nodes", kubeconfig=lab1) or {}).get("items", []):
         # A Node's resourceVersion moves with every status the kubelet posts: its uid says whether
         # it is the same Node.
         found[f"nodes/{item['metadata']['name']}"] = {"uid": item["metadata"]["uid"]}
-    for item in (get(mgmt, lab1, "secrets", "-n", "kube-system", "-l", "owner=helm") or {}).get("items", []):
+    for item in (get(mgmt, "secrets", namespace="kube-system", selector="owner=helm", kubeconfig=lab1) or {}).get(
+        "items", []
+    ):
         found[f"helm-releases/{item['metadata']['name']}"] = _identity(item)
     return found
 

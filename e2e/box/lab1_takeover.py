@@ -19,13 +19,12 @@ import re
 import textwrap
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from e2e.box import clusterctl_lab1, lab1_adoption_steps, lab1_state, workload_box
+from e2e.box import clusterctl_lab1, lab1_adoption_steps, lab1_reads, lab1_state, workload_box
 from e2e.box.scenarios import _lab_secrets, _readme_first_run, _step
 from e2e.engine.cli import Engine
 
@@ -42,8 +41,6 @@ TIMINGS = {"scanInterval": "2s", "scaleDownUnneededTime": "10s", "scaleDownDelay
 SCALING_SITES = ("lab",)
 # What Pulumi.lab.yaml declares (the template's overlaps the lab).
 PROGRAM_POD_CIDR = "10.244.0.0/16"
-BOUND = clusterctl_lab1.BOUND
-POLL = clusterctl_lab1.POLL
 
 
 def _settings(box: workload_box.WorkloadBox) -> dict[str, str]:
@@ -80,9 +77,9 @@ def _before_the_takeover(
     at the Cluster that kubectl made. Neither writes to lab1 (the snapshot unchanged)."""
     mark = len(box.mgmt.audit())
     out["declared"] = declare(engine, entry)
-    out["preview_live_values"] = lab1_adoption_steps.run(engine, "preview")
+    out["preview_live_values"] = lab1_reads.run(engine, box.mgmt, "preview")
     declare(engine, entry | {"podCidr": PROGRAM_POD_CIDR})
-    out["preview_program_pod_cidr"] = lab1_adoption_steps.run(engine, "preview")
+    out["preview_program_pod_cidr"] = lab1_reads.run(engine, box.mgmt, "preview")
     out["changed_by_previews"] = lab1_state.changed(
         out["snapshot"], lab1_state.snapshot(box.mgmt, base / "lab1.kubeconfig")
     )
@@ -102,26 +99,18 @@ def lab1_taken_over(root: str, site: str) -> dict[str, Any]:
     ):
         out["problems"] = box.problems()  # the stand-ins' lists, filled as they go
 
-        def until(what: str, found: Callable[[], Any]) -> Any:
-            deadline = time.monotonic() + BOUND
-            while time.monotonic() < deadline:
-                if answer := found():
-                    return answer
-                time.sleep(POLL)
-            raise AssertionError(f"not within {BOUND}s: {what}; the stand-ins refused: {box.problems()}")
-
         mark("box up")
         try:
             engine = box.engine()
             config = _readme_first_run(engine, _lab_secrets())
             config += [_step(engine, ("config", "set", key, value)) for key, value in _settings(box).items()]
             out["config_failed"] = [step for step in config if step["rc"]]
-            out["mgmt_up"] = lab1_adoption_steps.run(engine, "up")
+            out["mgmt_up"] = lab1_reads.run(engine, box.mgmt, "up")
             if out["mgmt_up"]["rc"]:
                 raise AssertionError("the program's first pulumi up (the management cluster) failed")
-            until("the Cluster API manager running", lambda: box.managers)
+            lab1_reads.until("the Cluster API manager running", lambda: box.managers)
             mark("the program's first up: the management cluster")
-            clusterctl_lab1.left_by_the_owner(box, base, clusterctl_lab1.SITES[site], out, mark=mark, until=until)
+            clusterctl_lab1.left_by_the_owner(box, base, clusterctl_lab1.SITES[site], out, mark=mark)
             # The entry the live objects say, with the owner's bounds and the box's timings.
             entry = out["settings_from_live"] | {"autoscaler": TIMINGS}
             entry["workers"] = WORKER_BOUNDS | entry["workers"]
@@ -132,7 +121,7 @@ def lab1_taken_over(root: str, site: str) -> dict[str, Any]:
             lab1_adoption_steps.adopt_off(engine, box, base, out)
             mark("W6: adoption off")
             if site in SCALING_SITES:
-                lab1_adoption_steps.scale(engine, box, base, out, until)
+                lab1_adoption_steps.scale(engine, box, base, out)
                 mark("the autoscaler: 1 -> 2 -> 1")
         except Exception:  # what happened so far is the test's to read
             out["failed"] = traceback.format_exc()

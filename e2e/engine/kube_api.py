@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,9 +20,14 @@ from pathlib import Path
 from typing import Any
 
 MERGE_PATCH = "application/merge-patch+json"
+# client-go's default for a request the server asks to retry.
+RETRIES = 10
 JSON_PATCH = "application/json-patch+json"
 # What discovery said, by (server, apiVersion, kind): a served kind's resource never changes.
 _PLURALS: dict[tuple[str, str, str], str] = {}
+# By server, each name kubectl takes for a resource (plural, singular, short, plural.group), at
+# the group's preferred version: [apiVersion, plural, namespaced].
+_NAMES: dict[str, dict[str, tuple[str, str, bool]]] = {}
 
 
 class ApiError(ValueError):
@@ -57,21 +63,28 @@ class Api:
     def call(
         self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
     ) -> tuple[int, dict[str, Any]]:
-        """[status, the answer's JSON] whatever the status."""
+        """[status, the answer's JSON] whatever the status, once the server stops asking to retry:
+        a 429 with Retry-After (a new CRD's storage initializing) is waited out and sent again,
+        as client-go, and so kubectl, does."""
         request = urllib.request.Request(  # noqa: S310 - the box's API server
             self.server + path,
             data=None if body is None else json.dumps(body).encode(),
             method=method,
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": content_type},
         )
-        try:
-            with urllib.request.urlopen(request, timeout=30, context=self.context) as response:  # noqa: S310
-                return response.status, json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read() or b"{}")
-        except OSError as error:
-            reason = error.reason if isinstance(error, urllib.error.URLError) else error
-            raise UnreachableError(f"{method} {self.server}{path}: {reason}") from error
+        for _ in range(RETRIES):
+            try:
+                with urllib.request.urlopen(request, timeout=30, context=self.context) as response:  # noqa: S310
+                    return response.status, _answer(response.read())
+            except urllib.error.HTTPError as error:
+                answer = error.code, _answer(error.read())
+                if error.code != 429 or not error.headers.get("Retry-After"):
+                    return answer
+                time.sleep(min(float(error.headers["Retry-After"]), 1.0))
+            except OSError as error:
+                reason = error.reason if isinstance(error, urllib.error.URLError) else error
+                raise UnreachableError(f"{method} {self.server}{path}: {reason}") from error
+        return answer
 
     def must(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
         """The answer of a call that must succeed; anything else raises, naming the call."""
@@ -117,6 +130,41 @@ class Api:
             raise ApiError(f"{api_version} serves no {kind}")
         return _PLURALS[key]
 
+    def resolve(self, resource: str) -> tuple[str, str, bool] | None:
+        """[apiVersion, plural, namespaced] of `resource` as kubectl names it, at the preferred
+        version; None where nothing by that name is served (discovery read again once, as a CRD
+        may have come since)."""
+        if resource not in _NAMES.get(self.server, {}):
+            names: dict[str, tuple[str, str, bool]] = {}
+            versions = ["v1"] + [group["preferredVersion"]["groupVersion"] for group in self.get("/apis")["groups"]]
+            for api_version in reversed(versions):  # the core group's names win, as kubectl's do
+                root = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+                for served in self.get(root)["resources"]:
+                    if "/" in served["name"]:
+                        continue
+                    found = (api_version, served["name"], served["namespaced"])
+                    group = api_version.rpartition("/")[0]
+                    aliases = [served["name"], served.get("singularName") or "", *served.get("shortNames", [])]
+                    names |= {alias: found for alias in aliases if alias}
+                    names[f"{served['name']}.{group}" if group else served["name"]] = found
+            _NAMES[self.server] = names
+        return _NAMES[self.server].get(resource)
+
+    def read(self, resource: str, name: str = "", *, namespace: str = "default", selector: str = "") -> Any:
+        """What `kubectl get resource [name] -n namespace -l selector -o json` prints (the List's
+        items with apiVersion and kind; the managed fields too), or None: not found, not served."""
+        served = self.resolve(resource)
+        if served is None:
+            return None
+        api_version, plural, namespaced = served
+        path = self.path(api_version, plural, namespace if namespaced else None, name)
+        found = self.find(path + (f"?{urllib.parse.urlencode({'labelSelector': selector})}" if selector else ""))
+        if found is None or name:
+            return found
+        kind = found["kind"].removesuffix("List")
+        items = [{"apiVersion": api_version, "kind": kind, **item} for item in found["items"]]
+        return {"apiVersion": "v1", "kind": "List", "items": items}
+
     def object_path(self, obj: dict[str, Any]) -> str:
         meta = obj["metadata"]
         resource = self.plural(obj["apiVersion"], obj["kind"])
@@ -161,3 +209,13 @@ class Api:
         code, answer = self.call("DELETE", self.object_path(obj), body)
         if code not in (200, 202, 404):
             raise ApiError(f"DELETE {self.object_path(obj)}: {code} {answer.get('message', '')}")
+
+
+def _answer(body: bytes) -> dict[str, Any]:
+    """The JSON an API server answers, or its plain text as the message (a 404 for a path it does
+    not serve at all is `404 page not found`)."""
+    try:
+        answer: dict[str, Any] = json.loads(body or b"{}")
+    except json.JSONDecodeError:
+        return {"message": body.decode(errors="replace").strip()}
+    return answer
