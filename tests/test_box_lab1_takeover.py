@@ -33,7 +33,7 @@ def lab1(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         str(root),
         request.param,
         addresses=clusterctl_lab1.addresses(request.param),
-        timeout=600,
+        timeout=1200,
     )
     return {**result, "name": request.param}
 

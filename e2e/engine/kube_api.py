@@ -64,8 +64,8 @@ class Api:
         self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
     ) -> tuple[int, dict[str, Any]]:
         """[status, the answer's JSON] whatever the status, once the server stops asking to retry:
-        a 429 with Retry-After (a new CRD's storage initializing) is waited out and sent again,
-        as client-go, and so kubectl, does."""
+        a 429 or 5xx with Retry-After (a new CRD's storage initializing, a restarted server not
+        serving every path yet) is waited out and sent again, as client-go, and so kubectl, does."""
         request = urllib.request.Request(  # noqa: S310 - the box's API server
             self.server + path,
             data=None if body is None else json.dumps(body).encode(),
@@ -78,7 +78,7 @@ class Api:
                     return response.status, _answer(response.read())
             except urllib.error.HTTPError as error:
                 answer = error.code, _answer(error.read())
-                if error.code != 429 or not error.headers.get("Retry-After"):
+                if not (error.code == 429 or error.code >= 500) or not error.headers.get("Retry-After"):
                     return answer
                 time.sleep(min(float(error.headers["Retry-After"]), 1.0))
             except OSError as error:
@@ -90,7 +90,7 @@ class Api:
         """The answer of a call that must succeed; anything else raises, naming the call."""
         code, answer = self.call(method, path, body, content_type=content_type)
         if code not in (200, 201):
-            raise ApiError(f"{method} {path}: {code} {answer.get('message', '')}")
+            raise ApiError(f"{method} {self.server}{path}: {code} {answer.get('message', '')}")
         return answer
 
     def get(self, path: str) -> dict[str, Any]:
@@ -103,7 +103,7 @@ class Api:
         if code == 404:
             return None
         if code != 200:
-            raise ApiError(f"GET {path}: {code} {answer.get('message', '')}")
+            raise ApiError(f"GET {self.server}{path}: {code} {answer.get('message', '')}")
         return answer
 
     def preferred(self, group: str) -> str | None:
@@ -127,7 +127,7 @@ class Api:
                 if "/" not in resource["name"]:
                     _PLURALS[(self.server, api_version, resource["kind"])] = resource["name"]
         if key not in _PLURALS:
-            raise ApiError(f"{api_version} serves no {kind}")
+            raise ApiError(f"{self.server}: {api_version} serves no {kind}")
         return _PLURALS[key]
 
     def resolve(self, resource: str) -> tuple[str, str, bool] | None:
@@ -197,7 +197,7 @@ class Api:
         if code == 404:
             self.must("POST", path.rsplit("/", 1)[0], obj)
         elif code != 200:
-            raise ApiError(f"PATCH {path}: {code} {answer.get('message', '')}")
+            raise ApiError(f"PATCH {self.server}{path}: {code} {answer.get('message', '')}")
 
     def delete(self, obj: dict[str, Any], *, grace_seconds: int | None = None) -> None:
         """`obj` deleted (with `grace_seconds` where given); gone already is fine."""
@@ -208,7 +208,7 @@ class Api:
         )
         code, answer = self.call("DELETE", self.object_path(obj), body)
         if code not in (200, 202, 404):
-            raise ApiError(f"DELETE {self.object_path(obj)}: {code} {answer.get('message', '')}")
+            raise ApiError(f"DELETE {self.server}{self.object_path(obj)}: {code} {answer.get('message', '')}")
 
 
 def _answer(body: bytes) -> dict[str, Any]:
