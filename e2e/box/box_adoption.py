@@ -25,8 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -145,31 +143,6 @@ def _vm_power(lab: box.Box) -> dict[str, Any]:
     return {"status": vm["status"], "started": vm["started"], "guest_running": lab.guests.running(lab.site.vmid)}
 
 
-def _gate(lab: box.Box, base: Path, targets: tuple[str, ...] = ()) -> dict[str, Any]:
-    """docs/adoption.md step 4: `pulumi preview --json > preview.json` (with the run's targets),
-    then the adoption check."""
-    preview = lab.engine.pulumi("preview", "--stack", "lab", "--json", *(f"--target={urn}" for urn in targets))
-    saved = base / f"preview-{len(list(base.glob('preview-*.json')))}.json"
-    saved.write_text(preview.stdout)
-    check = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "adoption_check.py"), str(saved)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return {
-        "preview_rc": preview.returncode,
-        "preview_stderr": preview.stderr[-4000:],
-        "preview_steps": [
-            {"op": step.get("op", "?"), "urn": step.get("urn", "?")}
-            for step in (json.loads(preview.stdout).get("steps") or [] if preview.stdout.strip() else [])
-        ],
-        "rc": check.returncode,
-        "output": check.stdout + check.stderr,
-    }
-
-
 def _lab_state(lab: box.Box) -> dict[str, Any]:
     return {
         "objects": playbook_lab.snapshot(lab.cluster),
@@ -212,7 +185,7 @@ def _targeted_at_the_node(lab: box.Box, base: Path) -> dict[str, Any]:
     targeted = tuple(f"--target={urn}" for urn in NODE_TARGETS)
     with _state_put_back(lab, base, "targeted") as result:
         result["preview"] = box._observed(lab, "preview", "--diff", *targeted)
-        result["gate"] = _gate(lab, base, NODE_TARGETS)
+        result["gate"] = scenarios.adoption_gate(lab.engine, base, NODE_TARGETS)
     return result
 
 
@@ -247,7 +220,7 @@ def _gated_run(lab: box.Box, base: Path, cluster_objects: str) -> dict[str, Any]
         "setting": scenarios._step(lab.engine, ("config", "set", "adoptClusterObjects", cluster_objects))
     }
     run["preview"] = box._observed(lab, "preview", "--diff")
-    run["gate"] = _gate(lab, base)
+    run["gate"] = scenarios.adoption_gate(lab.engine, base)
     if run["gate"]["rc"] != 0:
         return run
     return {**run, **_up_watched(lab)}
@@ -261,7 +234,7 @@ def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
     result["settings"] = cluster_adoption.adoption_settings(lab.engine, lab.charts)
     # As the playbook left it, the VM has no OS type: the provider reads it as "", which its own
     # schema refuses, so the import cannot even be planned (step 2 has the owner set it).
-    result["as_left"] = {"preview": box._observed(lab, "preview"), "gate": _gate(lab, base)}
+    result["as_left"] = {"preview": box._observed(lab, "preview"), "gate": scenarios.adoption_gate(lab.engine, base)}
     lab.pve.qm_set(lab.site.vmid, {"ostype": OSTYPE})
     result["k3s_differs_before_adoption"] = _k3s_differs_before_adoption(lab, base)
     result["node_first"] = _targeted_at_the_node(lab, base)

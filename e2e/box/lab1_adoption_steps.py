@@ -6,17 +6,14 @@ management cluster's audit log, every object's identity from lab1_state's snapsh
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from e2e.box import lab1_state, workload_box
 from e2e.box.lab1_reads import demand, get, managers, run, scales, until
-from e2e.box.scenarios import _step
-from e2e.engine.cli import REPO, Engine
+from e2e.box.scenarios import _step, adoption_gate
+from e2e.engine.cli import Engine
 from e2e.engine.control_plane import ADMIN_USER
 
 NS, CLUSTER = lab1_state.NS, lab1_state.CLUSTER
@@ -29,24 +26,10 @@ VARIANT_VLAN = 4
 
 
 def gate(engine: Engine, base: Path) -> dict[str, Any]:
-    """W3: `pulumi preview --stack lab --json > preview.json`, then tools/adoption_check.py."""
-    preview = engine.pulumi("preview", "--stack", "lab", "--json")
-    saved = base / f"preview-{len(list(base.glob('preview-*.json')))}.json"
-    saved.write_text(preview.stdout)
-    check = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "adoption_check.py"), str(saved)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    steps = json.loads(preview.stdout).get("steps") or [] if preview.stdout.strip() else []
-    return {
-        "preview_rc": preview.returncode,
-        "ops": sorted({f"{step.get('op')} {step.get('urn', '').rsplit('::', 1)[-1]}" for step in steps}),
-        "rc": check.returncode,
-        "output": check.stdout + check.stderr,
-    }
+    """W3, and each step it plans as `op name`."""
+    checked = adoption_gate(engine, base)
+    ops = {f"{step['op']} {step['urn'].rsplit('::', 1)[-1]}" for step in checked["preview_steps"]}
+    return checked | {"ops": sorted(ops)}
 
 
 def _admin_writes(box: workload_box.WorkloadBox, mark: int) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -291,3 +292,28 @@ def _ssh(
 
 def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
+
+
+def adoption_gate(engine: Engine, base: Path, targets: tuple[str, ...] = ()) -> dict[str, Any]:
+    """docs/adoption.md's gate (step 4, and W3 for a workload cluster): `pulumi preview --json >
+    preview.json` (with the run's targets), then tools/adoption_check.py on it."""
+    preview = engine.pulumi("preview", "--stack", "lab", "--json", *(f"--target={urn}" for urn in targets))
+    saved = base / f"preview-{len(list(base.glob('preview-*.json')))}.json"
+    saved.write_text(preview.stdout)
+    check = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "adoption_check.py"), str(saved)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return {
+        "preview_rc": preview.returncode,
+        "preview_stderr": preview.stderr[-4000:],
+        "preview_steps": [
+            {"op": step.get("op", "?"), "urn": step.get("urn", "?")}
+            for step in (json.loads(preview.stdout).get("steps") or [] if preview.stdout.strip() else [])
+        ],
+        "rc": check.returncode,
+        "output": check.stdout + check.stderr,
+    }
