@@ -28,6 +28,7 @@ import yaml
 
 from e2e.engine import control_plane
 from e2e.engine.cli import built_bin
+from e2e.engine.kube_api import Api
 
 CONFIG = Path("/etc/rancher/k3s/config.yaml")
 KUBECONFIG = Path("/etc/rancher/k3s/k3s.yaml")
@@ -138,7 +139,7 @@ def _notify_ready() -> None:
             notify.sendto(b"READY=1", path)
 
 
-def _node_status(version: str, address: str) -> str:
+def _node_status(version: str, address: str) -> dict[str, Any]:
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     ready = {
         "type": "Ready",
@@ -148,22 +149,20 @@ def _node_status(version: str, address: str) -> str:
         "lastHeartbeatTime": now,
         "lastTransitionTime": now,
     }
-    return json.dumps(
-        {
-            "status": {
-                "conditions": [ready],
-                "addresses": [
-                    {"type": "InternalIP", "address": address},
-                    {"type": "Hostname", "address": socket.gethostname()},
-                ],
-                "nodeInfo": {
-                    "kubeletVersion": version,
-                    "kubeProxyVersion": version,
-                    "containerRuntimeVersion": "containerd://2.1.4-k3s1",
-                },
-            }
+    return {
+        "status": {
+            "conditions": [ready],
+            "addresses": [
+                {"type": "InternalIP", "address": address},
+                {"type": "Hostname", "address": socket.gethostname()},
+            ],
+            "nodeInfo": {
+                "kubeletVersion": version,
+                "kubeProxyVersion": version,
+                "containerRuntimeVersion": "containerd://2.1.4-k3s1",
+            },
         }
-    )
+    }
 
 
 def server(version: str) -> None:
@@ -201,17 +200,17 @@ def server(version: str) -> None:
             "kind": "Node",
             "metadata": {"name": hostname, "labels": {"node-role.kubernetes.io/control-plane": "true"}},
         }
-        created = cluster.kubectl_as(cluster.kubeconfig, "create", "-f", "-", stdin=json.dumps(node))
-        if created.returncode != 0 and "AlreadyExists" not in created.stderr:
-            raise SystemExit(f"k3s stand-in: registering node {hostname}: {created.stderr}")
+        api = Api.from_kubeconfig(cluster.kubeconfig)
+        code, answer = api.call("POST", "/api/v1/nodes", node)
+        if code not in (201, 409):  # 409: registered before this start
+            raise SystemExit(f"k3s stand-in: registering node {hostname}: {code} {answer.get('message', '')}")
         print(f"k3s {version}: node {hostname} at {address}; SANs {sans}", flush=True)
-        heartbeat = ("patch", "node", hostname, "--subresource=status", "--type=merge")
-        cluster.kubectl(*heartbeat, "-p", _node_status(version, address))
+        api.merge_patch(node, _node_status(version, address), subresource="status")
         # Once, as k3s does: systemd listens for it only while the start job waits.
         _notify_ready()
         while True:
             time.sleep(HEARTBEAT_SECONDS)
-            cluster.kubectl(*heartbeat, "-p", _node_status(version, address))
+            api.merge_patch(node, _node_status(version, address), subresource="status")
 
 
 def main() -> None:
