@@ -26,6 +26,7 @@ import base64
 import json
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,6 +43,10 @@ KUBERNETES_VERSION = "v1.35.9"
 CAPMOX_TEMPLATE = "templates/cluster-template.yaml"
 OBJECTS = lab1_state.OBJECTS
 CILIUM_VALUES = ("ipam.mode=kubernetes",)
+# Cluster API goes on writing the Cluster's status for a while after the Nodes are Ready: the
+# state a takeover must leave alone is read once no object has been rewritten for this long, so
+# that what a later step finds rewritten is that step's doing.
+SETTLED_SECONDS = 5
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,14 @@ def left_by_the_owner(
         [p["metadata"]["name"], p["spec"].get("nodeName")] for p in until("Cilium Running", cilium_running)
     ]
     mark("worker Machine Running, Nodes Ready, Cilium Running")
+
+    def settled() -> bool:
+        before = lab1_state.snapshot(mgmt, lab1)
+        time.sleep(SETTLED_SECONDS)
+        return lab1_state.snapshot(mgmt, lab1) == before
+
+    until(f"lab1 settled: nothing rewritten for {SETTLED_SECONDS} s", settled)
+    mark("lab1 settled")
     _read_state(box, lab1, out)
     out["cluster_api_writes_by"] = sorted(
         {
