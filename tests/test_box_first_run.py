@@ -58,3 +58,14 @@ def test_the_second_run_does_nothing(first_run: Any) -> None:
         assert {step["op"] for step in run["steps"]} == {"same", "read"}
         assert names(run, "read") == {"last-deployment"}
         assert run["writes"] == []
+
+
+def test_each_run_leaves_the_kubernetes_plugin_s_kubeconfig_copies_behind_private(first_run: Any) -> None:
+    # Upstream (pulumi-kubernetes provider.go, writeKubeconfigToFile at every Configure): the
+    # admin's credentials in TMPDIR, mode 0600, never removed. docs/operations.md says so; when a
+    # plugin bump stops it, this fails and the docs change with it.
+    left = first_run["plugin_temp_files"]
+    assert len(left) >= 4, left
+    assert {(entry["name"].startswith("kubeconfig"), entry["mode"], entry["admin"]) for entry in left} == {
+        (True, 0o600, True)
+    }

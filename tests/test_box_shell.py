@@ -40,7 +40,7 @@ def test_the_box_shell_sets_what_kubectl_and_pulumi_need(tmp_path: Path) -> None
     variables = dict(line.split("=", 1) for line in shown[3:] if "=" in line)
     assert variables["KUBECONFIG"] == str(tmp_path / "lab-mgmt.yaml")
     assert variables["PATH"] == f"{engine.bin_dir}:{kubectl}:/usr/bin:/bin"
-    for name in ("PULUMI_HOME", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "SSL_CERT_FILE"):
+    for name in ("PULUMI_HOME", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "TMPDIR", "SSL_CERT_FILE"):
         assert variables[name] == env[name], name
 
 

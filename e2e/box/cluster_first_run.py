@@ -17,6 +17,7 @@ from e2e.box.cluster_part import (
 )
 from e2e.box.scenarios import OPERATOR_INSTALL_SECONDS, VM_ADDRESS, _lab_secrets, _readme_first_run, _step
 from e2e.engine import control_plane
+from e2e.engine.cli import Engine
 from e2e.standins.cluster import chart_repo_standin, operator_standin, playbook_lab
 
 
@@ -46,5 +47,16 @@ def fresh_install(root: str) -> dict[str, Any]:
             "runs": runs,
             "operator_errors": operator.errors,
             "reconciled": operator.reconciled,
+            "plugin_temp_files": _plugin_temp_files(engine),
             **_webhook_standins(webhook, injector),
         }
+
+
+def _plugin_temp_files(engine: Engine) -> list[dict[str, Any]]:
+    """What the four runs left in the plugins' TMPDIR: docs/operations.md warns of the kubernetes
+    plugin's copies of the cluster's kubeconfig, which no run removes."""
+    admin_token = control_plane.TOKENS[control_plane.ADMIN_USER]
+    return [
+        {"name": path.name, "mode": path.stat().st_mode & 0o777, "admin": admin_token in path.read_text()}
+        for path in sorted(engine.temp_dir.iterdir())
+    ]

@@ -55,7 +55,7 @@ def floor_engine(box: Box, kubeconfig: str) -> Engine:
     program_env = box.engine.env()
     shared = {name: program_env[name] for name in ("PULUMI_HOME", "PULUMI_BACKEND_URL")}
     engine = Engine(box.engine.bin_dir, box.engine.root.parent / "floor", extra_env={**box.engine.extra_env, **shared})
-    engine.project.mkdir(parents=True)
+    engine.make_dirs()
     (engine.project / "Pulumi.yaml").write_text(PULUMI_YAML)
     (engine.project / "__main__.py").write_text(PROGRAM)
     (engine.project / ".venv").symlink_to(Path(sys.prefix))

@@ -36,7 +36,7 @@ def shell_rc(env: dict[str, str], path: list[Path], kubeconfig: Path, project: P
     kubeconfig, and the project the box deployed as the working directory."""
     # The chart stand-in's certificate too, which the kubernetes plugin must trust to read the
     # releases' charts.
-    names = ("PULUMI_HOME", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_SKIP_UPDATE_CHECK")
+    names = ("PULUMI_HOME", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_SKIP_UPDATE_CHECK", "TMPDIR")
     exports = {name: env[name] for name in (*names, "SSL_CERT_FILE") if name in env} | {"KUBECONFIG": str(kubeconfig)}
     return "\n".join(
         [

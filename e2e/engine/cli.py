@@ -97,6 +97,16 @@ class Engine:
         """Where a user's CLI keeps plugins: `.pulumi` in their home directory, which is `root`."""
         return self.root / ".pulumi"
 
+    @property
+    def temp_dir(self) -> Path:
+        """The plugins' TMPDIR: the kubernetes plugin leaves its provider's kubeconfig there at every
+        Configure (docs/operations.md, "Outputs"), so each engine's copies go with its root."""
+        return self.root / "tmp"
+
+    def make_dirs(self) -> None:
+        self.project.mkdir(parents=True)
+        self.temp_dir.mkdir()
+
     def newcomer_env(self) -> dict[str, str]:
         """What a new laptop has: a HOME and the CLI on PATH; nothing of the tests'.
         The CLI finds the home directory in the password database, not in HOME: run it where
@@ -117,6 +127,7 @@ class Engine:
                 "PATH": os.pathsep.join(map(str, path)),
                 "HOME": str(self.root),
                 "PULUMI_HOME": str(self.pulumi_home),
+                "TMPDIR": str(self.temp_dir),
                 # As the README logs in: no sidecar file whose rewrite a read can catch half-written
                 # (docs/troubleshooting.md, `failed to load checkpoint: EOF`).
                 "PULUMI_BACKEND_URL": f"file://{self.root / 'state'}?metadata=skip",
@@ -218,7 +229,7 @@ def fresh_engine(
     cluster (lab1) is left out unless `workload_clusters`: a box stands in for it only where it
     runs lab1's controllers and stand-ins (e2e/box/workload_box.py)."""
     engine = Engine(built_bin("LAB_MGMT_ENGINE_BIN", "pulumi"), root, legacy_layout, extra_env or {})
-    engine.project.mkdir(parents=True)
+    engine.make_dirs()
     for name in PROJECT_FILES:
         shutil.copy2(REPO / name, engine.project / name)
     if not workload_clusters:
