@@ -131,12 +131,13 @@ class WorkloadCluster(pulumi.ComponentResource):
         # sizing deletes the old one (found by the box: a protected one stopped the rollout's run).
         lasting = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=cluster.protected))
         parts = _Parts(cluster, objects, self.kept_names, management_kubeconfig, recorded)
+        before = [*providers, *_namespace(cluster, lasting)]
 
         def custom(resource_name: str, pick: _Pick, *after: pulumi.Resource) -> Any:
-            return parts.resource(resource_name, pick, lasting, [*providers, *after])
+            return parts.resource(resource_name, pick, lasting, [*before, *after])
 
         def template(resource_name: str, pick: _Pick) -> Any:
-            return parts.resource(resource_name, pick, child, list(providers))
+            return parts.resource(resource_name, pick, child, before)
 
         # Named after its spec (cluster_template.digested_name): another sizing is a new template,
         # created before its referrer is updated; the old one is deleted after that.
@@ -157,7 +158,7 @@ class WorkloadCluster(pulumi.ComponentResource):
             pulumi.ResourceOptions.merge(
                 lasting, pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create=within, update=within))
             ),
-            [*providers, proxmox_cluster, control_plane],
+            [*before, proxmox_cluster, control_plane],
         )
         # From the Cluster's id, so that it is unknown in the preview of the run that creates the
         # cluster (a read of the Secret is skipped then: Cluster API has not written it yet) and
@@ -184,6 +185,28 @@ class WorkloadCluster(pulumi.ComponentResource):
 
 
 _Pick = Callable[[ClusterObjects], dict[str, Any]]
+
+
+def _namespace(cluster: ClusterSettings, lasting: pulumi.ResourceOptions) -> list[pulumi.Resource]:
+    """The cluster's namespace, where it is not `default`: clusterctl's `--target-namespace` and
+    `kubectl apply` expect it to exist, a program that starts from an empty management cluster
+    makes it. Never deleted with the cluster (it may hold what is not the cluster's); taken over
+    as it is."""
+    if cluster.namespace == "default":
+        return []
+    return [
+        kubernetes.core.v1.Namespace(
+            f"{cluster.name}-namespace",
+            metadata={"name": cluster.namespace},
+            opts=pulumi.ResourceOptions.merge(
+                lasting,
+                pulumi.ResourceOptions.merge(
+                    pulumi.ResourceOptions(retain_on_delete=True),
+                    adoption.imported(cluster.namespace, adoption.OBJECT_INPUTS, adopt=cluster.adopt),
+                ),
+            ),
+        )
+    ]
 
 
 def _waited_cluster(objects: ClusterObjects) -> dict[str, Any]:

@@ -252,3 +252,11 @@ def test_a_taken_over_cluster_declares_no_service_cidr() -> None:
 def test_an_unknown_key_is_still_refused() -> None:
     [line] = workload_problems(taken_over_entry(adopted=True))
     assert line.startswith("lab-mgmt:workloadClusters[0].adopted: is not a setting this program knows")
+
+
+def test_a_namespace_other_than_default_is_imported_as_it_runs() -> None:
+    entry = taken_over_entry(adopt=True, namespace="clusters")
+    run = harness.run_program({"workloadClusters": [entry]}, live_objects=clusterctl_lab1(entry))
+    namespace = run.get("kubernetes:core/v1:Namespace", "lab1-namespace")
+    assert (namespace.import_id, namespace.ignore_changes) == ("clusters", ["metadata", "spec"])
+    assert {r.import_id for r in cluster_objects(run)} >= {"clusters/lab1", "clusters/lab1-control-plane"}

@@ -322,3 +322,24 @@ def test_an_unprotected_cluster_without_its_template_stops_the_run() -> None:
         harness.run_program(
             {"skipCredentialsCheck": True, "workloadClusters": [{**cluster, "protected": False}]}, charts_served={}
         )
+
+
+def test_a_namespace_other_than_default_is_made_first_and_never_deleted() -> None:
+    entry = {**harness.stack_workload_clusters()[0], "name": "edge1", "namespace": "edge"}
+    run = harness.run_program({"workloadClusters": [entry]})
+    namespace = run.get("kubernetes:core/v1:Namespace", "edge1-namespace")
+    assert namespace.plain["metadata"] == {"name": "edge"}
+    assert (namespace.protect, namespace.retain_on_delete, namespace.import_id) == (True, True, "")
+    assert namespace.parent == run.get(CLUSTER_COMPONENT, "edge1").urn
+    in_it = [r for r in run.resources.values() if r.type.startswith(CUSTOM_RESOURCE_TYPES)]
+    assert len(in_it) == 7
+    for resource in in_it:
+        assert resource.plain["metadata"]["namespace"] == "edge", resource.name
+        assert run.depends_on(resource, namespace), resource.name
+    assert run.depends_on(run.get("kubernetes:helm.sh/v3:Release", "edge1-autoscaler"), namespace)
+
+
+def test_the_default_namespace_is_not_the_program_s(lab1: harness.Run) -> None:
+    namespaces = lab1.of_type("kubernetes:core/v1:Namespace")
+    assert namespaces
+    assert [r.name for r in namespaces if r.name.startswith("lab1") or r.plain["metadata"]["name"] == "default"] == []
