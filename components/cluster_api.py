@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import adoption, charts
+from components import adoption, charts, waits
 from components.settings import ClusterApiSettings, ProviderVersions
 
 CERT_MANAGER_NAMESPACE = "cert-manager"
@@ -237,7 +237,7 @@ def _operator_webhooks(
             f"{name}-operator-webhook-{kind}",
             metadata={
                 "name": OPERATOR_WEBHOOK_CONFIGURATIONS[kind],
-                "annotations": {"pulumi.com/waitFor": CA_BUNDLE_INJECTED},
+                "annotations": waits.wait_for(CA_BUNDLE_INJECTED),
             },
             opts=pulumi.ResourceOptions.merge(
                 opts,
@@ -322,7 +322,7 @@ def _provider_crs(
                 "name": p.name,
                 "namespace": p.namespace,
                 # Done when the provider's Deployment is Available, which Ready mirrors.
-                "annotations": {"pulumi.com/waitFor": "condition=Ready"},
+                "annotations": waits.wait_for("condition=Ready"),
             },
             spec=spec,
             opts=lasting.options(

@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import adoption, cluster_takeover
+from components import adoption, cluster_takeover, waits
 from components.charts import WorkloadCharts
 from components.cilium import Cilium
 from components.cluster_autoscaler import ClusterAutoscaler
@@ -215,7 +215,7 @@ def _waited_cluster(objects: ClusterObjects) -> dict[str, Any]:
     adopting: clusterctl rendered no such annotation, and the cluster runs already."""
     body = dict(objects.cluster)
     metadata = dict(body["metadata"])
-    metadata["annotations"] = {**metadata.get("annotations", {}), "pulumi.com/waitFor": CONTROL_PLANE_INITIALIZED}
+    metadata["annotations"] = {**metadata.get("annotations", {}), **waits.wait_for(CONTROL_PLANE_INITIALIZED)}
     return {**body, "metadata": metadata}
 
 

@@ -110,6 +110,14 @@ WORKLOAD_KUBECONFIG = K3S_KUBECONFIG.replace("https://127.0.0.1:6443", "https://
 VM_MAC = "BC:24:11:4A:00:01"
 
 SECRET = "__secret__"
+
+
+def waits_for(condition: str) -> str:
+    """The `pulumi.com/waitFor` annotation's value for `condition`, met only by the applied object
+    (components/waits.py): the condition, then the annotation's own presence."""
+    return json.dumps([condition, "jsonpath={.metadata.annotations['pulumi.com/waitFor']}"])
+
+
 UNKNOWN = "__unknown__"
 
 

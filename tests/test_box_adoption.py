@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import waits_for
 
 from e2e.box import scenarios
 from e2e.engine.cli import KUBERNETES_PLUGIN_WARNING
@@ -191,7 +192,7 @@ def test_converging_the_releases_is_one_helm_upgrade_each_and_nothing_else(adopt
 def test_the_webhook_configurations_keep_their_ca_bundle_and_the_wait_through_the_upgrade(adoption: Any) -> None:
     for kind, configuration in adoption["convergence"]["webhook_configurations"].items():
         assert configuration["metadata"]["annotations"]["pulumi.com/waitFor"] == (
-            "jsonpath={.webhooks[0].clientConfig.caBundle}"
+            waits_for("jsonpath={.webhooks[0].clientConfig.caBundle}")
         ), kind
         assert all(webhook["clientConfig"].get("caBundle") for webhook in configuration["webhooks"]), kind
 
@@ -201,7 +202,7 @@ def test_converging_the_provider_crs_adds_the_wait_annotation_and_keeps_their_sp
     versions = playbook_lab.stack_versions()
     for kind, (_, _, setting) in playbook_lab.PROVIDERS.items():
         live = adoption["convergence"]["providers"][kind]
-        assert live["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Ready"
+        assert live["metadata"]["annotations"]["pulumi.com/waitFor"] == waits_for("condition=Ready")
         assert live["spec"]["version"] == versions[setting]
 
 

@@ -203,7 +203,7 @@ def test_the_operator_webhook_is_waited_on_until_its_ca_bundle_is_injected(
     # Nothing but the wait's annotation: the chart keeps owning the object and its webhooks.
     assert wait.plain["metadata"] == {
         "name": WEBHOOK_WAITS[key],
-        "annotations": {"pulumi.com/waitFor": "jsonpath={.webhooks[0].clientConfig.caBundle}"},
+        "annotations": {"pulumi.com/waitFor": harness.waits_for("jsonpath={.webhooks[0].clientConfig.caBundle}")},
     }
     assert set(wait.plain) == {"apiVersion", "kind", "metadata"}
     assert wait.custom_timeouts == {"create": "5m", "update": "5m"}
@@ -233,7 +233,7 @@ def test_provider_cr(run: harness.Run, expected: ExpectedProvider) -> None:
     assert inputs["kind"] == expected.kind
     assert inputs["metadata"]["name"] == expected.name
     assert inputs["metadata"]["namespace"] == expected.namespace
-    assert inputs["metadata"]["annotations"]["pulumi.com/waitFor"] == "condition=Ready"
+    assert inputs["metadata"]["annotations"]["pulumi.com/waitFor"] == harness.waits_for("condition=Ready")
     assert cr.custom_timeouts == {"create": "15m", "update": "15m"}
     assert inputs["spec"]["version"] == expected.version
     assert "fetchConfig" not in inputs["spec"]

@@ -181,7 +181,9 @@ def test_a_worker_sizing_change_is_a_new_worker_template_only(lab1: harness.Run)
 
 def test_the_cluster_is_done_when_its_control_plane_is_initialized(lab1: harness.Run) -> None:
     cluster = lab1.get(f"{CAPI}:Cluster", "lab1-cluster")
-    assert cluster.plain["metadata"]["annotations"] == {"pulumi.com/waitFor": "condition=ControlPlaneInitialized"}
+    assert cluster.plain["metadata"]["annotations"] == {
+        "pulumi.com/waitFor": harness.waits_for("condition=ControlPlaneInitialized")
+    }
     assert cluster.custom_timeouts == {"create": "30m", "update": "30m"}
     assert cluster.plain["spec"]["clusterNetwork"]["pods"] == {"cidrBlocks": ["10.244.0.0/16"]}
     assert cluster.plain["spec"]["clusterNetwork"]["services"] == {"cidrBlocks": ["10.96.0.0/12"]}
