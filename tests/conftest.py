@@ -35,17 +35,28 @@ def whole_box_lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return in_new_netns("lifecycle.whole_box_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=2400)
 
 
-@pytest.fixture(scope="session")
-def lab1_box(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The program's lab1 in the box (lab1_autoscaling.lab1_autoscaling), paid for once: the tests
-    of its steps (tests/test_box_lab1_autoscaling.py), of the Cluster API core beneath them
-    (tests/test_box_lab1_cluster_api.py) and of the autoscaler's process (tests/test_box_lab1_autoscaler.py)."""
-    from e2e.box import workload_box  # noqa: PLC0415 - the mocks tests never import the box
+# Where the program's lab1 scenario runs (e2e/box/lab1_sites.py): the lab's own
+# declaration, and another site's with every name, address, network and size changed.
+LAB1_SITES = ("lab", "other")
+
+
+@pytest.fixture(scope="session", params=LAB1_SITES)
+def lab1_box(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The program's lab1 in the box (lab1_autoscaling.lab1_autoscaling) at a site, paid for once:
+    the tests of its steps (tests/test_box_lab1_autoscaling.py), of the Cluster API core beneath
+    them (tests/test_box_lab1_cluster_api.py) and of the autoscaler's process
+    (tests/test_box_lab1_autoscaler.py)."""
+    from e2e.box import lab1_sites  # noqa: PLC0415 - the mocks tests never import the box
     from e2e.engine.netns import in_new_netns  # noqa: PLC0415
 
-    root: Path = tmp_path_factory.mktemp("lab1-autoscaling")
+    site: str = request.param
+    root: Path = tmp_path_factory.mktemp(f"lab1-autoscaling-{site}")
     return in_new_netns(
-        "lab1_autoscaling.lab1_autoscaling", str(root), addresses=list(workload_box.ADDRESSES), timeout=900
+        "lab1_autoscaling.lab1_autoscaling",
+        str(root),
+        site,
+        addresses=lab1_sites.addresses(site),
+        timeout=900,
     )
 
 

@@ -19,8 +19,6 @@ from e2e.box import lab1_autoscaling, lab1_reads, scenarios
 
 pytestmark = pytest.mark.engine
 
-ACCOUNT = lab1_reads.ACCOUNT
-
 
 def _log_of(lab1_box: Any, started: dict[str, Any]) -> str:
     """The start of the log of the process a `started` event names."""
@@ -45,8 +43,10 @@ def test_the_engine_installs_the_chart_and_the_runner_runs_it_as_the_real_autosc
     process = lab1_box["autoscaler"]["process"]
     assert process["argv"] == container["command"] + container.get("args", [])
     assert process["argv"][:2] == ["./cluster-autoscaler", "--cloud-provider=clusterapi"]
-    assert "--node-group-auto-discovery=clusterapi:clusterName=lab1,namespace=default" in process["argv"]
-    assert {"POD_NAMESPACE=default", "SERVICE_ACCOUNT=lab1-autoscaler"} <= set(process["environ"])
+    cluster = lab1_reads.Workload.of(lab1_box["entry"])
+    discovery = f"clusterapi:clusterName={cluster.name},namespace={cluster.namespace}"
+    assert f"--node-group-auto-discovery={discovery}" in process["argv"]
+    assert {f"POD_NAMESPACE={cluster.namespace}", f"SERVICE_ACCOUNT={cluster.autoscaler}"} <= set(process["environ"])
     assert {f"KUBERNETES_SERVICE_HOST={scenarios.VM_ADDRESS}", "KUBERNETES_SERVICE_PORT=6443"} <= set(
         process["environ"]
     )
@@ -56,9 +56,10 @@ def test_the_engine_installs_the_chart_and_the_runner_runs_it_as_the_real_autosc
 def test_the_mounts_are_the_secret_and_a_token_of_the_charts_service_account(lab1_box: Any) -> None:
     process = lab1_box["autoscaler"]["process"]
     assert process["kubeconfig"] == lab1_box["beneath"]["secret"]["value"]
-    assert (process["namespace"], process["ca"]) == ("default", lab1_box["autoscaler"]["mgmt_ca"])
+    cluster = lab1_reads.Workload.of(lab1_box["entry"])
+    assert (process["namespace"], process["ca"]) == (cluster.namespace, lab1_box["autoscaler"]["mgmt_ca"])
     claims = process["token_claims"]
-    assert claims["sub"] == ACCOUNT
+    assert claims["sub"] == cluster.account
     assert claims["kubernetes.io"]["pod"]["name"] == lab1_box["autoscaler"]["pod"]["metadata"]["name"]
     assert process["etc_on_the_machine_unchanged"]
 
@@ -68,7 +69,8 @@ def test_the_autoscaler_starts_the_clusterapi_provider_with_the_charts_discovery
     assert "Cluster Autoscaler 1.35.2" in log
     assert "Building clusterapi cloud provider." in log
     assert "Using kubeconfig file: /etc/kubernetes/value" in log
-    assert "[clusterapi:clusterName=lab1,namespace=default]" in log
+    cluster = lab1_reads.Workload.of(lab1_box["entry"])
+    assert f"[clusterapi:clusterName={cluster.name},namespace={cluster.namespace}]" in log
     assert 'Using version "v1beta2" for API group "cluster.x-k8s.io"' in log
     assert '"Caches populated" type="infrastructure.cluster.x-k8s.io/v1alpha2, Resource=proxmoxmachinetemplates"' in log
 
@@ -76,7 +78,7 @@ def test_the_autoscaler_starts_the_clusterapi_provider_with_the_charts_discovery
 def test_rbac_is_the_api_servers_own(lab1_box: Any) -> None:
     allowed = lab1_box["control"]["allowed_with_the_rule"]
     reads = {"list", "watch"}
-    assert ("default", 200) in {
+    assert (lab1_box["entry"]["namespace"], 200) in {
         (namespace, code) for namespace, verb, code in allowed["machinedeployments"] if verb in reads
     }
     # With the program's additional rule the templates are read; once the control took it off the

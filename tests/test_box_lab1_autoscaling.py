@@ -23,15 +23,18 @@ from e2e.box import lab1_controls, lab1_reads
 
 pytestmark = pytest.mark.engine
 
-ACCOUNT = lab1_reads.ACCOUNT
-
 
 def _at(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
-def _scaled_by_the_autoscaler(writes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [w for w in writes if (w["user"], w["verb"], w["subresource"]) == (ACCOUNT, "patch", "scale")]
+def _account(lab1_box: Any) -> str:
+    return lab1_reads.Workload.of(lab1_box["entry"]).account
+
+
+def _scaled_by_the_autoscaler(lab1_box: Any, writes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    account = _account(lab1_box)
+    return [w for w in writes if (w["user"], w["verb"], w["subresource"]) == (account, "patch", "scale")]
 
 
 def test_every_step_ran_and_nothing_was_refused(lab1_box: Any) -> None:
@@ -55,8 +58,9 @@ def test_the_first_up_makes_lab1_at_zero_with_cilium_after_control_plane_initial
     assert "HandMadeCluster" not in up["error"]
     assert lab1_box["md_created"]["spec"]["replicas"] == 0
     annotations = lab1_box["md_created"]["metadata"]["annotations"]
-    assert annotations["capacity.cluster-autoscaler.kubernetes.io/cpu"] == "4"
-    assert annotations["capacity.cluster-autoscaler.kubernetes.io/memory"] == "4096Mi"
+    workers = lab1_box["entry"]["workers"]
+    assert annotations["capacity.cluster-autoscaler.kubernetes.io/cpu"] == str(workers["sockets"] * workers["cores"])
+    assert annotations["capacity.cluster-autoscaler.kubernetes.io/memory"] == f"{workers['memoryMib']}Mi"
     # The engine began Cilium's release only once the Cluster's step was done, and lab1's API
     # server got the release's first write after the condition turned True.
     order = up["order"]
@@ -89,9 +93,9 @@ def test_between_steps_nothing_is_planned_and_nothing_written(lab1_box: Any) -> 
 
 def test_the_autoscaler_scales_from_zero_then_to_three(lab1_box: Any) -> None:
     print("reaction (demand created -> /scale):", lab1_box["reaction"], "s")
-    assert len(_scaled_by_the_autoscaler(lab1_box["scale_from_zero"])) == 1
+    assert len(_scaled_by_the_autoscaler(lab1_box, lab1_box["scale_from_zero"])) == 1
     assert [w for w in lab1_box["scale_from_zero"] if w["user"] == "admin"] == []
-    assert _scaled_by_the_autoscaler(lab1_box["scale_up"])
+    assert _scaled_by_the_autoscaler(lab1_box, lab1_box["scale_up"])
     timelines = lab1_box["timelines"]
     assert timelines["0->1"][-1][0] < lab1_reads.BOUND
     assert [max(value for _, key, value in timelines[step] if key == "nodes") for step in ("0->1", "1->3")] == [1, 3]
@@ -107,7 +111,7 @@ def test_spec_replicas_is_never_pulumis(lab1_box: Any) -> None:
 
 
 def test_without_demand_it_scales_down_to_zero(lab1_box: Any) -> None:
-    assert _scaled_by_the_autoscaler(lab1_box["scale_down"])
+    assert _scaled_by_the_autoscaler(lab1_box, lab1_box["scale_down"])
     last = {key: value for _, key, value in lab1_box["timelines"]["3->0"]}
     assert (last["replicas"], last["machines"], last["nodes"]) == (0, 0, 0)
 
@@ -138,7 +142,9 @@ def test_a_rotated_kubeconfig_restarts_the_autoscaler_at_the_next_up(lab1_box: A
     assert lab1_box["rotated_secret"]
     up = lab1_box["rotation_up"]
     assert up["rc"] == 0, up["error"]
-    assert [step["op"] for step in up["changed"] if step["urn"].endswith("::lab1-autoscaler")] == ["update"]
+    assert [
+        step["op"] for step in up["changed"] if step["urn"].endswith(f"::{lab1_box['entry']['name']}-autoscaler")
+    ] == ["update"]
     events = lab1_box["rotation_events"]
     started = [e for e in events if e["event"] == "started"]
     stopped = [e for e in events if e["event"] == "stopped"]
@@ -157,4 +163,4 @@ def test_control_without_the_template_rule_no_scale_from_zero(lab1_box: Any) -> 
     assert control["main_loops"] == 1
     assert control["waiting_for_templates"]
     assert (control["replicas"], control["pending_at_end"]) == (0, 1)
-    assert [w for w in control["scales"] if w["user"] == ACCOUNT] == []
+    assert [w for w in control["scales"] if w["user"] == _account(lab1_box)] == []

@@ -15,15 +15,21 @@ from typing import Any
 
 import pytest
 
-from e2e.box import lab1_controls, scenarios
+from e2e.box import lab1_controls, lab1_sites
 from e2e.engine.control_plane import ADMIN_USER, CLUSTER_API_USER, PROVIDERS_USER
 
 pytestmark = pytest.mark.engine
 
 CONTRACT = "cluster.x-k8s.io/v1beta2"
-# What the worker's sizing (lab1_autoscaling.WORKER) makes: 2 sockets * 2 cores, 4096 MiB (which
-# the API server writes as 4Gi), the 30 GB boot volume.
-WORKER_CAPACITY = {"cpu": "4", "memory": "4Gi", "ephemeral-storage": "30Gi", "pods": "110"}
+
+
+def _capacity(sizing: dict[str, int]) -> dict[str, str]:
+    """What a machine of `sizing` registers: sockets * cores, its memory as the API server writes
+    it (4096 MiB as 4Gi), its boot volume, the kubelet's default pods."""
+    mib = sizing["memoryMib"]
+    memory = f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+    cpu = str(sizing["sockets"] * sizing["cores"])
+    return {"cpu": cpu, "memory": memory, "ephemeral-storage": f"{sizing['diskGib']}Gi", "pods": "110"}
 
 
 def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -81,7 +87,7 @@ def test_the_real_cluster_controller_does_its_part_and_the_stand_ins_theirs(lab1
         writers = {key.split(" ")[0] for key in lab1_box["cluster_api_writes"] if key.endswith(f" {resource}")}
         assert writers == {PROVIDERS_USER}, resource
     cluster = lab1_box["cluster"]
-    assert cluster["spec"]["controlPlaneEndpoint"] == {"host": scenarios.LAB1_ADDRESS, "port": 6443}
+    assert cluster["spec"]["controlPlaneEndpoint"] == {"host": lab1_box["entry"]["controlPlaneEndpoint"], "port": 6443}
     assert cluster["status"]["initialization"] == {"infrastructureProvisioned": True, "controlPlaneInitialized": True}
     assert _condition(cluster, "ControlPlaneInitialized")["status"] == "True"
     [machine_set] = lab1_box["beneath"]["machine_sets"]
@@ -91,7 +97,7 @@ def test_the_real_cluster_controller_does_its_part_and_the_stand_ins_theirs(lab1
 def test_lab1_kubeconfig_is_written_where_cluster_api_reads_it_and_works(lab1_box: Any) -> None:
     secret = lab1_box["beneath"]["secret"]
     assert secret["type"] == "cluster.x-k8s.io/secret"
-    assert secret["metadata"]["labels"] == {"cluster.x-k8s.io/cluster-name": "lab1"}
+    assert secret["metadata"]["labels"] == {"cluster.x-k8s.io/cluster-name": lab1_box["entry"]["name"]}
     assert secret["metadata"]["ownerReferences"][0]["kind"] == "KubeadmControlPlane"
     assert secret["keys"] == ["value"]
     assert lab1_box["beneath"]["readyz"] == "ok"
@@ -103,8 +109,8 @@ def test_the_control_plane_node_takes_what_tolerates_it(lab1_box: Any) -> None:
     assert node["spec"]["taints"] == [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
     assert node["spec"]["providerID"].startswith("proxmox://")
     # The control-plane ProxmoxMachineTemplate's sizing: the program's default (2 sockets * 4 cores,
-    # 16384 MiB, a 100 GB boot volume).
-    assert node["status"]["capacity"] == {"cpu": "8", "memory": "16Gi", "ephemeral-storage": "100Gi", "pods": "110"}
+    # 16384 MiB, a 100 GB boot volume) at every site.
+    assert node["status"]["capacity"] == _capacity(lab1_sites.TEMPLATE_SIZING)
     # Cilium's agent and operator (the stand-in chart, the operator at the program's one replica)
     # and CoreDNS.
     placed = sorted(
@@ -130,7 +136,7 @@ def test_scaling_to_one_makes_a_machine_whose_node_the_real_controller_finds(lab
     # The real Machine controller synced the Node and dropped Cluster API's uninitialized taint.
     assert node["metadata"]["annotations"]["cluster.x-k8s.io/machine"] == machine["metadata"]["name"]
     assert "taints" not in node["spec"] or node["spec"]["taints"] == []
-    assert node["status"]["capacity"] == WORKER_CAPACITY
+    assert node["status"]["capacity"] == _capacity(lab1_box["entry"]["workers"])
     assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.35.9"
     assert worker["lease_later"]["spec"]["renewTime"] > worker["lease"]["spec"]["renewTime"]
 

@@ -47,3 +47,24 @@ def test_the_box_shell_sets_what_kubectl_and_pulumi_need(tmp_path: Path) -> None
 def test_the_box_shell_without_a_box_says_to_start_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert make_box._shell(tmp_path / ".box") == 1
     assert "run `make box` first" in capsys.readouterr().err
+
+
+def test_make_bench_reads_the_scaling_chain_off_the_timelines() -> None:
+    timeline_up = [[0.4, "pending", 1], [12.0, "replicas", 1], [12.3, "machines", 1], [14.9, "nodes", 1]]
+    result = {
+        "reaction": 11.8,
+        "timelines": {
+            "0->1": [*timeline_up, [15.6, "scheduled", 1], [15.6, "pending", 0]],
+            "1->3": [[0.3, "pending", 2], [5.1, "replicas", 3], [5.2, "machines", 3], [7.0, "nodes", 2]],
+            "3->0": [[9.0, "replicas", 0], [9.1, "machines", 2], [9.4, "machines", 0], [10.2, "nodes", 0]],
+        },
+    }
+    assert make_box.scaling_lines(result) == [
+        "autoscaler's reaction from zero (demand created -> its /scale): 11.8s",
+        "scale-up 0 -> 1, from zero: pod pending at 0.4s, replicas 1 at 12.0s, Machines 1 at 12.3s, Nodes 1 at 14.9s, "
+        "pods scheduled 1 at 15.6s",
+        # A link that never got there says so.
+        "scale-up 1 -> 3: pod pending at 0.3s, replicas 3 at 5.1s, Machines 3 at 5.2s, Nodes 3 at never, "
+        "pods scheduled 3 at never",
+        "scale-down 3 -> 0 once the demand is deleted: replicas 0 at 9.0s, Machines 0 at 9.4s, Nodes 0 at 10.2s",
+    ]

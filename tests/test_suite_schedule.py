@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import LAB1_SITES
 
 REPO = Path(__file__).resolve().parent.parent
 # Writes, for each selected test, its module, the xdist group it was given and the fixtures it takes.
@@ -72,7 +73,7 @@ def test_the_tests_of_one_box_scenario_share_one_group(collected: list[dict[str,
         f"{module}.lab1_box"
         for module in ("test_box_lab1_autoscaling", "test_box_lab1_cluster_api", "test_box_lab1_autoscaler")
     ]
-    assert {group for name in lab1 for group in groups[name]} == {"conftest.lab1_box"}
+    assert {group for name in lab1 for group in groups[name]} == {f"conftest.lab1_box-{site}" for site in LAB1_SITES}
 
 
 def test_a_test_with_a_box_of_its_own_is_in_no_group(collected: list[dict[str, Any]]) -> None:

@@ -11,14 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box import lab1_state, workload_box
-from e2e.box.lab1_reads import demand, get, managers, run, scales, until
+from e2e.box.lab1_reads import LAB1, demand, get, managers, run, scales, until
 from e2e.box.scenarios import _step, adoption_gate
 from e2e.engine.cli import Engine
 from e2e.engine.control_plane import ADMIN_USER
 
-NS, CLUSTER = lab1_state.NS, lab1_state.CLUSTER
-WORKERS = f"{CLUSTER}-workers"
-CORE = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default"
 # A variant the gate must refuse naming its fields: a VLAN the templates do not have, another
 # worker memory.
 VARIANT_MEMORY_MIB = 8192
@@ -78,7 +75,7 @@ def adopt(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[s
     out["adoption_writes"] = _admin_writes(box, mark)
     out["adoption_changed"] = lab1_state.changed(before, lab1_state.snapshot(box.mgmt, lab1))
     out["managers_after_adoption"] = _field_managers(box)
-    out["md_spec_owners_after_adoption"] = managers(box.mgmt)
+    out["md_spec_owners_after_adoption"] = managers(box.mgmt, LAB1)
     out["w5"] = run(engine, box.mgmt, "preview", "--expect-no-changes")
     out["adopted_output"] = engine.pulumi("stack", "output", "adoptedWorkloadClusters", "--json").stdout
 
@@ -93,12 +90,12 @@ def adopt_off(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: di
     out["w6_writes"] = _admin_writes(box, mark)
     out["w6_changed"] = lab1_state.changed(before, lab1_state.snapshot(box.mgmt, lab1))
     out["managers_after_w6"] = _field_managers(box)
-    out["md_spec_owners_after_w6"] = managers(box.mgmt)
+    out["md_spec_owners_after_w6"] = managers(box.mgmt, LAB1)
     out["w6_no_change"] = run(engine, box.mgmt, "preview", "--expect-no-changes")
 
 
 def _workers(box: workload_box.WorkloadBox, lab1: Path) -> dict[str, Any]:
-    deployment = get(box.mgmt, "machinedeployment", WORKERS) or {}
+    deployment = get(box.mgmt, "machinedeployment", LAB1.workers) or {}
     machines = (get(box.mgmt, "machines") or {}).get("items", [])
     nodes = (get(box.mgmt, "nodes", kubeconfig=lab1) or {}).get("items", [])
     ready = [
@@ -121,7 +118,7 @@ def _no_change(engine: Engine, box: workload_box.WorkloadBox, after: str) -> dic
     the preview's."""
     mark = len(box.mgmt.audit())
     up = run(engine, box.mgmt, "up", "--expect-no-changes")
-    return {"after": after, "up": up, "md_writes": scales(box.mgmt, mark)}
+    return {"after": after, "up": up, "md_writes": scales(box.mgmt, mark, LAB1)}
 
 
 def scale(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[str, Any]) -> None:
@@ -135,12 +132,12 @@ def scale(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[s
     mark, began = len(box.mgmt.audit()), time.monotonic()
     demand(box.mgmt, lab1, 2, {"cpu": cpu})
     until("1 -> 2", lambda: (now := _workers(box, lab1))["replicas"] == 2 and now["ready_workers"] == 2)
-    out["scale_up"] = {"seconds": round(time.monotonic() - began, 1), "writes": scales(box.mgmt, mark)}
+    out["scale_up"] = {"seconds": round(time.monotonic() - began, 1), "writes": scales(box.mgmt, mark, LAB1)}
     out["no_change"].append(_no_change(engine, box, "1 -> 2"))
     mark, began = len(box.mgmt.audit()), time.monotonic()
     demand(box.mgmt, lab1, 1, {"cpu": cpu})
     until("2 -> 1", lambda: (now := _workers(box, lab1))["replicas"] == 1 and now["machines"] == 1)
-    out["scale_down"] = {"seconds": round(time.monotonic() - began, 1), "writes": scales(box.mgmt, mark)}
+    out["scale_down"] = {"seconds": round(time.monotonic() - began, 1), "writes": scales(box.mgmt, mark, LAB1)}
     out["no_change"].append(_no_change(engine, box, "2 -> 1"))
     out["workers_at_end"] = _workers(box, lab1)
-    out["md_spec_owners_at_end"] = managers(box.mgmt)
+    out["md_spec_owners_at_end"] = managers(box.mgmt, LAB1)

@@ -1,14 +1,15 @@
-"""The PROGRAM's lab1 in the box (tests/test_box_lab1_*.py; issue 30's scenario): on the workload
-box (e2e/box/workload_box.py) with the real Cluster API core, the program (box_program.py) declares
-Pulumi.lab.yaml's lab1, pointed at the box with `pulumi config set --path`, and each step goes
-through the real CLI: the first `pulumi up` (lab1 at 0 workers, Cilium once the Cluster is
-ControlPlaneInitialized, cluster-autoscaler from the real chart 9.59.0 whose Pod the pod runner
-runs as the real binary); then demand in lab1 that fits nowhere, which the real autoscaler meets
-0 -> 1 -> 3 and, once it is gone, 3 -> 0; a rotated lab1 kubeconfig; a worker sizing change; and,
-last, the controls (lab1_controls.py): without the proxmoxmachinetemplates rule, no
-scale-from-zero; without its contract label, the ProxmoxCluster cannot be resolved. Between steps,
-a `pulumi up --expect-no-changes` that writes nothing (after the first up, a zero-change preview
-too). Every write is read from the API servers' audit logs; the scale-up and scale-down are recorded as a timeline.
+"""The PROGRAM's lab1 in the box (tests/test_box_lab1_*.py; issue 30's scenario): on the workload box
+(e2e/box/workload_box.py) with the real Cluster API core, the program (box_program.py) declares a
+workload cluster in its stack file as an owner edits it, at one of lab1_sites.SITES (the lab's own
+lab1, or another site's), and each step goes through the real CLI: the first `pulumi up` (the
+cluster at 0 workers, Cilium once the Cluster is ControlPlaneInitialized, cluster-autoscaler from
+the real chart 9.59.0 whose Pod the pod runner runs as the real binary); then demand in lab1 that
+fits nowhere, which the real autoscaler meets 0 -> 1 -> 3 and, once it is gone, 3 -> 0; a rotated
+lab1 kubeconfig; a worker sizing change; and, last, the controls (lab1_controls.py): without the
+proxmoxmachinetemplates rule, no scale-from-zero; without its contract label, the ProxmoxCluster
+cannot be resolved. Between steps, a `pulumi up --expect-no-changes` that writes nothing (after the
+first up, a zero-change preview too). Every write is read from the API servers' audit logs; the
+scale-up and scale-down are recorded as a timeline.
 
 Along the way it records what the real Cluster API core and the real autoscaler did beneath the
 program: the operator stand-in's real CRDs, the webhook's defaulting, the Cluster -> MachineSet ->
@@ -26,16 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from e2e.box import lab1_controls, workload_box
 from e2e.box.lab1_reads import (
-    ACCOUNT,
-    AUTOSCALER,
-    CLUSTER,
     DEMAND,
-    DEMAND_CPU,
-    NS,
-    WORKERS,
     Lab,
+    Workload,
     capmox_assets,
     cluster_api_writes,
     conditions,
@@ -50,14 +48,18 @@ from e2e.box.lab1_reads import (
     scales,
     until,
 )
-from e2e.box.scenarios import LAB1_ADDRESS, WRITES, _lab_secrets, _readme_first_run, _step
+from e2e.box.lab1_sites import declared
+from e2e.box.scenarios import WRITES, _lab_secrets, _readme_first_run, _step
 from e2e.controllers import cluster_api
-from e2e.engine.cli import Engine
+from e2e.engine.cli import PROJECT, STACK, Engine
 from e2e.engine.control_plane import ADMIN_USER, OPERATOR_USER, ControlPlane
 from e2e.standins.cluster import pod_runner
 
-WORKER = {"sockets": 2, "cores": 2, "memoryMib": 4096, "diskGib": 30}
-RESIZED_MIB = 6144
+# The sizing change the scenario makes to the workers.
+RESIZE_BY_MIB = 2048
+# One demand pod fills three quarters of a worker's cpu: one fits a worker beside Cilium's agent
+# (100m), two never do, and none fits the control plane, whose taint it does not tolerate.
+DEMAND_SHARE_OF_CPU = 0.75
 # The box's short timings, through the program's own settings.
 TIMINGS = {"scanInterval": "2s", "scaleDownUnneededTime": "5s", "scaleDownDelayAfterAdd": "5s"}
 # The kubelet's first restart backoff is 10 s and it syncs a mounted Secret about every minute;
@@ -68,9 +70,14 @@ SECRET_SYNC_SECONDS = 2.0
 LOG_HEAD_CHARS = 60_000
 
 
-def _config(engine: Engine, box: workload_box.WorkloadBox) -> list[dict[str, Any]]:
+def _config(engine: Engine, box: workload_box.WorkloadBox, entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The README's first run, the cluster declared in the stack file as an owner edits it (with
+    the box's short timings), and the box's chart repositories and CAPMOX release."""
     steps = _readme_first_run(engine, _lab_secrets())
-    lab1 = "workloadClusters[0]"
+    stack_file = engine.project / f"Pulumi.{STACK}.yaml"
+    stack = yaml.safe_load(stack_file.read_text())
+    stack["config"][f"{PROJECT}:workloadClusters"] = [entry | {"autoscaler": TIMINGS}]
+    stack_file.write_text(yaml.safe_dump(stack, sort_keys=False))
     settings = {
         "certManagerChartRepo": box.repo_url("jetstack"),
         "capiOperatorChartRepo": box.repo_url("capi-operator"),
@@ -78,18 +85,18 @@ def _config(engine: Engine, box: workload_box.WorkloadBox) -> list[dict[str, Any
         "ciliumVersion": workload_box.CILIUM_VERSION,
         "clusterAutoscalerChartRepo": box.repo_url("autoscaler"),
         "capmoxReleaseUrl": box.capmox_release_url,
-        f"{lab1}.controlPlaneEndpoint": LAB1_ADDRESS,
-        **{f"{lab1}.workers.{key}": str(value) for key, value in WORKER.items()},
-        **{f"{lab1}.autoscaler.{key}": value for key, value in TIMINGS.items()},
     }
-    return steps + [_step(engine, ("config", "set", "--path", key, value)) for key, value in settings.items()]
+    return steps + [_step(engine, ("config", "set", key, value)) for key, value in settings.items()]
 
 
-def _demand(lab1: Path, mgmt: ControlPlane, replicas: int) -> None:
-    demand(mgmt, lab1, replicas, {"cpu": DEMAND_CPU, "memory": "1Gi"})
+def _demand(lab1: Path, mgmt: ControlPlane, replicas: int, worker_cpus: int) -> None:
+    millicores = int(worker_cpus * 1000 * DEMAND_SHARE_OF_CPU)
+    demand(mgmt, lab1, replicas, {"cpu": f"{millicores}m", "memory": "1Gi"})
 
 
-def _no_change(engine: Engine, mgmt: ControlPlane, after: str, *, preview: bool = False) -> dict[str, Any]:
+def _no_change(
+    engine: Engine, mgmt: ControlPlane, cluster: Workload, after: str, *, preview: bool = False
+) -> dict[str, Any]:
     """`pulumi up --expect-no-changes` (it fails on any change it makes) and what was written
     meanwhile; after the first up, the zero-change preview a user runs first too. Between the
     autoscaler's steps a preview would only repeat the up's plan: nothing upstream changed, so
@@ -97,11 +104,13 @@ def _no_change(engine: Engine, mgmt: ControlPlane, after: str, *, preview: bool 
     mark = len(mgmt.audit())
     checked = {"preview": run(engine, mgmt, "preview", "--expect-no-changes")} if preview else {}
     up = run(engine, mgmt, "up", "--expect-no-changes")
-    return {"after": after, **checked, "up": up, "md_writes": scales(mgmt, mark)}
+    return {"after": after, **checked, "up": up, "md_writes": scales(mgmt, mark, cluster)}
 
 
-def lab1_autoscaling(root: str) -> dict[str, Any]:
-    base, out = Path(root), dict[str, Any]()
+def lab1_autoscaling(root: str, site: str) -> dict[str, Any]:
+    base, entry = Path(root), declared(site)
+    cluster = Workload.of(entry)
+    out: dict[str, Any] = {"site": site, "entry": entry}
     times: dict[str, float] = {}
     began = time.monotonic()
 
@@ -109,10 +118,14 @@ def lab1_autoscaling(root: str) -> dict[str, Any]:
         times[what] = round(time.monotonic() - began, 1)
 
     with workload_box.running_with_autoscaler(
-        base, NS, AUTOSCALER, backoff_seconds=BACKOFF_SECONDS, secret_sync_seconds=SECRET_SYNC_SECONDS
+        base,
+        cluster.namespace,
+        cluster.autoscaler,
+        backoff_seconds=BACKOFF_SECONDS,
+        secret_sync_seconds=SECRET_SYNC_SECONDS,
     ) as (box, runner):
         try:
-            _steps(box, runner, out, mark)
+            _steps(box, runner, entry, out, mark)
         except Exception:  # what happened so far is the test's to read
             out["failed"] = traceback.format_exc()
         out |= {
@@ -133,23 +146,28 @@ def lab1_autoscaling(root: str) -> dict[str, Any]:
 
 
 def _steps(  # noqa: PLR0915 - one scenario, step by step
-    box: workload_box.WorkloadBox, runner: pod_runner.PodRunner, out: dict[str, Any], mark: Callable[[str], None]
+    box: workload_box.WorkloadBox,
+    runner: pod_runner.PodRunner,
+    entry: dict[str, Any],
+    out: dict[str, Any],
+    mark: Callable[[str], None],
 ) -> None:
-    mgmt = box.mgmt
+    mgmt, cluster = box.mgmt, Workload.of(entry)
+    ns = cluster.namespace
     mark("box up")
     engine = box.engine(workload_clusters=True)
-    out["config"] = [step for step in _config(engine, box) if step["rc"] != 0]
+    out["config"] = [step for step in _config(engine, box, entry) if step["rc"] != 0]
     # 1. The first up: lab1 at 0 workers, Cilium after ControlPlaneInitialized, the autoscaler.
     out["up1"] = run(engine, mgmt, "up")
     mark("first pulumi up")
     if out["up1"]["rc"]:
         raise AssertionError("the first pulumi up failed")
-    lab1_plane = box.standins.running[f"{NS}/{CLUSTER}"]
+    lab1_plane = box.standins.running[cluster.key]
     # The admin's kubeconfig as it is now (step 6 rotates the one the stand-in keeps).
     lab1 = lab1_plane.root / "scenario-lab1.kubeconfig"
     lab1.write_text(lab1_plane.kubeconfig.read_text())
-    cluster = get(mgmt, "cluster", CLUSTER)
-    out["cluster"], out["cluster_conditions"] = cluster, conditions(cluster)
+    made = get(mgmt, "cluster", cluster.name, namespace=ns)
+    out["cluster"], out["cluster_conditions"] = made, conditions(made)
     out["lab1_helm_writes"] = [
         [e["requestReceivedTimestamp"], e["verb"], e["objectRef"].get("name", "")]
         for e in lab1_plane.audit()
@@ -157,34 +175,35 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
         and e["objectRef"].get("name", "").startswith("sh.helm.release")
         and e["verb"] in WRITES
     ]
-    out["md_created"] = get(mgmt, "machinedeployment", WORKERS)
-    out["beneath"] = _beneath_the_first_up(box, lab1)
-    out["autoscaler"] = _the_first_autoscaler(mgmt, runner)
+    out["md_created"] = get(mgmt, "machinedeployment", cluster.workers, namespace=ns)
+    worker_cpus = int(out["md_created"]["metadata"]["annotations"]["capacity.cluster-autoscaler.kubernetes.io/cpu"])
+    out["beneath"] = _beneath_the_first_up(box, cluster, lab1)
+    out["autoscaler"] = _the_first_autoscaler(mgmt, cluster, runner)
     # 2. Nothing to change, nothing written.
-    out["no_change"] = [_no_change(engine, mgmt, "first up", preview=True)]
+    out["no_change"] = [_no_change(engine, mgmt, cluster, "first up", preview=True)]
     mark("no-change preview and up")
-    lab = Lab(mgmt, lab1)
+    lab = Lab(mgmt, lab1, cluster)
     # 3. Demand that fits nowhere: 0 -> 1 from zero, then 1 -> 3.
     timelines, audit_mark = {}, len(mgmt.audit())
     step_began, wall = time.monotonic(), time.time()
-    _demand(lab1, mgmt, 1)
+    _demand(lab1, mgmt, 1, worker_cpus)
     timelines["0->1"] = lab.watch(
         "0 -> 1", lambda s: s["scheduled"] == 1 and s["nodes"] == 1 and s["replicas"] == 1, step_began
     )
-    out["scale_from_zero"] = scale_writes = scales(mgmt, audit_mark)
-    first = next((s for s in scale_writes if s["user"] == ACCOUNT), None)
+    out["scale_from_zero"] = scale_writes = scales(mgmt, audit_mark, cluster)
+    first = next((s for s in scale_writes if s["user"] == cluster.account), None)
     if first:
         at = time.mktime(time.strptime(first["at"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
         out["reaction"] = round(at + float("0." + first["at"][20:26]) - wall, 1)
     mark("0 -> 1")
-    out["worker"] = worker = _the_first_worker(mgmt, lab, lab1)
-    out["no_change"].append(_no_change(engine, mgmt, "0 -> 1"))
+    out["worker"] = worker = _the_first_worker(mgmt, cluster, lab, lab1)
+    out["no_change"].append(_no_change(engine, mgmt, cluster, "0 -> 1"))
     # The worker's kubelet renews its lease meanwhile.
     worker["lease_later"] = get(
         mgmt, "lease", worker["node"]["metadata"]["name"], namespace="kube-node-lease", kubeconfig=lab1
     )
     audit_mark, step_began = len(mgmt.audit()), time.monotonic()
-    _demand(lab1, mgmt, 3)
+    _demand(lab1, mgmt, 3, worker_cpus)
     # The real scheduler finds no room for the new demand, before the autoscaler makes some.
     out["unschedulable"] = until(
         "a demand pod Unschedulable",
@@ -196,46 +215,48 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     timelines["1->3"] = lab.watch(
         "1 -> 3", lambda s: s["scheduled"] == 3 and s["nodes"] == 3 and s["replicas"] == 3, step_began
     )
-    out["scale_up"] = scales(mgmt, audit_mark)
+    out["scale_up"] = scales(mgmt, audit_mark, cluster)
     mark("1 -> 3")
-    out["managers_at_3"] = managers(mgmt)
-    out["no_change"].append(_no_change(engine, mgmt, "1 -> 3"))
+    out["managers_at_3"] = managers(mgmt, cluster)
+    out["no_change"].append(_no_change(engine, mgmt, cluster, "1 -> 3"))
     # 5. The demand gone: down to 0.
     audit_mark, step_began = len(mgmt.audit()), time.monotonic()
     mgmt.kubectl_as(lab1, "delete", "deployment", DEMAND, "--wait=false").check_returncode()
     timelines["3->0"] = lab.watch(
         "3 -> 0", lambda s: s["replicas"] == 0 and s["machines"] == 0 and s["nodes"] == 0, step_began
     )
-    out["scale_down"] = scales(mgmt, audit_mark)
+    out["scale_down"] = scales(mgmt, audit_mark, cluster)
     out["timelines"] = timelines
     out["nodes_after"] = [n["metadata"]["name"] for n in get(mgmt, "nodes", kubeconfig=lab1)["items"]]
     mark("3 -> 0")
-    out["no_change"].append(_no_change(engine, mgmt, "3 -> 0"))
-    out["managers_at_0"] = managers(mgmt)
+    out["no_change"].append(_no_change(engine, mgmt, cluster, "3 -> 0"))
+    out["managers_at_0"] = managers(mgmt, cluster)
     # 6. lab1's kubeconfig rotated where Cluster API keeps it (the KCP stand-in writes the Secret
     # from its control plane's admin kubeconfig): the next up restarts the autoscaler. Before the
     # sizing change, whose runs take the time the new autoscaler waits for its predecessor's lease.
-    _rotate(engine, mgmt, lab1_plane, runner, out)
+    _rotate(engine, mgmt, cluster, lab1_plane=lab1_plane, runner=runner, out=out)
     mark("kubeconfig rotation")
     # 7. A worker sizing change: a new template, the MachineDeployment repointed, the old deleted.
-    _resize(engine, mgmt, out)
+    _resize(engine, mgmt, cluster, entry["workers"]["memoryMib"] + RESIZE_BY_MIB, out)
     mark("worker sizing change")
-    out["no_change"].append(_no_change(engine, mgmt, "sizing change"))
+    out["no_change"].append(_no_change(engine, mgmt, cluster, "sizing change"))
     # 8. The controls: without the rule, scale-from-zero does not happen; without the contract
     # label, the infrastructure cannot be resolved. The CAPMOX assets the chart stand-in serves.
-    out["control"] = lab1_controls.without_the_template_rule(mgmt, lab, runner, lambda: _demand(lab1, mgmt, 1))
+    out["control"] = lab1_controls.without_the_template_rule(
+        mgmt, lab, runner, lambda: _demand(lab1, mgmt, 1, worker_cpus)
+    )
     mark("control")
     out["capmox_assets"] = capmox_assets(box.charts)
     out["unlabelled"] = lab1_controls.without_contract_labels(mgmt, box.manager)
     mark("contract control")
 
 
-def _beneath_the_first_up(box: workload_box.WorkloadBox, lab1: Path) -> dict[str, Any]:
+def _beneath_the_first_up(box: workload_box.WorkloadBox, cluster: Workload, lab1: Path) -> dict[str, Any]:
     """What the operator stand-in, the real Cluster API manager and the workload stand-ins made
     of the program's objects: the real CRDs and their labels, the webhooks, the MachineSet, the
     kubeconfig Secret, lab1's control-plane Node and the system pods on it."""
     mgmt = box.mgmt
-    control_node = until("the control-plane Node", lambda: box.standins.control_plane_nodes.get(f"{NS}/{CLUSTER}"))
+    control_node = until("the control-plane Node", lambda: box.standins.control_plane_nodes.get(cluster.key))
     system_pods = until(
         "CoreDNS and Cilium Running on the control plane",
         lambda: (
@@ -251,25 +272,25 @@ def _beneath_the_first_up(box: workload_box.WorkloadBox, lab1: Path) -> dict[str
         "crd_labels": {crd["metadata"]["name"]: crd["metadata"].get("labels", {}) for crd in get(mgmt, "crd")["items"]},
         "webhook_configurations": list(box.manager.configurations),
         "manager_ready_seconds": box.manager.started_seconds,
-        "machine_sets": get(mgmt, "machinesets")["items"],
-        "secret": kubeconfig_secret(mgmt),
+        "machine_sets": get(mgmt, "machinesets", namespace=cluster.namespace)["items"],
+        "secret": kubeconfig_secret(mgmt, cluster),
         "readyz": mgmt.kubectl_as(lab1, "get", "--raw", "/readyz").stdout,
         "control_node": get(mgmt, "node", control_node, kubeconfig=lab1),
         "system_pods": system_pods,
     }
 
 
-def _the_first_autoscaler(mgmt: ControlPlane, runner: pod_runner.PodRunner) -> dict[str, Any]:
+def _the_first_autoscaler(mgmt: ControlPlane, cluster: Workload, runner: pod_runner.PodRunner) -> dict[str, Any]:
     """The autoscaler's first process as it runs, and the Pod it runs for."""
     started = until("the autoscaler started", lambda: next((e for e in runner.events if e["event"] == "started"), None))
     return {
         "process": process(started["pid"]),
-        "pod": get(mgmt, "pod", started["pod"]),
+        "pod": get(mgmt, "pod", started["pod"], namespace=cluster.namespace),
         "mgmt_ca": (mgmt.root / "pki" / "apiserver.crt").read_text(),
     }
 
 
-def _the_first_worker(mgmt: ControlPlane, lab: Lab, lab1: Path) -> dict[str, Any]:
+def _the_first_worker(mgmt: ControlPlane, cluster: Workload, lab: Lab, lab1: Path) -> dict[str, Any]:
     """The chain the real MachineSet and Machine controllers made for the first worker, the Node
     the kubelet stand-in registered, the demand pod the real scheduler placed on it."""
     machine = until(
@@ -277,7 +298,7 @@ def _the_first_worker(mgmt: ControlPlane, lab: Lab, lab1: Path) -> dict[str, Any
         lambda: next(
             (
                 m
-                for m in get(mgmt, "machines")["items"]
+                for m in get(mgmt, "machines", namespace=cluster.namespace)["items"]
                 if m.get("status", {}).get("phase") == "Running" and m["status"].get("nodeRef")
             ),
             None,
@@ -293,8 +314,12 @@ def _the_first_worker(mgmt: ControlPlane, lab: Lab, lab1: Path) -> dict[str, Any
     )
     return {
         "machine": machine,
-        "proxmox_machine": get(mgmt, "proxmoxmachine", machine["spec"]["infrastructureRef"]["name"]),
-        "kubeadm_config": get(mgmt, "kubeadmconfig", machine["spec"]["bootstrap"]["configRef"]["name"]),
+        "proxmox_machine": get(
+            mgmt, "proxmoxmachine", machine["spec"]["infrastructureRef"]["name"], namespace=cluster.namespace
+        ),
+        "kubeadm_config": get(
+            mgmt, "kubeadmconfig", machine["spec"]["bootstrap"]["configRef"]["name"], namespace=cluster.namespace
+        ),
         "node": node,
         "running": until(
             "the demand pod Running",
@@ -304,10 +329,11 @@ def _the_first_worker(mgmt: ControlPlane, lab: Lab, lab1: Path) -> dict[str, Any
     }
 
 
-def _resize(engine: Engine, mgmt: ControlPlane, out: dict[str, Any]) -> None:
-    sets_before = names(mgmt, "machinesets")
+def _resize(engine: Engine, mgmt: ControlPlane, cluster: Workload, memory_mib: int, out: dict[str, Any]) -> None:
+    ns = cluster.namespace
+    sets_before = names(mgmt, "machinesets", ns)
     out["resize_config"] = _step(
-        engine, ("config", "set", "--path", "workloadClusters[0].workers.memoryMib", str(RESIZED_MIB))
+        engine, ("config", "set", "--path", "workloadClusters[0].workers.memoryMib", str(memory_mib))
     )
     audit_mark = len(mgmt.audit())
     out["resize_preview"] = run(engine, mgmt, "preview")
@@ -320,19 +346,25 @@ def _resize(engine: Engine, mgmt: ControlPlane, out: dict[str, Any]) -> None:
         and e["objectRef"].get("resource") in ("proxmoxmachinetemplates", "machinedeployments")
         and "dryRun=All" not in e.get("requestURI", "")
     ]
-    new_sets = until("a new MachineSet", lambda: sorted(set(names(mgmt, "machinesets")) - set(sets_before)) or None)
+    new_sets = until("a new MachineSet", lambda: sorted(set(names(mgmt, "machinesets", ns)) - set(sets_before)) or None)
     out["machinesets"] = {"before": sets_before, "new": new_sets}
-    out["md_resized"] = get(mgmt, "machinedeployment", WORKERS)
-    out["templates"] = names(mgmt, "proxmoxmachinetemplates")
+    out["md_resized"] = get(mgmt, "machinedeployment", cluster.workers, namespace=ns)
+    out["templates"] = names(mgmt, "proxmoxmachinetemplates", ns)
 
 
 def _rotate(
-    engine: Engine, mgmt: ControlPlane, lab1_plane: ControlPlane, runner: pod_runner.PodRunner, out: dict[str, Any]
+    engine: Engine,
+    mgmt: ControlPlane,
+    cluster: Workload,
+    *,
+    lab1_plane: ControlPlane,
+    runner: pod_runner.PodRunner,
+    out: dict[str, Any],
 ) -> None:
     """A renewed admin kubeconfig: the Secret rewritten reaches the running autoscaler's mounted
     file, which it does not read again (#4784); the next `pulumi up` puts the new digest on the pod
     template, and the rollout restarts it."""
-    before = kubeconfig_secret(mgmt)["value"]
+    before = kubeconfig_secret(mgmt, cluster)["value"]
     [*_, running] = [e for e in runner.events if e["event"] == "started"]
     # Marked before the rotation: the runner may sync the new Secret before it is seen here.
     events = len(runner.events)
@@ -340,7 +372,8 @@ def _rotate(
     rotated = json.loads(lab1_plane.kubeconfig_of(OPERATOR_USER).read_text())
     lab1_plane.kubeconfig_of(ADMIN_USER).write_text(json.dumps(rotated))
     value = until(
-        "the KCP stand-in rewrites lab1-kubeconfig", lambda: (now := kubeconfig_secret(mgmt)["value"]) != before and now
+        f"the KCP stand-in rewrites {cluster.kubeconfig_secret}",
+        lambda: (now := kubeconfig_secret(mgmt, cluster)["value"]) != before and now,
     )
     out["rotated_secret"] = True
     until("the runner syncs the mounted Secret", lambda: any(e["event"] == "synced" for e in runner.events[events:]))
@@ -360,5 +393,5 @@ def _rotate(
     until("the autoscaler restarted with the new kubeconfig", restarted)
     out["rotation_events"] = runner.events[events:]
     [new] = [e for e in out["rotation_events"] if e["event"] == "started"]
-    out["rotation_deployment"] = get(mgmt, "deployment", AUTOSCALER)
-    out["rotation_pod"] = get(mgmt, "pod", new["pod"])
+    out["rotation_deployment"] = get(mgmt, "deployment", cluster.autoscaler, namespace=cluster.namespace)
+    out["rotation_pod"] = get(mgmt, "pod", new["pod"], namespace=cluster.namespace)

@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from e2e.box.lab1_reads import ACCOUNT, NS, Lab, conditions, get, scales, until
+from e2e.box.lab1_reads import Lab, conditions, get, scales, until
 from e2e.controllers.cluster_api import ClusterApiManager
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import pod_runner
@@ -40,13 +40,13 @@ UNLABELLED = "lab2"
 CONTRACT_ERROR = "cannot find any versions matching contract versions"
 
 
-def account_requests(events: list[dict[str, Any]], since: float = 0.0) -> dict[str, list[list[Any]]]:
-    """The autoscaler's ServiceAccount's requests on the Cluster API objects it reads, received at
+def account_requests(events: list[dict[str, Any]], account: str, since: float = 0.0) -> dict[str, list[list[Any]]]:
+    """The autoscaler's ServiceAccount's (`account`) requests on the Cluster API objects it reads, received at
     `since` (a time.time()) or later: for each resource, each distinct [namespace, verb, code]."""
     found: dict[str, set[tuple[str, str, int]]] = {}
     for event in events:
         ref = event.get("objectRef", {})
-        if event["user"]["username"] != ACCOUNT or ref.get("resource") not in ("machinedeployments", TEMPLATES):
+        if event["user"]["username"] != account or ref.get("resource") not in ("machinedeployments", TEMPLATES):
             continue
         received = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
         if received >= since:
@@ -61,11 +61,12 @@ def without_the_template_rule(
     """The Role without the proxmoxmachinetemplates rule, the autoscaler killed and restarted,
     demand at 0 workers: refused the templates, it scales nothing (see the module's docstring).
     Also what its ServiceAccount was allowed before, and the crash and restart."""
-    roles = get(mgmt, "roles")["items"]
+    cluster = lab.cluster
+    roles = get(mgmt, "roles", namespace=cluster.namespace)["items"]
     [role] = [r for r in roles if any(TEMPLATES in rule.get("resources", []) for rule in r["rules"])]
     role["rules"] = [rule for rule in role["rules"] if TEMPLATES not in rule.get("resources", [])]
     mgmt.kubectl("replace", "-f", "-", stdin=json.dumps(role))
-    allowed = account_requests(mgmt.audit())
+    allowed = account_requests(mgmt.audit(), cluster.account)
     [*_, running] = [e for e in runner.events if e["event"] == "started"]
     events = len(runner.events)
     os.kill(running["pid"], signal.SIGKILL)
@@ -79,7 +80,7 @@ def without_the_template_rule(
     pod = until(
         "the Pod's status with the restart",
         lambda: (
-            (found := get(mgmt, "pod", restarted["pod"]))
+            (found := get(mgmt, "pod", restarted["pod"], namespace=cluster.namespace))
             and "running" in (found["status"].get("containerStatuses") or [{"state": {}}])[0]["state"]
             and found
         ),
@@ -100,7 +101,7 @@ def without_the_template_rule(
     return {
         "role": role["metadata"]["name"],
         "allowed_with_the_rule": allowed,
-        "refused_without": account_requests(mgmt.audit(), since=restarted["at"]),
+        "refused_without": account_requests(mgmt.audit(), cluster.account, since=restarted["at"]),
         "crash": crash,
         "pod": pod,
         "refusals_after_pending": len(_refusals(lines[pending_from:])),
@@ -108,7 +109,7 @@ def without_the_template_rule(
         "waiting_for_templates": bool(loops) and any(WAITING_FOR_TEMPLATES in line for line in lines[loops[-1] :]),
         "replicas": now["replicas"],
         "pending_at_end": now["pending"],
-        "scales": scales(mgmt, audit_mark),
+        "scales": scales(mgmt, audit_mark, cluster),
         "forbidden": _refusals(lines)[:3],
     }
 
@@ -130,7 +131,7 @@ def without_contract_labels(mgmt: ControlPlane, manager: ClusterApiManager) -> d
         "cluster.x-k8s.io/v1beta1-",
         "cluster.x-k8s.io/v1beta2-",
     )
-    meta = {"name": UNLABELLED, "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": UNLABELLED}}
+    meta = {"name": UNLABELLED, "namespace": "default", "labels": {"cluster.x-k8s.io/cluster-name": UNLABELLED}}
     infrastructure = {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "ProxmoxCluster", "name": UNLABELLED}
     second = [
         {

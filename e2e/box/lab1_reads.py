@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +25,52 @@ from e2e.engine.control_plane import ControlPlane
 from e2e.engine.kube_api import Api, UnreachableError
 from e2e.standins.cluster import chart_repo_standin
 
-NS, CLUSTER = "default", "lab1"
-WORKERS, AUTOSCALER = f"{CLUSTER}-workers", f"{CLUSTER}-autoscaler"
-ACCOUNT = f"system:serviceaccount:{NS}:{AUTOSCALER}"
-# One demand pod fills a worker (4 cpu, Cilium's agent takes 100m); none fits the control plane.
+
+@dataclass(frozen=True)
+class Workload:
+    """A workload cluster's names on the management cluster: its namespace and name, and what the
+    program and Cluster API name after them."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, entry: dict[str, Any]) -> Workload:
+        """The names of a `workloadClusters` entry."""
+        return cls(entry["namespace"], entry["name"])
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.name}-workers"
+
+    @property
+    def autoscaler(self) -> str:
+        return f"{self.name}-autoscaler"
+
+    @property
+    def account(self) -> str:
+        """The autoscaler's ServiceAccount as the audit log names it."""
+        return f"system:serviceaccount:{self.namespace}:{self.autoscaler}"
+
+    @property
+    def core(self) -> str:
+        """The API path of its Cluster API core objects."""
+        return f"/apis/cluster.x-k8s.io/v1beta2/namespaces/{self.namespace}"
+
+    @property
+    def kubeconfig_secret(self) -> str:
+        return f"{self.name}-kubeconfig"
+
+
+LAB1 = Workload("default", "lab1")
+"""lab1 as the owner made it with clusterctl (the takeover's)."""
 DEMAND = "demand"
-DEMAND_CPU = "3"
 BOUND = 180.0
 POLL = 0.5
-CORE = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default"
 ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
@@ -51,7 +89,7 @@ def get(
     resource: str,
     name: str = "",
     *,
-    namespace: str = NS,
+    namespace: str = LAB1.namespace,
     selector: str = "",
     kubeconfig: Path | None = None,
 ) -> Any:
@@ -69,8 +107,8 @@ def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions", [])}
 
 
-def names(mgmt: ControlPlane, resource: str) -> list[str]:
-    return sorted(item["metadata"]["name"] for item in get(mgmt, resource)["items"])
+def names(mgmt: ControlPlane, resource: str, namespace: str) -> list[str]:
+    return sorted(item["metadata"]["name"] for item in get(mgmt, resource, namespace=namespace)["items"])
 
 
 def run(engine: Engine, mgmt: ControlPlane, action: str, *args: str) -> dict[str, Any]:
@@ -90,15 +128,20 @@ def run(engine: Engine, mgmt: ControlPlane, action: str, *args: str) -> dict[str
     }
 
 
+# The URN types of a workload cluster's Cluster and of Cilium's release, whatever their names.
+CLUSTER_STEP = "$kubernetes:cluster.x-k8s.io/v1beta2:Cluster::"
+CILIUM_STEP = "homelab:index:Cilium$kubernetes:helm.sh/v3:Release::"
+
+
 def _order(events: list[dict[str, Any]]) -> dict[str, list[Any]]:
     """[index in the event log, timestamp] of the Cluster's step done and of Cilium's begun."""
     found: dict[str, list[Any]] = {}
     for index, event in enumerate(events):
-        for kind, suffix, key in (
-            ("resOutputsEvent", "::lab1-cluster", "cluster_done"),
-            ("resourcePreEvent", "::lab1-cilium", "cilium_begun"),
+        for kind, infix, key in (
+            ("resOutputsEvent", CLUSTER_STEP, "cluster_done"),
+            ("resourcePreEvent", CILIUM_STEP, "cilium_begun"),
         ):
-            if kind in event and event[kind]["metadata"]["urn"].endswith(suffix) and key not in found:
+            if kind in event and infix in event[kind]["metadata"]["urn"] and key not in found:
                 found[key] = [index, event.get("timestamp")]
     return found
 
@@ -106,8 +149,9 @@ def _order(events: list[dict[str, Any]]) -> dict[str, list[Any]]:
 class Lab:
     """Reads of both clusters through their APIs (no kubectl process per poll)."""
 
-    def __init__(self, mgmt: ControlPlane, lab1_kubeconfig: Path) -> None:
+    def __init__(self, mgmt: ControlPlane, lab1_kubeconfig: Path, cluster: Workload) -> None:
         self.mgmt, self.lab1 = Api.from_kubeconfig(mgmt.kubeconfig), Api.from_kubeconfig(lab1_kubeconfig)
+        self.cluster = cluster
 
     def get(self, api: Api, path: str) -> Any:
         code, body = api.call("GET", path)
@@ -119,8 +163,9 @@ class Lab:
         return pods
 
     def sample(self) -> dict[str, Any]:
-        deployment = self.get(self.mgmt, f"{CORE}/machinedeployments/{WORKERS}") or {}
-        machines = (self.get(self.mgmt, f"{CORE}/machines") or {}).get("items", [])
+        core = self.cluster.core
+        deployment = self.get(self.mgmt, f"{core}/machinedeployments/{self.cluster.workers}") or {}
+        machines = (self.get(self.mgmt, f"{core}/machines") or {}).get("items", [])
         workers = [m for m in machines if "cluster.x-k8s.io/deployment-name" in m["metadata"].get("labels", {})]
         nodes = (self.get(self.lab1, "/api/v1/nodes") or {}).get("items", [])
         pods = self.demand_pods()
@@ -150,8 +195,8 @@ class Lab:
             time.sleep(POLL)
 
 
-def scales(mgmt: ControlPlane, mark: int) -> list[dict[str, Any]]:
-    """Each write to the MachineDeployment (or its /scale) after `mark`: who, how, when."""
+def scales(mgmt: ControlPlane, mark: int, cluster: Workload) -> list[dict[str, Any]]:
+    """Each write to `cluster`'s MachineDeployment (or its /scale) after `mark`: who, how, when."""
     return [
         {
             "user": event["user"]["username"],
@@ -162,19 +207,22 @@ def scales(mgmt: ControlPlane, mark: int) -> list[dict[str, Any]]:
         }
         for event in mgmt.audit()[mark:]
         if event.get("objectRef", {}).get("resource") == "machinedeployments"
-        and event["objectRef"].get("name") == WORKERS
+        and event["objectRef"].get("name") == cluster.workers
+        and event["objectRef"].get("namespace") == cluster.namespace
         and event["verb"] in WRITES
         and "dryRun=All" not in event.get("requestURI", "")
     ]
 
 
-def managers(mgmt: ControlPlane) -> dict[str, list[str]]:
-    """Which field manager owns which of the MachineDeployment's spec fields (top level)."""
+def managers(mgmt: ControlPlane, cluster: Workload) -> dict[str, list[str]]:
+    """Which field manager owns which of `cluster`'s MachineDeployment's spec fields (top level)."""
     return {
         "/".join(filter(None, (entry["manager"], entry["operation"], entry.get("subresource")))): sorted(
             key.removeprefix("f:") for key in entry.get("fieldsV1", {}).get("f:spec", {})
         )
-        for entry in get(mgmt, "machinedeployment", WORKERS)["metadata"]["managedFields"]
+        for entry in get(mgmt, "machinedeployment", cluster.workers, namespace=cluster.namespace)["metadata"][
+            "managedFields"
+        ]
     }
 
 
@@ -233,9 +281,9 @@ def process(pid: int) -> dict[str, Any]:
     }
 
 
-def kubeconfig_secret(mgmt: ControlPlane) -> dict[str, Any]:
-    """lab1-kubeconfig as Cluster API keeps it: its type, metadata, keys and decoded value."""
-    secret = get(mgmt, "secret", f"{CLUSTER}-kubeconfig")
+def kubeconfig_secret(mgmt: ControlPlane, cluster: Workload) -> dict[str, Any]:
+    """`<name>-kubeconfig` as Cluster API keeps it: its type, metadata, keys and decoded value."""
+    secret = get(mgmt, "secret", cluster.kubeconfig_secret, namespace=cluster.namespace)
     return {key: secret[key] for key in ("type", "metadata")} | {
         "keys": sorted(secret["data"]),
         "value": base64.b64decode(secret["data"]["value"]).decode(),

@@ -16,11 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from e2e.box.lab1_reads import get
+from e2e.box.lab1_reads import LAB1, get
 from e2e.box.scenarios import WRITES
 from e2e.engine.control_plane import ControlPlane
 
-NS, CLUSTER = "default", "lab1"
+NS, CLUSTER = LAB1.namespace, LAB1.name
 # The seven objects clusterctl renders from CAPMOX's default template, as `kubectl get` names them.
 OBJECTS = (
     ("cluster", CLUSTER),

@@ -28,8 +28,6 @@ from e2e.box import clusterctl_lab1, lab1_adoption_steps, lab1_reads, lab1_state
 from e2e.box.scenarios import _lab_secrets, _readme_first_run, _step
 from e2e.engine.cli import Engine
 
-NS, CLUSTER = clusterctl_lab1.NS, clusterctl_lab1.CLUSTER
-AUTOSCALER = f"{CLUSTER}-autoscaler"
 # The workers' bounds the owner picks (at least the one worker running, W1), and the box's short autoscaler timings
 # through the program's own settings (as the program's lab1 scenario sets them).
 WORKER_BOUNDS = {"minSize": 1, "maxSize": 3}
@@ -93,7 +91,9 @@ def lab1_taken_over(root: str, site: str) -> dict[str, Any]:
     def mark(what: str) -> None:
         times[what] = round(time.monotonic() - began, 1)
 
-    with workload_box.running_with_autoscaler(base, NS, AUTOSCALER, backoff_seconds=1.0, secret_sync_seconds=2.0) as (
+    with workload_box.running_with_autoscaler(
+        base, lab1_reads.LAB1.namespace, lab1_reads.LAB1.autoscaler, backoff_seconds=1.0, secret_sync_seconds=2.0
+    ) as (
         box,
         runner,
     ):

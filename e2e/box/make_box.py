@@ -14,10 +14,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from e2e.box import floor, scenarios
+from e2e.box import floor, lab1_sites, scenarios
 from e2e.box.box import K3S_BUMP, Box, _observed, running
 from e2e.engine.cli import REPO, built_bin
 from e2e.engine.netns import in_new_netns, netns_command
@@ -158,9 +159,37 @@ def _what_it_did(name: str, run: dict[str, Any]) -> str:
     )
 
 
+# What `make bench` reads off a scaling step's timeline ([seconds, field, value] each time a field
+# changed, from the demand's change on): when each link of the chain first reached the step's end.
+SCALING_STEPS = {"0->1": ("scale-up 0 -> 1, from zero", 1), "1->3": ("scale-up 1 -> 3", 3)}
+CHAIN = (("replicas", "replicas"), ("machines", "Machines"), ("nodes", "Nodes"), ("scheduled", "pods scheduled"))
+
+
+def scaling_lines(result: dict[str, Any]) -> list[str]:
+    """The scale-up lines of the program's lab1 scenario (lab1_autoscaling.py): from the demand to
+    the pending pod, the autoscaler's `/scale` (its reaction), the Machine, the Node and the pod
+    scheduled; and the scale-down to zero."""
+    lines = [f"autoscaler's reaction from zero (demand created -> its /scale): {result['reaction']}s"]
+    for step, (title, target) in SCALING_STEPS.items():
+        timeline = result["timelines"][step]
+        reached = [f"pod pending at {_first(timeline, 'pending', lambda value: value > 0)}"]
+        for field, label in CHAIN:
+            reached.append(f"{label} {target} at {_first(timeline, field, lambda value, t=target: value == t)}")
+        lines.append(f"{title}: {', '.join(reached)}")
+    timeline = result["timelines"]["3->0"]
+    gone = [f"{label} 0 at {_first(timeline, field, lambda value: value == 0)}" for field, label in CHAIN[:3]]
+    lines.append(f"scale-down 3 -> 0 once the demand is deleted: {', '.join(gone)}")
+    return lines
+
+
+def _first(timeline: list[list[Any]], field: str, reached: Callable[[Any], bool]) -> str:
+    """When `field` first `reached` its mark, in seconds since the demand changed; or never."""
+    return next((f"{seconds}s" for seconds, key, value in timeline if key == field and reached(value)), "never")
+
+
 def _bench(root: Path) -> int:
-    """The tests' first run and no-op run, the no-op against the engine's floor, and a k3s bump,
-    their numbers printed."""
+    """The tests' first run and no-op run, the no-op against the engine's floor, a k3s bump and
+    the program's lab1 scaling from zero and back, their numbers printed."""
     result = in_new_netns("lifecycle.whole_box_bench", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=1800)
     first, second = result["first_up"], result["second_up"]
     print(f"first pulumi up: rc {first['rc']}, {first['seconds']}s, {first['summary']}")
@@ -194,7 +223,19 @@ def _bench(root: Path) -> int:
         bump = result["k3s_bump"]["up"]
         print(_what_it_did(f"k3s bump to {K3S_BUMP}, pulumi up", bump), f"({len(bump['installs'])} installer runs)")
         runs.append(bump)
-    return 0 if "k3s_bump" in result and all(run["rc"] == 0 for run in runs) else 1
+    (root / "lab1").mkdir()
+    scaling = in_new_netns(
+        "lab1_autoscaling.lab1_autoscaling",
+        str(root / "lab1"),
+        "lab",
+        addresses=lab1_sites.addresses("lab"),
+        timeout=900,
+    )
+    if "failed" in scaling:
+        print("lab1 scaling failed:", scaling["failed"][-3000:])
+    else:
+        print(*scaling_lines(scaling), sep="\n")
+    return 0 if "k3s_bump" in result and "failed" not in scaling and all(run["rc"] == 0 for run in runs) else 1
 
 
 if __name__ == "__main__":
