@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import shlex
 import shutil
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +176,7 @@ def scaling_lines(result: dict[str, Any]) -> list[str]:
         timeline = result["timelines"][step]
         reached = [f"pod pending at {_first(timeline, 'pending', lambda value: value > 0)}"]
         for field, label in CHAIN:
-            reached.append(f"{label} {target} at {_first(timeline, field, lambda value, t=target: value == t)}")
+            reached.append(f"{label} {target} at {_first(timeline, field, partial(operator.eq, target))}")
         lines.append(f"{title}: {', '.join(reached)}")
     timeline = result["timelines"]["3->0"]
     gone = [f"{label} 0 at {_first(timeline, field, lambda value: value == 0)}" for field, label in CHAIN[:3]]
