@@ -246,6 +246,12 @@ def test_the_autoscaler_reads_lab1_through_its_kubeconfig_secret_with_the_rule_t
         "scale-down-unneeded-time": "10m",
         "scale-down-delay-after-add": "10m",
         "max-node-provision-time": "15m",
+        # Not client-go's 5 a second, which throttled each main loop for seconds (#6333).
+        "kube-client-qps": "30",
+        "kube-client-burst": "60",
+        # A node still uninitialized is not one the pending pod fits on yet (#7268).
+        "startup-taint_1": "node.cluster.x-k8s.io/uninitialized",
+        "startup-taint_2": "node.cilium.io/agent-not-ready",
     }
 
 
@@ -266,6 +272,10 @@ def test_the_autoscaler_timings_are_settings(lab1: harness.Run) -> None:
         "scale-down-unneeded-time": "20s",
         "scale-down-delay-after-add": "5s",
         "max-node-provision-time": "15m",
+        "kube-client-qps": "30",
+        "kube-client-burst": "60",
+        "startup-taint_1": "node.cluster.x-k8s.io/uninitialized",
+        "startup-taint_2": "node.cilium.io/agent-not-ready",
     }
     assert {name for _, name in harness.changed(lab1, run)} == {"lab1-autoscaler"}
 
