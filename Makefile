@@ -12,11 +12,9 @@ SCRIPTS := $(wildcard components/scripts/*.sh) $(shell find e2e -name '*.sh')
 
 check: lint test
 
-# --no-compile: Python compiles what the program imports when it first runs; compiling every
-# module of the SDKs up front took 8 of the install's 20 CPU seconds.
 venv:
 	test -x $(PY) || python3 -m venv .venv
-	$(PY) -m pip install -q --no-compile --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 
 $(VENV):
 	$(MAKE) venv
