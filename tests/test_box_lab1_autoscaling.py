@@ -157,7 +157,7 @@ def test_control_without_the_template_rule_no_scale_from_zero(lab1_box: Any) -> 
     control = lab1_box["control"]
     assert control["forbidden"], control
     # Once the demand was pending, the autoscaler retried the list it is refused, again and again;
-    # its main loop, which at a 2 s scan interval would have run each time meanwhile, ran once and
+    # its main loop, which the pending pod would have started again at once, ran once and
     # waits for the templates' cache, which nothing refused can fill: no scale-up can come.
     assert control["refusals_after_pending"] >= lab1_controls.CONTROL_REFUSALS
     assert control["main_loops"] == 1

@@ -95,9 +95,12 @@ def _kill_session(session: int) -> None:
     for pid, parent, _ in _descendants():
         if parent in tree:
             tree.add(pid)
-    for pid in tree:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    # All stopped first, then all killed: killed one by one, a parent still running could see its
+    # child die and run its EXIT trap (the installer logging "failed (exit 137)" on a loaded machine).
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
 
 @contextmanager

@@ -30,8 +30,8 @@ from e2e.standins.cluster import pod_runner
 TEMPLATES = "proxmoxmachinetemplates"
 # Each retry of the autoscaler's informer on the templates that the API server refuses (its log).
 REFUSED = '"Failed to watch"'
-# Three refused retries after the demand is pending (about 8 s of the informer's backoff, four scan
-# intervals): a main loop that were free would have run again meanwhile.
+# Three refused retries after the demand is pending (about 8 s of the informer's backoff): a main
+# loop that were free would have run again meanwhile, started at once by the pending pod.
 CONTROL_REFUSALS = 3
 MAIN_LOOP = "Starting main loop"
 WAITING_FOR_TEMPLATES = "waiting for cache sync on infrastructure resource"

@@ -31,7 +31,7 @@ from e2e.engine.cli import Engine
 # The workers' bounds the owner picks (at least the one worker running, W1), and the box's short autoscaler timings
 # through the program's own settings (as the program's lab1 scenario sets them).
 WORKER_BOUNDS = {"minSize": 1, "maxSize": 3}
-TIMINGS = {"scanInterval": "2s", "scaleDownUnneededTime": "10s", "scaleDownDelayAfterAdd": "5s"}
+TIMINGS = {"scaleDownUnneededTime": "10s", "scaleDownDelayAfterAdd": "5s"}
 # Where the autoscaler scales lab1 after the takeover: the lab's values alone. What is site-specific
 # (the values read back, the gate, the imports, the writes) is proven at both; the scaling
 # proves the program's autoscaler on an adopted cluster, the same at any site, and costs a
