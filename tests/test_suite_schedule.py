@@ -6,6 +6,7 @@ modules come first. Checked on the real collection, in a pytest of its own."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,8 @@ def collected(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-m", "engine", "--collect-only", "-q", "-p", "schedule_recorder"],
         cwd=REPO,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(where), "SCHEDULE_RECORD": str(record)},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(where), "SCHEDULE_RECORD": str(record)}
+        | {name: os.environ[name] for name in ("LAB_MGMT_LAB1_SITES",) if name in os.environ},
         capture_output=True,
         text=True,
         check=False,
