@@ -27,8 +27,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from e2e.box import lab1_controls, workload_box
 from e2e.box.lab1_reads import (
     DEMAND,
@@ -51,7 +49,7 @@ from e2e.box.lab1_reads import (
 from e2e.box.lab1_sites import declared
 from e2e.box.scenarios import WRITES, _lab_secrets, _readme_first_run, _step
 from e2e.controllers import cluster_api
-from e2e.engine.cli import PROJECT, STACK, Engine
+from e2e.engine.cli import Engine, declare_workload_clusters
 from e2e.engine.control_plane import ADMIN_USER, OPERATOR_USER, ControlPlane
 from e2e.standins.cluster import pod_runner
 
@@ -77,19 +75,8 @@ def _config(engine: Engine, box: workload_box.WorkloadBox, entry: dict[str, Any]
     """The README's first run, the cluster declared in the stack file as an owner edits it (with
     the box's short timings), and the box's chart repositories and CAPMOX release."""
     steps = _readme_first_run(engine, _lab_secrets())
-    stack_file = engine.project / f"Pulumi.{STACK}.yaml"
-    stack = yaml.safe_load(stack_file.read_text())
-    stack["config"][f"{PROJECT}:workloadClusters"] = [entry | {"autoscaler": TIMINGS}]
-    stack_file.write_text(yaml.safe_dump(stack, sort_keys=False))
-    settings = {
-        "certManagerChartRepo": box.repo_url("jetstack"),
-        "capiOperatorChartRepo": box.repo_url("capi-operator"),
-        "ciliumChartRepo": box.repo_url("cilium"),
-        "ciliumVersion": workload_box.CILIUM_VERSION,
-        "clusterAutoscalerChartRepo": box.repo_url("autoscaler"),
-        "capmoxReleaseUrl": box.capmox_release_url,
-    }
-    return steps + [_step(engine, ("config", "set", key, value)) for key, value in settings.items()]
+    declare_workload_clusters(engine, [entry | {"autoscaler": TIMINGS}])
+    return steps + [_step(engine, ("config", "set", key, value)) for key, value in box.served_settings().items()]
 
 
 def _demand(lab1: Path, mgmt: ControlPlane, replicas: int, worker_cpus: int) -> None:

@@ -15,18 +15,14 @@ autoscaler's chart and the pod runner as the program's lab1 scenario has them:
 
 from __future__ import annotations
 
-import re
-import textwrap
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from e2e.box import clusterctl_lab1, lab1_adoption_steps, lab1_reads, lab1_state, workload_box
 from e2e.box.scenarios import _lab_secrets, _readme_first_run, _step
-from e2e.engine.cli import Engine
+from e2e.engine.cli import Engine, declare_workload_clusters
 
 # The workers' bounds the owner picks (at least the one worker running, W1), and the box's short autoscaler timings
 # through the program's own settings (as the program's lab1 scenario sets them).
@@ -41,32 +37,6 @@ SCALING_SITES = ("lab",)
 PROGRAM_POD_CIDR = "10.244.0.0/16"
 
 
-def _settings(box: workload_box.WorkloadBox) -> dict[str, str]:
-    """Where the box serves what the program fetches (the stack's own settings)."""
-    return {
-        "certManagerChartRepo": box.repo_url("jetstack"),
-        "capiOperatorChartRepo": box.repo_url("capi-operator"),
-        "ciliumChartRepo": box.repo_url("cilium"),
-        "ciliumVersion": workload_box.CILIUM_VERSION,
-        "clusterAutoscalerChartRepo": box.repo_url("autoscaler"),
-        "capmoxReleaseUrl": box.capmox_release_url,
-    }
-
-
-def declare(engine: Engine, entry: dict[str, Any]) -> str:
-    """The owner's edit of the stack file: `workloadClusters` set to the one entry (in place of the
-    empty list the box's engine starts with, or of the entry declared before), the rest of the
-    file as it is. The text written."""
-    stack_file = engine.project / "Pulumi.lab.yaml"
-    text = stack_file.read_text()
-    start = text.index("  lab-mgmt:workloadClusters:")
-    following = re.search(r"^  [^\s-]", text[start + 1 :], re.MULTILINE)
-    end = start + 1 + following.start() if following else len(text)
-    written = textwrap.indent(yaml.safe_dump({"lab-mgmt:workloadClusters": [entry]}, sort_keys=False), "  ")
-    stack_file.write_text(text[:start] + written + text[end:])
-    return written
-
-
 def _before_the_takeover(
     engine: Engine, box: workload_box.WorkloadBox, base: Path, entry: dict[str, Any], out: dict[str, Any]
 ) -> None:
@@ -74,9 +44,9 @@ def _before_the_takeover(
     (the template's) is refused by the settings; with the program's own pod CIDR the preview stops
     at the Cluster that kubectl made. Neither writes to lab1 (the snapshot unchanged)."""
     mark = len(box.mgmt.audit())
-    out["declared"] = declare(engine, entry)
+    out["declared"] = declare_workload_clusters(engine, [entry])
     out["preview_live_values"] = lab1_reads.run(engine, box.mgmt, "preview")
-    declare(engine, entry | {"podCidr": PROGRAM_POD_CIDR})
+    declare_workload_clusters(engine, [entry | {"podCidr": PROGRAM_POD_CIDR}])
     out["preview_program_pod_cidr"] = lab1_reads.run(engine, box.mgmt, "preview")
     out["changed_by_previews"] = lab1_state.changed(
         out["snapshot"], lab1_state.snapshot(box.mgmt, base / "lab1.kubeconfig")
@@ -103,7 +73,7 @@ def lab1_taken_over(root: str, site: str) -> dict[str, Any]:
         try:
             engine = box.engine()
             config = _readme_first_run(engine, _lab_secrets())
-            config += [_step(engine, ("config", "set", key, value)) for key, value in _settings(box).items()]
+            config += [_step(engine, ("config", "set", key, value)) for key, value in box.served_settings().items()]
             out["config_failed"] = [step for step in config if step["rc"]]
             out["mgmt_up"] = lab1_reads.run(engine, box.mgmt, "up")
             if out["mgmt_up"]["rc"]:

@@ -82,6 +82,18 @@ class WorkloadBox:
         """A chart repository's URL: `jetstack`, `capi-operator`, `cilium` or an extra one."""
         return f"{self.charts.url}/{repository}"
 
+    def served_settings(self) -> dict[str, str]:
+        """The program's settings that point it at what the box serves: the chart repositories
+        (the autoscaler's too), Cilium's version there, and CAPMOX's release."""
+        return {
+            "certManagerChartRepo": self.repo_url("jetstack"),
+            "capiOperatorChartRepo": self.repo_url("capi-operator"),
+            "ciliumChartRepo": self.repo_url("cilium"),
+            "ciliumVersion": CILIUM_VERSION,
+            "clusterAutoscalerChartRepo": self.repo_url("autoscaler"),
+            "capmoxReleaseUrl": self.capmox_release_url,
+        }
+
     def engine(self, *, workload_clusters: bool = False) -> Engine:
         """The real engine running the program's cluster part (box_program.py) against `mgmt`,
         trusting the chart repositories' stand-in; its stack config is the caller's to set (with

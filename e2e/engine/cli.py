@@ -17,11 +17,14 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT, STACK = "lab-mgmt", "lab"
@@ -207,13 +210,18 @@ class EngineRun:
         return {}
 
 
-def _without_workload_clusters(stack_file: Path) -> None:
-    """The stack file with `workloadClusters: []`, the rest of it as it is, byte for byte."""
+def declare_workload_clusters(engine: Engine, entries: list[dict[str, Any]]) -> str:
+    """The owner's edit of the stack file: `workloadClusters` set to `entries`, the rest of the
+    file as it is, byte for byte. The text written."""
+    stack_file = engine.project / f"Pulumi.{STACK}.yaml"
     text = stack_file.read_text()
     start = text.index(f"  {PROJECT}:workloadClusters:")
-    following = re.search(r"^  \S", text[start + 1 :], re.MULTILINE)
+    # The next top-level key; the list's items, indented or not, are the block's own.
+    following = re.search(r"^  [^\s-]", text[start + 1 :], re.MULTILINE)
     end = start + 1 + following.start() if following else len(text)
-    stack_file.write_text(f"{text[:start]}  {PROJECT}:workloadClusters: []\n{text[end:]}")
+    written = textwrap.indent(yaml.safe_dump({f"{PROJECT}:workloadClusters": entries}, sort_keys=False), "  ")
+    stack_file.write_text(text[:start] + written + text[end:])
+    return written
 
 
 def fresh_engine(
@@ -233,7 +241,7 @@ def fresh_engine(
     for name in PROJECT_FILES:
         shutil.copy2(REPO / name, engine.project / name)
     if not workload_clusters:
-        _without_workload_clusters(engine.project / f"Pulumi.{STACK}.yaml")
+        declare_workload_clusters(engine, [])
     shutil.copy2(main, engine.project / "__main__.py")
     shutil.copytree(REPO / "components", engine.project / "components", ignore=shutil.ignore_patterns("__pycache__"))
     # Pulumi.yaml's runtime options name `.venv` beside the program: the one the tests run in.
