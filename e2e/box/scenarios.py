@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,12 @@ def _readme_first_run(engine: Engine, secrets: dict[str, str]) -> list[dict[str,
 def _step(engine: Engine, args: tuple[str, ...], stdin: str | None = None) -> dict[str, Any]:
     done = engine.pulumi(*args, stdin=stdin)
     return {"args": list(args), "rc": done.returncode, "output": done.stdout + done.stderr}
+
+
+def _set_all(engine: Engine, settings: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """The box's own settings (its addresses, repositories, files) in one `pulumi config set-all`:
+    a `config set` each would pay the CLI's start for every one."""
+    return _step(engine, ("config", "set-all", *(f"--plaintext={key}={value}" for key, value in settings)))
 
 
 def _lab_secrets() -> dict[str, str]:
@@ -165,9 +172,7 @@ def installed_plugins(root: str) -> dict[str, Any]:
     return {
         "listed": [[plugin["kind"], plugin["name"], plugin["version"]] for plugin in plugins],
         "built_here": {
-            plugin.name: _digest(
-                engine.pulumi_home / "plugins" / f"resource-{plugin.name}-v{plugin.version}" / plugin.binary.name
-            )
+            plugin.name: _digest(engine.pulumi_home / "plugins" / plugin.folder / plugin.binary.name)
             == _digest(plugin.binary)
             for plugin in PLUGINS
         },

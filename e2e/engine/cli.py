@@ -6,17 +6,20 @@ options, with the project's virtualenv.
 
 Everything comes from e2e/engine/build-engine.sh, whose `VARIABLE=directory` lines the caller exports:
 the CLI with the language host beside it (LAB_MGMT_ENGINE_BIN) and the provider plugins, which
-each engine installs into its PULUMI_HOME at the version the pinned SDK asks for.
+the CLI installs once beside its build, at the version the pinned SDK asks for, and each engine
+finds in its own PULUMI_HOME (hard links).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +49,11 @@ class Plugin:
     @property
     def version(self) -> str:
         return str(self._wanted()["version"])
+
+    @property
+    def folder(self) -> str:
+        """The plugin's folder in PULUMI_HOME/plugins."""
+        return f"resource-{self.name}-v{self.version}"
 
     @property
     def binary(self) -> Path:
@@ -248,7 +256,56 @@ def fresh_engine(
     (engine.project / ".venv").symlink_to(Path(sys.prefix))
     (root / "state").mkdir()
     for plugin in PLUGINS:
-        done = engine.pulumi("plugin", "install", "resource", plugin.name, plugin.version, "--file", str(plugin.binary))
-        if done.returncode != 0:
-            raise RuntimeError(f"pulumi plugin install {plugin.name} {plugin.version} failed:\n{done.stderr}")
+        shutil.copytree(
+            installed_plugin(engine, plugin),
+            engine.pulumi_home / "plugins" / plugin.folder,
+            copy_function=_link_or_copy,
+        )
     return engine
+
+
+def installed_plugin(engine: Engine, plugin: Plugin) -> Path:
+    """`plugin` as `pulumi plugin install resource NAME VERSION --file BINARY` lays it out in a
+    PULUMI_HOME, done once per built binary beside the CLI's build and hard-linked into each
+    engine's own PULUMI_HOME: installing the three binaries (280 MB) into each of the suite's 30-odd
+    engines cost about 100 s of the suite's CPU."""
+    installed = engine.bin_dir.parent / "installed-plugins" / plugin.folder
+    binary = installed / plugin.binary.name
+    if binary.is_file() and binary.stat().st_size == plugin.binary.stat().st_size:
+        return installed
+    home = Path(tempfile.mkdtemp(prefix="installing-", dir=engine.bin_dir.parent))
+    done = subprocess.run(
+        [
+            str(engine.bin_dir / "pulumi"),
+            "plugin",
+            "install",
+            "resource",
+            plugin.name,
+            plugin.version,
+            "--file",
+            str(plugin.binary),
+            "--non-interactive",
+        ],
+        env=engine.env() | {"PULUMI_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_SECONDS,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"pulumi plugin install {plugin.name} {plugin.version} failed:\n{done.stderr}")
+    shutil.rmtree(installed, ignore_errors=True)
+    installed.parent.mkdir(exist_ok=True)
+    # Engines of other workers may install the same plugin at once: one rename wins, and either
+    # folder is a whole install.
+    with contextlib.suppress(OSError):
+        (home / "plugins" / plugin.folder).rename(installed)
+    shutil.rmtree(home)
+    return installed
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another filesystem (a tmpfs /tmp)
+        shutil.copy2(source, target)
