@@ -300,14 +300,14 @@ def running(base: Path, site: Site = SPEC_SITE) -> Iterator[Box]:
         served = {
             path: (f"https://127.0.0.1:{files.server_address[1]}/{path}", digest) for path, digest in digests.items()
         }
-        for setting in (
+        settings = (
             ("imageUrl", served[IMAGE_PATH][0]),
             ("imageSha256", served[IMAGE_PATH][1]),
             ("certManagerChartRepo", f"{charts.url}/jetstack"),
             ("capiOperatorChartRepo", f"{charts.url}/capi-operator"),
             *site.settings(),
-        ):
-            steps.append(scenarios._step(engine, ("config", "set", *setting)))
+        )
+        steps.append(scenarios._set_all(engine, settings))
         yield Box(
             engine, pve, guests, charts, releases, operator, webhook, injector, cluster, steps, served, operating, site
         )

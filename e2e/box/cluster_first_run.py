@@ -15,7 +15,7 @@ from e2e.box.cluster_part import (
     _operator_webhooks,
     _webhook_standins,
 )
-from e2e.box.scenarios import OPERATOR_INSTALL_SECONDS, VM_ADDRESS, _lab_secrets, _readme_first_run, _step
+from e2e.box.scenarios import OPERATOR_INSTALL_SECONDS, VM_ADDRESS, _lab_secrets, _readme_first_run, _set_all
 from e2e.engine import control_plane
 from e2e.engine.cli import Engine
 from e2e.standins.cluster import chart_repo_standin, operator_standin, playbook_lab
@@ -36,11 +36,11 @@ def fresh_install(root: str) -> dict[str, Any]:
         with chart_repo_standin.serve(repos, base) as charts:
             engine = _box_engine(base, charts, cluster)
             steps = _readme_first_run(engine, _lab_secrets())
-            for setting in (
+            repositories = (
                 ("certManagerChartRepo", f"{charts.url}/jetstack"),
                 ("capiOperatorChartRepo", f"{charts.url}/capi-operator"),
-            ):
-                steps.append(_step(engine, ("config", "set", *setting)))
+            )
+            steps.append(_set_all(engine, repositories))
             runs = [_engine_run(engine, cluster, action) for action in ("preview", "up", "preview", "up")]
         return {
             "steps": steps,

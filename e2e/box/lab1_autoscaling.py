@@ -47,7 +47,7 @@ from e2e.box.lab1_reads import (
     until,
 )
 from e2e.box.lab1_sites import declared
-from e2e.box.scenarios import WRITES, _lab_secrets, _readme_first_run, _step
+from e2e.box.scenarios import WRITES, _lab_secrets, _readme_first_run, _set_all, _step
 from e2e.controllers import cluster_api
 from e2e.engine.cli import Engine, declare_workload_clusters
 from e2e.engine.control_plane import ADMIN_USER, OPERATOR_USER, ControlPlane
@@ -76,7 +76,7 @@ def _config(engine: Engine, box: workload_box.WorkloadBox, entry: dict[str, Any]
     the box's short timings), and the box's chart repositories and CAPMOX release."""
     steps = _readme_first_run(engine, _lab_secrets())
     declare_workload_clusters(engine, [entry | {"autoscaler": TIMINGS}])
-    return steps + [_step(engine, ("config", "set", key, value)) for key, value in box.served_settings().items()]
+    return [*steps, _set_all(engine, box.served_settings().items())]
 
 
 def _demand(lab1: Path, mgmt: ControlPlane, replicas: int, worker_cpus: int) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box import clusterctl_lab1, lab1_adoption_steps, lab1_reads, lab1_state, workload_box
-from e2e.box.scenarios import _lab_secrets, _readme_first_run, _step
+from e2e.box.scenarios import _lab_secrets, _readme_first_run, _set_all
 from e2e.engine.cli import Engine, declare_workload_clusters
 
 # The workers' bounds the owner picks (at least the one worker running, W1), and the box's short autoscaler timings
@@ -73,7 +73,7 @@ def lab1_taken_over(root: str, site: str) -> dict[str, Any]:
         try:
             engine = box.engine()
             config = _readme_first_run(engine, _lab_secrets())
-            config += [_step(engine, ("config", "set", key, value)) for key, value in box.served_settings().items()]
+            config.append(_set_all(engine, box.served_settings().items()))
             out["config_failed"] = [step for step in config if step["rc"]]
             out["mgmt_up"] = lab1_reads.run(engine, box.mgmt, "up")
             if out["mgmt_up"]["rc"]:
