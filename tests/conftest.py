@@ -12,16 +12,21 @@ from xdist.scheduler import LoadScopeScheduling
 # The program imports `components` from the repository root, as the Pulumi CLI runs it there.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-# The real-engine modules whose scenarios take longest, longest first: `make test-engine` runs the
-# scenarios side by side (pytest-xdist), and a long one started last would finish last alone.
+# The real-engine modules whose scenarios take longest, longest scenario first (a module's
+# scenarios in its own order): `make test-engine` runs the scenarios side by side (pytest-xdist),
+# and a long one started late would finish last alone. In a run of 236 tests (4 workers, 12 min 4 s):
+# lifecycle 360 s, the takeover 278 s and 210 s, lab1 248 s, the whole adoption 244 s and 143 s,
+# the adoption 182 s, the front door 139 s, the faults 190 s down to 62 s. The six fault scenarios
+# used to come first, which started the lifecycle, the takeover and lab1 late.
 LONGEST_FIRST = (
-    "test_box_whole_adoption",
-    "test_box_faults",
     "test_box_lifecycle",
-    "test_box_lab1_autoscaling",
-    "test_box_lab1_takeover",
-    "test_box_adoption",
     "test_box_whole",
+    "test_box_lab1_takeover",
+    "test_box_lab1_autoscaling",
+    "test_box_whole_adoption",
+    "test_box_adoption",
+    "test_box_front_door",
+    "test_box_faults",
 )
 
 
