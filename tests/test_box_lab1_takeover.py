@@ -315,6 +315,8 @@ def test_the_autoscaler_scales_1_2_1_and_pulumi_up_stays_a_no_op(lab1: Any) -> N
         ]
         assert scales == [[autoscaler, "patch", "scale", 200]], step
         assert not [w for w in lab1[step]["writes"] if w["user"] == ADMIN_USER], step
+    # The drop to one pod removed the new worker's (lab1_adoption_steps._keep_demand_on).
+    assert len(lab1["demand_kept_on_first_worker"]) == 1
     assert lab1["workers_at_end"] == {"replicas": 1, "machines": 1, "running": 1, "ready_workers": 1}
     assert [no_change["after"] for no_change in lab1["no_change"]] == ["1 -> 2", "2 -> 1"]
     for no_change in lab1["no_change"]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box import lab1_state, workload_box
-from e2e.box.lab1_reads import LAB1, demand, get, managers, run, scales, until
+from e2e.box.lab1_reads import DEMAND, LAB1, demand, get, managers, run, scales, until
 from e2e.box.scenarios import _step, adoption_gate
 from e2e.engine.cli import Engine
 from e2e.engine.control_plane import ADMIN_USER
@@ -112,6 +112,32 @@ def _workers(box: workload_box.WorkloadBox, lab1: Path) -> dict[str, Any]:
     }
 
 
+def _worker_names(box: workload_box.WorkloadBox, lab1: Path) -> set[str]:
+    nodes = (get(box.mgmt, "nodes", kubeconfig=lab1) or {}).get("items", [])
+    return {
+        n["metadata"]["name"] for n in nodes if "node-role.kubernetes.io/control-plane" not in n["metadata"]["labels"]
+    }
+
+
+# Which pod a Deployment scaled from two to one deletes is its ReplicaSet's choice, and two pods
+# made together and Ready seconds apart can tie in its ranking (ready times in logarithmic buckets,
+# then chance). Had the pod on the new worker stayed, neither worker could go: the first one runs
+# Cilium's operator, which the autoscaler does not move (a kube-system pod without a
+# PodDisruptionBudget). A deletion cost on the first worker's pod says which one goes.
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+
+
+def _keep_demand_on(box: workload_box.WorkloadBox, lab1: Path, workers: set[str]) -> list[str]:
+    """The demand's pods on `workers`, each given a deletion cost above the others' (0)."""
+    pods = (get(box.mgmt, "pods", namespace="default", selector=f"app={DEMAND}", kubeconfig=lab1) or {}).get(
+        "items", []
+    )
+    kept = [pod["metadata"]["name"] for pod in pods if pod["spec"].get("nodeName") in workers]
+    for name in kept:
+        box.mgmt.kubectl_as(lab1, "annotate", "pod", name, "--overwrite", f"{DELETION_COST}=100").check_returncode()
+    return kept
+
+
 def _no_change(engine: Engine, box: workload_box.WorkloadBox, after: str) -> dict[str, Any]:
     """`pulumi up --expect-no-changes` (it fails on any change it would make) and the writes to the
     MachineDeployment meanwhile. No preview first: nothing upstream changed, so the up's plan is
@@ -129,11 +155,13 @@ def scale(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[s
     cpus = out["settings_from_live"]["workers"]["sockets"] * out["settings_from_live"]["workers"]["cores"]
     cpu = f"{cpus * 600}m"  # more than half a worker: one pod on each
     out["no_change"] = []
+    first_worker = _worker_names(box, lab1)
     mark, began = len(box.mgmt.audit()), time.monotonic()
     demand(box.mgmt, lab1, 2, {"cpu": cpu})
     until("1 -> 2", lambda: (now := _workers(box, lab1))["replicas"] == 2 and now["ready_workers"] == 2)
     out["scale_up"] = {"seconds": round(time.monotonic() - began, 1), "writes": scales(box.mgmt, mark, LAB1)}
     out["no_change"].append(_no_change(engine, box, "1 -> 2"))
+    out["demand_kept_on_first_worker"] = _keep_demand_on(box, lab1, first_worker)
     mark, began = len(box.mgmt.audit()), time.monotonic()
     demand(box.mgmt, lab1, 1, {"cpu": cpu})
     until("2 -> 1", lambda: (now := _workers(box, lab1))["replicas"] == 1 and now["machines"] == 1)
