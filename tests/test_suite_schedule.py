@@ -1,7 +1,8 @@
 """How `make test-engine` shares the machine (tests/conftest.py): every real-engine test that reads a
 scenario is in that scenario's one xdist group, so the scenario runs once, on one worker; tests of
-different scenarios, or of one scenario's two parameters, may run side by side; the longest
-modules come first. Checked on the real collection, in a pytest of its own."""
+different scenarios, or of one scenario's two parameters, may run side by side; the scenarios
+start in conftest's STARTED_FIRST order, the short tests last. Checked on the real collection,
+in a pytest of its own."""
 
 from __future__ import annotations
 
@@ -84,7 +85,14 @@ def test_a_test_with_a_box_of_its_own_is_in_no_group(collected: list[dict[str, A
     assert all(row["group"] is None for row in alone)
 
 
-def test_the_longest_modules_start_first(collected: list[dict[str, Any]]) -> None:
-    order = list(dict.fromkeys(row["module"] for row in collected))
-    assert order[:4] == ["test_box_lifecycle", "test_box_whole", "test_box_lab1_takeover", "test_box_lab1_autoscaling"]
-    assert order.index("test_box_faults") < order.index("test_real_engine")
+def test_the_scenarios_start_in_the_order_that_keeps_the_cores_busy(collected: list[dict[str, Any]]) -> None:
+    groups = [group for group in dict.fromkeys(row["group"] for row in collected) if group is not None]
+    assert groups[:4] == [
+        "conftest.whole_box_lifecycle",
+        "test_box_faults.not_injected",
+        "test_box_lab1_takeover.lab1-lab",
+        "test_box_faults.never_ready",
+    ]
+    last_fault = max(index for index, row in enumerate(collected) if row["module"] == "test_box_faults")
+    first_short = min(index for index, row in enumerate(collected) if row["module"] == "test_real_engine")
+    assert first_short > last_fault
