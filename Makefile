@@ -25,9 +25,10 @@ test: $(VENV)
 # The real pulumi CLI, a real Kubernetes control plane, the provider plugins and what runs a workload
 # cluster for real (the Cluster API core manager, cluster-autoscaler, kube-scheduler), built
 # (or found cached) by e2e/engine/build-engine.sh; each test in a network namespace of its own, which
-# needs root or user namespaces, and iproute2 (docs/testing.md). The scenarios mostly wait (on a
-# booting guest, a controller, a bound), so ENGINE_WORKERS of them run side by side, each
-# scenario's tests on the scenario's worker (tests/conftest.py); the slowest 25 are listed last.
+# needs root or user namespaces, and iproute2 (docs/testing.md). The scenarios wait much of their
+# time (on a booting guest, a controller, a bound), so ENGINE_WORKERS of them run side by side, each
+# scenario's tests on the scenario's worker (tests/conftest.py); four keep two cores busy (five took
+# as long: docs/testing.md, "Where the suite's time goes"). The slowest 25 are listed last.
 ENGINE_WORKERS ?= 4
 
 test-engine: $(VENV)
