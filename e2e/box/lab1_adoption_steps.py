@@ -94,28 +94,24 @@ def adopt_off(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: di
     out["w6_no_change"] = run(engine, box.mgmt, "preview", "--expect-no-changes")
 
 
+def _worker_nodes(box: workload_box.WorkloadBox, lab1: Path) -> list[dict[str, Any]]:
+    nodes = (get(box.mgmt, "nodes", kubeconfig=lab1) or {}).get("items", [])
+    return [n for n in nodes if "node-role.kubernetes.io/control-plane" not in n["metadata"]["labels"]]
+
+
 def _workers(box: workload_box.WorkloadBox, lab1: Path) -> dict[str, Any]:
     deployment = get(box.mgmt, "machinedeployment", LAB1.workers) or {}
     machines = (get(box.mgmt, "machines") or {}).get("items", [])
-    nodes = (get(box.mgmt, "nodes", kubeconfig=lab1) or {}).get("items", [])
     ready = [
         n
-        for n in nodes
-        if "node-role.kubernetes.io/control-plane" not in n["metadata"]["labels"]
-        and any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+        for n in _worker_nodes(box, lab1)
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
     ]
     return {
         "replicas": deployment.get("spec", {}).get("replicas"),
         "machines": len(machines),
         "running": len([m for m in machines if m.get("status", {}).get("phase") == "Running"]),
         "ready_workers": len(ready),
-    }
-
-
-def _worker_names(box: workload_box.WorkloadBox, lab1: Path) -> set[str]:
-    nodes = (get(box.mgmt, "nodes", kubeconfig=lab1) or {}).get("items", [])
-    return {
-        n["metadata"]["name"] for n in nodes if "node-role.kubernetes.io/control-plane" not in n["metadata"]["labels"]
     }
 
 
@@ -155,7 +151,7 @@ def scale(engine: Engine, box: workload_box.WorkloadBox, base: Path, out: dict[s
     cpus = out["settings_from_live"]["workers"]["sockets"] * out["settings_from_live"]["workers"]["cores"]
     cpu = f"{cpus * 600}m"  # more than half a worker: one pod on each
     out["no_change"] = []
-    first_worker = _worker_names(box, lab1)
+    first_worker = {n["metadata"]["name"] for n in _worker_nodes(box, lab1)}
     mark, began = len(box.mgmt.audit()), time.monotonic()
     demand(box.mgmt, lab1, 2, {"cpu": cpu})
     until("1 -> 2", lambda: (now := _workers(box, lab1))["replicas"] == 2 and now["ready_workers"] == 2)

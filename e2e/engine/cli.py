@@ -273,25 +273,9 @@ def installed_plugin(engine: Engine, plugin: Plugin) -> Path:
     binary = installed / plugin.binary.name
     if binary.is_file() and binary.stat().st_size == plugin.binary.stat().st_size:
         return installed
-    home = Path(tempfile.mkdtemp(prefix="installing-", dir=engine.bin_dir.parent))
-    done = subprocess.run(
-        [
-            str(engine.bin_dir / "pulumi"),
-            "plugin",
-            "install",
-            "resource",
-            plugin.name,
-            plugin.version,
-            "--file",
-            str(plugin.binary),
-            "--non-interactive",
-        ],
-        env=engine.env() | {"PULUMI_HOME": str(home)},
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_SECONDS,
-        check=False,
-    )
+    installer = Engine(engine.bin_dir, Path(tempfile.mkdtemp(prefix="installing-", dir=engine.bin_dir.parent)))
+    installer.make_dirs()
+    done = installer.pulumi("plugin", "install", "resource", plugin.name, plugin.version, "--file", str(plugin.binary))
     if done.returncode != 0:
         raise RuntimeError(f"pulumi plugin install {plugin.name} {plugin.version} failed:\n{done.stderr}")
     shutil.rmtree(installed, ignore_errors=True)
@@ -299,8 +283,8 @@ def installed_plugin(engine: Engine, plugin: Plugin) -> Path:
     # Engines of other workers may install the same plugin at once: one rename wins, and either
     # folder is a whole install.
     with contextlib.suppress(OSError):
-        (home / "plugins" / plugin.folder).rename(installed)
-    shutil.rmtree(home)
+        (installer.pulumi_home / "plugins" / plugin.folder).rename(installed)
+    shutil.rmtree(installer.root)
     return installed
 
 
