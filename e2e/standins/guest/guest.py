@@ -51,6 +51,15 @@ VIRTIO_DIR = "/run/box-virtio"
 QGA_PORT = "org.qemu.guest_agent.0"
 LOG_DIR = "/var/log/box"
 CALL_LOG = f"{LOG_DIR}/calls.log"
+# What the guest's image takes from the machine, with the Debian package that brings it: without
+# them the VM boots without sshd or without its user's sudo rule, and the program's first SSH dial
+# retries for minutes against a guest whose console holds the reason.
+MACHINE_NEEDS = {"/usr/sbin/sshd": "openssh-server", "/etc/sudoers.d": "sudo"}
+
+
+def missing_from_machine() -> list[str]:
+    """The Debian packages of MACHINE_NEEDS this machine lacks."""
+    return sorted({package for path, package in MACHINE_NEEDS.items() if not Path(path).exists()})
 
 
 def standin_wrapper(module: str) -> str:
@@ -151,6 +160,11 @@ class Guests:
         """Each VM's current disk and logs."""
         self._latest: dict[int, Path] = {}
         """Each VM's last disk and logs, kept past `destroy`."""
+        missing = missing_from_machine()
+        if missing:
+            raise RuntimeError(
+                f"the box's VMs need {', '.join(missing)} on this machine: apt-get install {' '.join(missing)}"
+            )
         root.mkdir(parents=True, exist_ok=True)
 
     def __enter__(self) -> Guests:
