@@ -8,7 +8,10 @@ A scenario is a function of e2e.box.scenarios, or of another module of e2e.box n
 (`lifecycle.whole_box_lifecycle`).
 
 The scenario runs in a child process (`python -m e2e.engine.netns NAME ARGS_JSON`) started with
-`unshare --net`; its result comes back as JSON on the last line of its stdout.
+`unshare --net`, as the first process of a PID namespace of its own: whatever it started and left
+behind dies with it (the CLI leaves its language host running when it refuses the stack's config,
+and a failed scenario leaves its API servers), passed or failed or timed out. Its result comes
+back as JSON on the last line of its stdout.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ RESULT_MARK = "lab-mgmt-scenario-result: "
 ARTIFACTS = REPO / ".artifacts"
 
 # Brings loopback up with the lab addresses on it too (this kernel has no dummy interfaces), and
-# refuses to go on if the namespace holds any other interface.
+# refuses to go on if the namespace holds any other interface; then runs the command.
 SETUP = """set -eu
 ip link set lo up
 while [ "$1" != -- ]; do ip addr add "$1/32" dev lo; shift; done
@@ -39,20 +42,30 @@ if [ "$links" != "lo " ]; then
   echo "unexpected interfaces in the test's network namespace: $links" >&2
   exit 97
 fi
-exec "$@"
 """
+# A PID namespace of its own, with a /proc of that namespace (the scenarios read it by the PIDs they
+# see). SETUP's shell is its first process and waits for the command rather than exec it: orphans
+# are handed to the first process, and the shell reaps them, where a scenario would leave them as
+# zombies that /proc still lists. unshare kills the shell, and so everything in the namespace, if
+# the test's timeout kills unshare.
+OWN_PROCESSES = ("--pid", "--fork", "--kill-child", "--mount", "--mount-proc")
 
 
-def netns_command(command: Sequence[str], addresses: Sequence[str] = ()) -> list[str]:
-    """`command` as run in a new network namespace with loopback alone, holding `addresses`."""
+def netns_command(command: Sequence[str], addresses: Sequence[str] = (), *, own_processes: bool = False) -> list[str]:
+    """`command` as run in a new network namespace with loopback alone, holding `addresses`; with
+    `own_processes`, in a PID namespace of its own too (OWN_PROCESSES)."""
     # A non-root user gets the namespace through a user namespace of its own, where it is root.
     as_user = [] if os.geteuid() == 0 else ["--map-root-user"]
-    return ["unshare", *as_user, "--net", "--", "sh", "-c", SETUP, "netns-setup", *addresses, "--", *command]
+    pids, run = (OWN_PROCESSES, '"$@"') if own_processes else ((), 'exec "$@"')
+    setup = SETUP + run + "\n"
+    return ["unshare", *as_user, "--net", *pids, "--", "sh", "-c", setup, "netns-setup", *addresses, "--", *command]
 
 
 def in_new_netns(scenario: str, *args: Any, addresses: Sequence[str] = (), timeout: int = 600) -> Any:
     """The scenario's result; `args` go to it as JSON."""
-    command = netns_command([sys.executable, "-m", "e2e.engine.netns", scenario, json.dumps(list(args))], addresses)
+    command = netns_command(
+        [sys.executable, "-m", "e2e.engine.netns", scenario, json.dumps(list(args))], addresses, own_processes=True
+    )
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False)
     _keep(scenario, args, done)
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_MARK)]
