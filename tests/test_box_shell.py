@@ -68,3 +68,14 @@ def test_make_bench_reads_the_scaling_chain_off_the_timelines() -> None:
         "pods scheduled 3 at never",
         "scale-down 3 -> 0 once the demand is deleted: replicas 0 at 9.0s, Machines 0 at 9.4s, Nodes 0 at 10.2s",
     ]
+
+
+def test_a_failed_make_box_points_at_the_vm_s_logs(tmp_path: Path) -> None:
+    logs = [tmp_path / "guests" / "vm201-0" / "logs"]
+    output = "x" * 9000 + "dial tcp 192.168.4.21:22: connect: no route to host"
+    report = make_box.failure_report(output, logs)
+    # The output's last 8000 characters, then the logs.
+    assert report.startswith(output[-8000:] + "\nthe VM's console")
+    assert not report.startswith(output[-8001:])
+    assert report.endswith(f"(console.log first):\n  {logs[0]}")
+    assert make_box.failure_report("error", []).endswith("  none: no VM was started")

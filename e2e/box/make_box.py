@@ -74,6 +74,13 @@ def _usage(box: Box, first: dict[str, Any], outputs: dict[str, Any]) -> str:
     )
 
 
+def failure_report(output: str, log_dirs: list[Path]) -> str:
+    """The failed first `up`'s last output, and where the VM's own logs are: a guest that never
+    got as far as sshd (the program's first SSH dial then retries for minutes) says why there."""
+    logs = "\n".join(f"  {directory}" for directory in log_dirs) or "  none: no VM was started"
+    return f"{output[-8000:]}\nthe VM's console, sshd and unit logs (console.log first):\n{logs}"
+
+
 def _serve(root: str) -> None:
     """Inside the box's network namespace: the box, the first `up`, then up until SIGTERM."""
 
@@ -84,7 +91,7 @@ def _serve(root: str) -> None:
     with running(Path(root)) as box:
         first = _observed(box, "up")
         if first["rc"] != 0:
-            print(first["output"][-8000:], f"\n{FAILED_MARK}", flush=True)
+            print(failure_report(first["output"], box.guests.log_dirs(box.site.vmid)), f"\n{FAILED_MARK}", flush=True)
             return
         print(_usage(box, first, box.engine.outputs()), f"\n{READY_MARK}", flush=True)
         signal.pause()
