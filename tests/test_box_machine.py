@@ -11,24 +11,25 @@ import pytest
 from e2e.standins.guest import guest
 
 
-def test_a_machine_without_sshd_or_sudo_is_refused_naming_the_packages(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A machine whose sshd and sudoers.d are under tmp_path, neither there yet."""
     monkeypatch.setattr(
         guest, "MACHINE_NEEDS", {str(tmp_path / "sshd"): "openssh-server", str(tmp_path / "sudoers.d"): "sudo"}
     )
+    return tmp_path
+
+
+def test_a_machine_without_sshd_or_sudo_is_refused_naming_the_packages(machine: Path) -> None:
     with pytest.raises(
         RuntimeError, match=r"need openssh-server, sudo on this machine: apt-get install openssh-server sudo"
     ):
-        guest.Guests(tmp_path / "guests")
-    assert not (tmp_path / "guests").exists()
+        guest.Guests(machine / "guests")
+    assert not (machine / "guests").exists()
 
 
-def test_a_machine_with_them_starts_the_box_s_vms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "sshd").touch()
-    (tmp_path / "sudoers.d").mkdir()
-    monkeypatch.setattr(
-        guest, "MACHINE_NEEDS", {str(tmp_path / "sshd"): "openssh-server", str(tmp_path / "sudoers.d"): "sudo"}
-    )
-    with guest.Guests(tmp_path / "guests"):
-        assert (tmp_path / "guests").is_dir()
+def test_a_machine_with_them_starts_the_box_s_vms(machine: Path) -> None:
+    (machine / "sshd").touch()
+    (machine / "sudoers.d").mkdir()
+    with guest.Guests(machine / "guests"):
+        assert (machine / "guests").is_dir()

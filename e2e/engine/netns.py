@@ -8,10 +8,10 @@ A scenario is a function of e2e.box.scenarios, or of another module of e2e.box n
 (`lifecycle.whole_box_lifecycle`).
 
 The scenario runs in a child process (`python -m e2e.engine.netns NAME ARGS_JSON`) started with
-`unshare --net`, as the first process of a PID namespace of its own: whatever it started and left
-behind dies with it (the CLI leaves its language host running when it refuses the stack's config,
-and a failed scenario leaves its API servers), passed or failed or timed out. Its result comes
-back as JSON on the last line of its stdout.
+`unshare --net`, in a PID namespace of its own: whatever it started and left behind dies with it
+(the CLI leaves its language host running when it refuses the stack's config, and a failed
+scenario leaves its API servers), passed or failed or timed out. Its result comes back as JSON on
+the last line of its stdout.
 """
 
 from __future__ import annotations
