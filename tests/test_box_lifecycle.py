@@ -149,9 +149,10 @@ def test_the_capmox_token_rotation_repoints_the_provider_at_a_new_secret(box: An
     assert f"secret/{new}" in after["secrets"]
     assert f"secret/{old}" in before["secrets"]
     assert f"secret/{old}" not in after["secrets"]
-    # Server-side apply creates the new Secret with a patch.
+    # pulumi-kubernetes (4.29 and later) creates the new Secret with a POST, and updates with
+    # server-side apply's patch.
     assert up["k8s_writes"] == [
-        ["patch", "secrets", new],
+        ["create", "secrets", new],
         *[["patch", "infrastructureproviders", "proxmox"]] * 2,
         ["delete", "secrets", old],
     ]

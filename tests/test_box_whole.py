@@ -13,7 +13,6 @@ import pytest
 
 from e2e.box import scenarios
 from e2e.box.box import PROGRAM_USER, STANDIN_RECORDS
-from e2e.engine.cli import KUBERNETES_PLUGIN_WARNING
 from e2e.engine.control_plane import INJECTOR_USER
 from e2e.standins.cluster import admission_webhook_standin, playbook_lab
 
@@ -56,7 +55,7 @@ def test_the_first_up_creates_everything_on_the_empty_box(box: Any) -> None:
     assert first["rc"] == 0, first["output"][-6000:]
     assert set(first["summary"]) == {"create"}, first["summary"]
     # The provider CRs say so while the operator has not yet reported on them.
-    assert set(first["warnings"]) == {KUBERNETES_PLUGIN_WARNING, "Has no .status.conditions"}
+    assert set(first["warnings"]) == {"Has no .status.conditions"}
     created = {step["urn"].rsplit("::", 1)[1] for step in first["steps"] if step["op"] == "create"}
     assert {"mgmt-image", "mgmt-vm", "mgmt-host-ready", "mgmt-cert-manager", *WEBHOOK_WAITS} <= created
     assert [call[:2] for call in first["pve_writes"]] == [

@@ -19,7 +19,7 @@ import pytest
 
 from components.settings import SECRET_KEYS
 from e2e.box import scenarios
-from e2e.engine.cli import KUBERNETES_PLUGIN_WARNING, REPO
+from e2e.engine.cli import REPO
 from e2e.engine.netns import in_new_netns
 
 pytestmark = pytest.mark.engine
@@ -49,15 +49,22 @@ def test_readme_first_run_keeps_every_secret_encrypted(tmp_path: Path) -> None:
     assert config["lab-mgmt:sshPublicKeys"]["value"].startswith('["ssh-ed25519 ')
 
 
-def test_each_plugin_is_installed_at_the_version_its_sdk_asks_for(tmp_path: Path) -> None:
-    """The CLI then runs them as it runs released plugins, never from PATH; the kubernetes binary
-    is v4.25.0's, the one the Go module proxy serves (docs/versions.md)."""
+def _pinned(package: str) -> str:
+    [version] = re.findall(rf"^{package}==([0-9.]+)$", (REPO / "requirements.txt").read_text(), re.MULTILINE)
+    return str(version)
+
+
+def test_each_plugin_is_installed_at_the_version_requirements_txt_pins(tmp_path: Path) -> None:
+    """The CLI then runs them as it runs released plugins, never from PATH; each binary built here
+    reports that version itself (any run that meets another fails: e2e.engine.cli.refuse_plugin_mismatch)."""
     result = in_new_netns("installed_plugins", str(tmp_path))
     assert sorted(result["listed"]) == [
-        ["resource", "command", "1.2.1"],
-        ["resource", "kubernetes", "4.34.2"],
-        ["resource", "proxmoxve", "8.3.0"],
+        ["resource", "command", _pinned("pulumi-command")],
+        ["resource", "kubernetes", _pinned("pulumi-kubernetes")],
+        ["resource", "proxmoxve", _pinned("pulumi-proxmoxve")],
     ]
+    # Since 4.29.0 a create no longer takes over an existing object (the hand-made guard's premise).
+    assert tuple(map(int, _pinned("pulumi-kubernetes").split("."))) >= (4, 29, 0)
     assert result["built_here"] == {"proxmoxve": True, "command": True, "kubernetes": True}
 
 
@@ -138,7 +145,7 @@ def planned(result: dict[str, Any]) -> set[tuple[str, str]]:
 
 def assert_plans_the_mocks_graph(result: dict[str, Any], overrides: dict[str, Any]) -> None:
     assert result["rc"] == 0, result["output"]
-    assert result["warnings"] == [KUBERNETES_PLUGIN_WARNING]
+    assert result["warnings"] == []
     # The box's engine leaves the lab's workload cluster out (e2e.engine.cli.fresh_engine).
     mocks = harness.run_program({**overrides, "workloadClusters": []}, preview=True)
     assert planned(result) == mocks.names()

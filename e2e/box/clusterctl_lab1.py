@@ -12,7 +12,7 @@ owner's steps with the real tools (`left_by_the_owner`):
 vendored CAPMOX v0.9.0's `templates/cluster-template.yaml` (what `--infrastructure proxmox:v0.9.1`
 gives: chart_repo_standin serves v0.9.0's for v0.9.1), the variables the owner's
 `configs/capi/clusterctl.yaml` holds, at one of SITES; `kubectl apply` is client-side, as the
-admin of the management cluster; `helm` the real CLI (v3.18.6) against lab1 through the
+admin of the management cluster; `helm` the real CLI (v3.20.2) against lab1 through the
 `lab1-kubeconfig` Secret Cluster API keeps. Cluster API's real controllers and the stand-ins of
 e2e/standins/workload/ bring up lab1's control plane and its one worker (a MachineSet, a Machine,
 a Node). The result is what the takeover starts from, read from the live objects: the seven

@@ -65,13 +65,29 @@ class Plugin:
         return wanted
 
 
-# The kubernetes plugin's binary is the one the Go module proxy serves (v4.25.0, docs/versions.md),
-# installed where the SDK looks for 4.34.2; the engine says so in every run, and that is the one
-# warning a test allows.
-KUBERNETES_PLUGIN_WARNING = (
-    "resource plugin kubernetes is expected to have version >=4.34.2, but has 4.25.0; "
-    "the wrong version may be on your path, or this may be a bug in the plugin"
-)
+# What the engine warns when a plugin's binary reports another version than the SDK asked for: the
+# box would then prove another provider than the one that ships.
+_VERSION_MISMATCH = re.compile(r"resource plugin (\S+) is expected to have version >=([^\s;,]+), but has ([^\s;,]+)")
+
+
+class PluginVersionMismatchError(RuntimeError):
+    """A plugin the engine ran is not the version the program's packages pin."""
+
+
+def refuse_plugin_mismatch(output: str) -> None:
+    """Raises, naming each plugin and both versions, when `output` (a CLI command's) has the
+    engine's warning of a plugin at another version than the program's packages ask for."""
+    mismatches = [
+        f"{name}: the program's packages ask for {wanted}, the box ran {has}"
+        for name, wanted, has in _VERSION_MISMATCH.findall(output)
+    ]
+    if mismatches:
+        raise PluginVersionMismatchError(
+            "the box must run the plugin versions the program pins (e2e/engine/build-engine.sh and "
+            "requirements.txt move together): " + "; ".join(sorted(set(mismatches)))
+        )
+
+
 PLUGINS = (
     Plugin("pulumi_proxmoxve", "LAB_MGMT_PROXMOXVE_PLUGIN_BIN"),
     Plugin("pulumi_command", "LAB_MGMT_COMMAND_PLUGIN_BIN"),
@@ -154,8 +170,9 @@ class Engine:
         )
 
     def pulumi(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        """One CLI command in the project copy, as a user would type it."""
-        return subprocess.run(
+        """One CLI command in the project copy, as a user would type it; one that ran a plugin at
+        another version than the pinned SDK asks for raises (refuse_plugin_mismatch)."""
+        done = subprocess.run(
             [str(self.bin_dir / "pulumi"), *args, "--non-interactive"],
             cwd=self.project,
             env=self.env(),
@@ -165,6 +182,8 @@ class Engine:
             timeout=CLI_TIMEOUT_SECONDS,
             check=False,
         )
+        refuse_plugin_mismatch(done.stdout + done.stderr)
+        return done
 
     def run(self, action: str, *args: str, targets: Sequence[str] = ()) -> EngineRun:
         """`pulumi preview` or `pulumi up` of the stack, with the engine's events kept."""
