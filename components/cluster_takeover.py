@@ -9,15 +9,28 @@ stays the same: the adoption run records digested name -> clusterctl's name in t
 RECORD_OUTPUT, every later run reads it back (before anything is registered, as a
 StackReference's outputs are known at preview) and writes it again. A spec the record does not
 name is a new template under its digested name: a rollout, as for any cluster the program made.
-The record also tells the hand-made guard that the cluster is the stack's own: after an import
-that wrote nothing, the live Cluster has no field manager of Pulumi's.
+The record also tells the hand-made guard that the cluster is the stack's own: until the run with
+adopt off applies the program's Cluster, the live one carries no mark of the stack's
+(hand_made_clusters.STACK_MARK).
 
 pulumi-kubernetes imports a custom resource with only its identity among its inputs, so an
 import diffs every declared field against nothing; adopting, the objects' `metadata` and `spec`
 are kept as they run (components.adoption.OBJECT_INPUTS), and the comparison that the import
-cannot make is made here, against what `kubectl apply` recorded on each object
-(`kubectl.kubernetes.io/last-applied-configuration`): a run whose settings do not render exactly
-that stops before anything is sent, naming each field.
+cannot make is made here, twice, before anything is sent, naming each field that differs:
+- every field the settings declare must equal the live object's at the same path (what only the
+  live object has, the API server's defaults and the controllers' fields, is not compared): a
+  `kubectl edit` or `patch` since the last apply is found here, where the run with adopt off would
+  write the old value back (a rollout, or a version downgrade);
+- what `kubectl apply` recorded on each object (`kubectl.kubernetes.io/last-applied-configuration`)
+  must be what the settings render: a field applied by kubectl that the settings do not declare
+  would be dropped when the program's apply takes kubectl's fields.
+
+And the one field the program leaves to the autoscaler: while kubectl's manager still holds the
+MachineDeployment's `spec.replicas`, the run with adopt off hands kubectl's fields to the program
+(pulumi-kubernetes' fixCSAFieldManagers takes every manager whose name starts with `kubectl`),
+whose apply does not set it; server-side apply then drops the field and Cluster API's defaulting
+webhook sets it anew, clamped into the entry's workers.minSize..maxSize (cluster-api v1.12
+internal/webhooks/machinedeployment.go). A live count outside that range is refused instead.
 """
 
 from __future__ import annotations
@@ -48,6 +61,10 @@ class AdoptedClusterMissingError(pulumi.RunError):
 
 class TakeoverMismatchError(pulumi.RunError):
     """The settings do not render what clusterctl applied: importing would change the cluster."""
+
+
+class WorkerCountOutsideRangeError(pulumi.RunError):
+    """Taking kubectl's fields would set the MachineDeployment's replicas anew, deleting or adding workers."""
 
 
 def record_key(cluster: WorkloadCluster) -> str:
@@ -89,19 +106,54 @@ def named(objects: ClusterObjects, names: Mapping[str, str] | None) -> ClusterOb
     return named_objects
 
 
-def check_owner(cluster: WorkloadCluster, objects: ClusterObjects, kubeconfig: str, *, recorded: bool) -> None:
+def check_owner(
+    cluster: WorkloadCluster, objects: ClusterObjects, kubeconfig: str, *, recorded: bool, stack: str
+) -> None:
     """Before any of the cluster's objects is sent: adopting, the running cluster must be exactly
     what the settings render (`objects`, named as clusterctl named them); else a cluster this stack
-    took over (`recorded`) is its own, and any other must not be someone else's."""
+    took over (`recorded`) is its own, and any other must carry the mark of this stack (`stack`)."""
     if cluster.adopt:
         refuse_unlike_applied(cluster, named(objects, objects.made_names), kubeconfig)
     elif not recorded:
-        hand_made_clusters.refuse_hand_made(cluster.namespace, cluster.name, kubeconfig)
+        hand_made_clusters.refuse_hand_made(cluster.namespace, cluster.name, kubeconfig, stack=stack)
+    if cluster.taken_over:
+        refuse_replicas_outside_range(cluster, objects, kubeconfig)
+
+
+def refuse_replicas_outside_range(cluster: WorkloadCluster, objects: ClusterObjects, kubeconfig: str) -> None:
+    """Raises while kubectl's manager holds the MachineDeployment's spec.replicas at a count
+    outside workers.minSize..maxSize (the module's docstring says what the run would do)."""
+    deployment = objects.machine_deployment
+    live = hand_made_clusters.read_object(kubeconfig, object_path(deployment))
+    if live is None or not _held_by_kubectl(live, ("f:spec", "f:replicas")):
+        return
+    replicas, workers = live.get("spec", {}).get("replicas"), cluster.workers
+    if not isinstance(replicas, int) or workers.min_size <= replicas <= workers.max_size:
+        return
+    bound, key = (workers.max_size, "maxSize") if replicas > workers.max_size else (workers.min_size, "minSize")
+    raise WorkerCountOutsideRangeError(
+        f"{PROJECT}:workloadClusters: {cluster.name}'s MachineDeployment {cluster.namespace}/"
+        f"{deployment['metadata']['name']} runs {replicas} workers (spec.replicas, held by kubectl), outside "
+        f"workers.minSize..maxSize {workers.min_size}..{workers.max_size}: the run that hands kubectl's fields to "
+        f"the program has Cluster API set it to {bound}, {'deleting' if replicas > bound else 'adding'} "
+        f"{abs(replicas - bound)} workers. Set workers.{key} to {replicas} (docs/adoption.md, W6)"
+    )
+
+
+def _held_by_kubectl(live: Mapping[str, Any], field: tuple[str, ...]) -> bool:
+    """Whether a field manager whose name starts with `kubectl` holds `field` (managedFields' fieldsV1 keys)."""
+    for entry in live.get("metadata", {}).get("managedFields") or []:
+        fields: Any = entry.get("fieldsV1") or {}
+        for key in field:
+            fields = fields.get(key) if isinstance(fields, dict) else None
+        if str(entry.get("manager", "")).startswith("kubectl") and fields is not None:
+            return True
+    return False
 
 
 def refuse_unlike_applied(cluster: WorkloadCluster, declared: ClusterObjects, kubeconfig: str) -> None:
-    """Raises unless each object runs and was applied exactly as `declared`, naming every field
-    that differs and the object it is on."""
+    """Raises unless each object runs and was applied exactly as `declared`, and runs with every
+    declared field as declared, naming every field that differs and the object it is on."""
     differences: list[str] = []
     for body in declared.resources():
         kind, name = body["kind"], body["metadata"]["name"]
@@ -115,10 +167,12 @@ def refuse_unlike_applied(cluster: WorkloadCluster, declared: ClusterObjects, ku
         if live is None:
             differences.append(f"{kind} {name}: does not exist")
             continue
-        applied = _as_applied(live)
-        differences += [
-            f"{kind} {name}: {line}" for line in _differences(_compared(kind, applied), _compared(kind, body))
+        rendered = _compared(kind, body)
+        found = [
+            *_unlike_live(_compared(kind, live), rendered),
+            *_differences(_compared(kind, _as_applied(live)), rendered),
         ]
+        differences += [f"{kind} {name}: {line}" for line in dict.fromkeys(found)]
     if differences:
         raise TakeoverMismatchError(
             f"{PROJECT}:workloadClusters: {cluster.name}'s settings do not render what clusterctl applied, so "
@@ -164,6 +218,19 @@ def _without_nulls(value: Any) -> Any:
     if isinstance(value, list):
         return [_without_nulls(v) for v in value]
     return value
+
+
+def _unlike_live(live: Any, declared: Any, path: str = "") -> Iterator[str]:
+    """`path: running <value>, the settings render <value>` for each field the settings declare
+    whose live value differs; a field only the live object has is not compared."""
+    if isinstance(declared, dict) and isinstance(live, dict):
+        for key in sorted(declared):
+            yield from _unlike_live(live.get(key, _ABSENT), declared[key], f"{path}.{key}".lstrip("."))
+    elif isinstance(declared, list) and isinstance(live, list) and len(live) == len(declared):
+        for index, (running, wanted) in enumerate(zip(live, declared, strict=True)):
+            yield from _unlike_live(running, wanted, f"{path}[{index}]")
+    elif live != declared:
+        yield f"{path}: running {_shown(live)}, the settings render {_shown(declared)}"
 
 
 def _differences(applied: Any, declared: Any, path: str = "") -> Iterator[str]:

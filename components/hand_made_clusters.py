@@ -1,13 +1,16 @@
-"""The guard that keeps the program off a workload cluster someone made by hand.
+"""The guard that keeps the program off a workload cluster someone made by hand, or another stack.
 
-pulumi-kubernetes creates an object with a forced server-side apply (provider/pkg/await/await.go:
-"we currently always upsert the object"), so declaring a cluster whose objects exist already takes
-them over silently, and any field that differs from what clusterctl rendered (a machine template,
-the control plane's spec) rolls every node. Until such a cluster is taken over on purpose, a run
-that declares it stops before any of its objects is sent: the Cluster object is read first, and
-one that no Pulumi program ever applied (no `pulumi-kubernetes-*` field manager) is refused,
-naming the cluster and the way forward; one that this stack took over is its own
-(components.cluster_takeover).
+A workload cluster that runs is not the program's to declare until it is taken over on purpose:
+its objects exist, so the program's creates would fail with AlreadyExists on some (pulumi-kubernetes
+4.29 and later create with a client-side POST, pkg/await/await.go) after others were sent, and any
+field that differs from what clusterctl rendered (a machine template, the control plane's spec)
+would roll every node once they were updated. So a run that declares a cluster stops before any of
+its objects is sent when the Cluster object exists and does not carry this stack's mark
+(STACK_MARK, which the program puts on every Cluster it declares: on the create, and on a taken-over
+cluster when it becomes the program's), naming the cluster and the way forward. One that this stack
+is taking over is its own already (components.cluster_takeover). The mark, not the field managers,
+tells: a create leaves the manager `pulumi-kubernetes` that any Pulumi program's create leaves, and
+the program's inputs for the Cluster rarely change, so its own manager may never appear.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import ssl
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,34 +32,54 @@ import yaml
 from components.settings import PROJECT
 
 REQUEST_TIMEOUT_SECONDS = 15
-PULUMI_FIELD_MANAGER = "pulumi-kubernetes-"
-"""How pulumi-kubernetes names its server-side apply field managers (provider.go fieldManagerName)."""
+STACK_MARK = "lab-mgmt.homelab/stack"
+"""The annotation on a Cluster that names the stack whose cluster it is: `<org>/<project>/<stack>`."""
 CLUSTER_API_PATH = "/apis/cluster.x-k8s.io/v1beta2/namespaces/{namespace}/clusters/{name}"
 
 
 class HandMadeClusterError(pulumi.RunError):
-    """A declared workload cluster exists and was not made by this program."""
+    """A declared workload cluster exists and was not made by this stack."""
 
 
 class ManagementClusterUnreadableError(pulumi.RunError):
     """The management cluster did not say whether the cluster exists."""
 
 
-def refuse_hand_made(namespace: str, name: str, kubeconfig: str) -> None:
+def this_stack() -> str:
+    """The value of STACK_MARK that names the running stack."""
+    return f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+
+
+def marked(metadata: Mapping[str, Any], stack: str) -> dict[str, Any]:
+    """`metadata` with STACK_MARK naming `stack`."""
+    return {**metadata, "annotations": {**(metadata.get("annotations") or {}), STACK_MARK: stack}}
+
+
+def refuse_hand_made(namespace: str, name: str, kubeconfig: str, *, stack: str) -> None:
     """Raises HandMadeClusterError when the Cluster `namespace/name` exists on the management
-    cluster that `kubeconfig` (its admin kubeconfig) reaches, and no Pulumi program applied it."""
+    cluster that `kubeconfig` (its admin kubeconfig) reaches without STACK_MARK naming `stack`."""
     live = read_object(kubeconfig, CLUSTER_API_PATH.format(namespace=namespace, name=name))
     if live is None:
         return
-    managers = [str(entry.get("manager", "")) for entry in live.get("metadata", {}).get("managedFields") or []]
-    if any(manager.startswith(PULUMI_FIELD_MANAGER) for manager in managers):
+    metadata = live.get("metadata", {})
+    owner = (metadata.get("annotations") or {}).get(STACK_MARK)
+    if owner == stack:
         return
+    where = f"{PROJECT}:workloadClusters: the Cluster {namespace}/{name} exists on the management cluster"
+    if owner:
+        raise HandMadeClusterError(
+            f"{where}, marked as the cluster of the stack {owner} ({STACK_MARK}), not of this one ({stack}). Two "
+            "stacks declaring one cluster would each roll it to their own settings: declare it in one stack only, "
+            "or leave it out of workloadClusters"
+        )
+    managers = sorted({str(entry.get("manager", "")) for entry in metadata.get("managedFields") or []})
     raise HandMadeClusterError(
-        f"{PROJECT}:workloadClusters: the Cluster {namespace}/{name} exists on the management cluster, "
-        f"made by {', '.join(sorted(set(managers))) or 'an unknown writer'}, not by this program. Declaring it "
-        "would apply the program's objects over it (server-side apply takes every field) and can roll its "
-        'nodes. Take it over as docs/adoption.md says ("A workload cluster made with clusterctl": '
-        "takenOver and adopt in its entry), or leave it out of workloadClusters"
+        f"{where}, made by {', '.join(managers) or 'an unknown writer'}, not by this stack ({stack}): it has "
+        f"no {STACK_MARK} annotation. Declaring it would send the program's objects over it and can roll its "
+        'nodes. Take it over as docs/adoption.md says ("A workload cluster made with clusterctl": takenOver '
+        "and adopt in its entry), or leave it out of workloadClusters. A cluster this stack created before "
+        f"lab-mgmt marked its clusters is marked by hand: kubectl annotate cluster -n {namespace} {name} "
+        f"{STACK_MARK}={stack}"
     )
 
 

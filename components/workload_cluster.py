@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import adoption, cluster_takeover, waits
+from components import adoption, cluster_takeover, hand_made_clusters, waits
 from components.charts import WorkloadCharts
 from components.cilium import Cilium
 from components.cluster_autoscaler import ClusterAutoscaler
@@ -20,7 +20,7 @@ from components.readonly_access import ReadOnlyAccess
 from components.settings import WorkloadCluster as ClusterSettings
 from components.settings import WorkloadSettings
 
-# pulumi-kubernetes (v4.25, pkg/metadata/annotations.go) holds the Cluster's step until this
+# pulumi-kubernetes (pkg/metadata/annotations.go) holds the Cluster's step until this
 # condition is True. Not Available: the nodes become Ready only once the CNI (Cilium, installed
 # through the cluster's own API server) runs, and that waits for this step.
 CONTROL_PLANE_INITIALIZED = "condition=ControlPlaneInitialized"
@@ -130,7 +130,8 @@ class WorkloadCluster(pulumi.ComponentResource):
         # What deleting would take machines with is protected; a machine template is not: another
         # sizing deletes the old one (found by the box: a protected one stopped the rollout's run).
         lasting = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=cluster.protected))
-        parts = _Parts(cluster, objects, self.kept_names, management_kubeconfig, recorded)
+        stack = hand_made_clusters.this_stack()
+        parts = _Parts(cluster, objects, self.kept_names, management_kubeconfig, recorded, stack=stack)
         before = [*providers, *_namespace(cluster, lasting)]
 
         def custom(resource_name: str, pick: _Pick, *after: pulumi.Resource) -> Any:
@@ -154,7 +155,7 @@ class WorkloadCluster(pulumi.ComponentResource):
         within = f"{timeout_minutes}m"
         self.cluster = parts.resource(
             f"{name}-cluster",
-            _waited_cluster if not cluster.adopt else lambda o: o.cluster,
+            (lambda o: _owned_cluster(o, stack)) if not cluster.adopt else lambda o: o.cluster,
             pulumi.ResourceOptions.merge(
                 lasting, pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create=within, update=within))
             ),
@@ -175,11 +176,14 @@ class WorkloadCluster(pulumi.ComponentResource):
         kubeconfig: pulumi.Output[str] = pulumi.Output.secret(
             admin_secret.data.apply(lambda data: base64.b64decode(data["value"]).decode())
         )
+        # On the Cluster in the state too (a read's dependencies are dropped by the SDK): what is
+        # deleted inside the cluster (Cilium, the read-only account) goes before the provider, and
+        # the provider before the Cluster, whose deletion takes the cluster's API server away.
         self.provider = kubernetes.Provider(
             f"{cluster.name}-kubernetes",
             kubeconfig=kubeconfig,
             cluster_identifier=f"{cluster.namespace}/{cluster.name}",
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]),
         )
         return kubeconfig
 
@@ -209,13 +213,14 @@ def _namespace(cluster: ClusterSettings, lasting: pulumi.ResourceOptions) -> lis
     ]
 
 
-def _waited_cluster(objects: ClusterObjects) -> dict[str, Any]:
-    """The Cluster, done when its control plane is initialized (workloadControlPlaneTimeoutMinutes
-    at most), so that what is installed into the cluster after it finds an API server. Not while
-    adopting: clusterctl rendered no such annotation, and the cluster runs already."""
+def _owned_cluster(objects: ClusterObjects, stack: str) -> dict[str, Any]:
+    """The Cluster marked as `stack`'s (hand_made_clusters.STACK_MARK: every later run's guard
+    reads it), done when its control plane is initialized (workloadControlPlaneTimeoutMinutes at
+    most), so that what is installed into the cluster after it finds an API server. Not while
+    adopting: clusterctl rendered neither annotation, and the cluster is not yet the stack's."""
     body = dict(objects.cluster)
-    metadata = dict(body["metadata"])
-    metadata["annotations"] = {**metadata.get("annotations", {}), **waits.wait_for(CONTROL_PLANE_INITIALIZED)}
+    metadata = hand_made_clusters.marked(body["metadata"], stack)
+    metadata["annotations"] |= waits.wait_for(CONTROL_PLANE_INITIALIZED)
     return {**body, "metadata": metadata}
 
 
@@ -232,12 +237,14 @@ class _Parts:
         kept_names: pulumi.Output[dict[str, str] | None],
         management_kubeconfig: pulumi.Output[str],
         recorded: pulumi.Output[bool],
+        *,
+        stack: str,
     ) -> None:
         # Every object's metadata waits on the check: a refusal fails the run before any is sent.
         # What it yields is nothing secret, though it comes from the admin kubeconfig.
         self.checked = pulumi.Output.unsecret(
             pulumi.Output.all(management_kubeconfig, recorded).apply(
-                lambda args: cluster_takeover.check_owner(cluster, objects, args[0], recorded=args[1])
+                lambda args: cluster_takeover.check_owner(cluster, objects, args[0], recorded=args[1], stack=stack)
             )
         )
         self.declared = kept_names.apply(lambda names: cluster_takeover.named(objects, names))

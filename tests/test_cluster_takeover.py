@@ -21,6 +21,7 @@ from components.cluster_takeover import (
     RECORD_OUTPUT,
     AdoptedClusterMissingError,
     TakeoverMismatchError,
+    WorkerCountOutsideRangeError,
     object_path,
 )
 from components.cluster_template import substitute, template_variables
@@ -61,7 +62,13 @@ def clusterctl_lab1(entry: dict[str, Any], worker_count: str = "1") -> dict[str,
         applied["metadata"]["namespace"] = cluster.namespace
         running = copy.deepcopy(applied)
         running["metadata"]["annotations"] = {LAST_APPLIED: json.dumps(applied)}
-        running["metadata"]["managedFields"] = [{"manager": "kubectl-client-side-apply", "operation": "Update"}]
+        # kubectl holds what it applied, the MachineDeployment's replicas among it.
+        fields: dict[str, Any] = (
+            {"f:spec": {"f:replicas": {}}} if applied["kind"] == "MachineDeployment" else {"f:spec": {}}
+        )
+        running["metadata"]["managedFields"] = [
+            {"manager": "kubectl-client-side-apply", "operation": "Update", "fieldsV1": fields}
+        ]
         running["status"] = {"observedGeneration": 1}
         live[object_path(applied)] = running
     return live
@@ -143,7 +150,8 @@ def test_after_the_adoption_the_record_keeps_the_names_and_the_cluster_is_the_st
         previous_outputs={RECORD_OUTPUT: record_of(adopted)},
         live_objects=clusterctl_lab1(entry),
     )
-    assert after.cluster_reads == []
+    # Only the MachineDeployment, for who holds its replicas (refuse_replicas_outside_range).
+    assert after.cluster_reads == [object_path(adopted.get(MD, "lab1-workers").plain)]
     assert record_of(after) == record_of(adopted)
     for resource in cluster_objects(after):
         assert resource.plain["metadata"]["name"] == adopted.get(resource.type, resource.name).plain["metadata"]["name"]
@@ -205,6 +213,61 @@ def test_settings_that_render_another_cluster_are_refused_naming_each_field() ->
         assert line in message
     assert "replicas" not in message
     assert cluster_objects(record) == []
+
+
+def test_a_live_spec_changed_since_kubectl_apply_is_refused_naming_the_field() -> None:
+    """`kubectl patch` changes the live object, not kubectl's record of the last apply: the run with
+    adopt off would write the recorded value back (here a Kubernetes downgrade of the control plane)."""
+    entry = taken_over_entry(adopt=True)
+    live = clusterctl_lab1(entry)
+    [control_plane] = [o for o in live.values() if o["kind"] == "KubeadmControlPlane"]
+    control_plane["spec"]["version"] = "v1.35.10"
+    control_plane["spec"]["rolloutStrategy"] = {"type": "RollingUpdate"}  # the API server's default: not compared
+    with pytest.raises(TakeoverMismatchError) as refused:
+        harness.run_program({"workloadClusters": [entry]}, live_objects=live)
+    differences = str(refused.value).split("\n    ")[1:]
+    assert differences == [
+        'KubeadmControlPlane lab1-control-plane: spec.version: running "v1.35.10", the settings render "v1.35.9"'
+    ]
+
+
+@pytest.mark.parametrize(
+    ("running", "fragment"),
+    [
+        (
+            "5",
+            "runs 5 workers (spec.replicas, held by kubectl), outside workers.minSize..maxSize 0..3: the run that "
+            "hands kubectl's fields to the program has Cluster API set it to 3, deleting 2 workers. Set "
+            "workers.maxSize to 5",
+        ),
+        ("0", None),
+    ],
+    ids=["above-maxSize", "inside"],
+)
+@pytest.mark.parametrize("adopt", [True, False], ids=["adopting", "adopt-off"])
+def test_a_worker_count_outside_min_max_is_refused_while_kubectl_holds_it(
+    adopted: harness.Run, running: str, fragment: str | None, adopt: bool
+) -> None:
+    entry = taken_over_entry(adopt=adopt)
+    live = clusterctl_lab1(entry, worker_count=running)
+    previous = {} if adopt else {RECORD_OUTPUT: record_of(adopted)}
+    if fragment is None:
+        harness.run_program({"workloadClusters": [entry]}, live_objects=live, previous_outputs=previous)
+        return
+    with pytest.raises(WorkerCountOutsideRangeError) as refused:
+        harness.run_program({"workloadClusters": [entry]}, live_objects=live, previous_outputs=previous)
+    assert "lab1's MachineDeployment default/lab1-workers " + fragment in str(refused.value)
+
+
+def test_a_worker_count_the_autoscaler_holds_is_its_own() -> None:
+    """After the takeover nobody but the autoscaler's /scale writes it: any count is left alone."""
+    entry = taken_over_entry()
+    live = clusterctl_lab1(entry, worker_count="5")
+    [deployment] = [o for o in live.values() if o["kind"] == "MachineDeployment"]
+    deployment["metadata"]["managedFields"] = [{"manager": "pulumi-kubernetes-1a2b", "operation": "Apply"}]
+    [cluster] = [o for o in live.values() if o["kind"] == "Cluster"]
+    cluster["metadata"]["annotations"] = {"lab-mgmt.homelab/stack": "organization/lab-mgmt/lab"}
+    harness.run_program({"workloadClusters": [entry]}, live_objects=live)
 
 
 # --- the settings ------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from components.hand_made_clusters import (
+    STACK_MARK,
     HandMadeClusterError,
     ManagementClusterUnreadableError,
     refuse_hand_made,
@@ -21,6 +22,7 @@ from components.hand_made_clusters import (
 from e2e.standins.https_server import self_signed_certificate, serving
 
 TOKEN = "admin-token"
+STACK = "organization/lab-mgmt/lab"
 CLUSTER_PATH = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters/lab1"
 
 
@@ -71,13 +73,24 @@ def api(tmp_path: Path) -> Iterator[tuple[ApiServer, str]]:
         yield state, yaml.safe_dump(kubeconfig)
 
 
-def _cluster(*managers: str) -> dict[str, Any]:
-    return {"metadata": {"name": "lab1", "managedFields": [{"manager": m, "operation": "Apply"} for m in managers]}}
+# What pulumi-kubernetes 4.29 and later leave on a Cluster they created (a client-side POST under a
+# static manager, pkg/await/await.go) once Cluster API's manager has reconciled it.
+CREATED_BY_PULUMI = (("pulumi-kubernetes", "Update"), ("manager", "Update"))
+
+
+def _cluster(*managers: tuple[str, str], mark: str | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": "lab1",
+        "managedFields": [{"manager": manager, "operation": operation} for manager, operation in managers],
+    }
+    if mark is not None:
+        metadata["annotations"] = {STACK_MARK: mark, "other": "kept"}
+    return {"metadata": metadata}
 
 
 def test_a_cluster_that_does_not_exist_yet_passes(api: tuple[ApiServer, str]) -> None:
     state, kubeconfig = api
-    refuse_hand_made("default", "lab1", kubeconfig)
+    refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)
     assert state.requests == [(CLUSTER_PATH, f"Bearer {TOKEN}")]
 
 
@@ -85,26 +98,50 @@ def test_a_cluster_made_with_kubectl_is_refused_naming_it_its_writers_and_the_wa
     api: tuple[ApiServer, str],
 ) -> None:
     state, kubeconfig = api
-    state.answer = (200, _cluster("kubectl-client-side-apply", "manager"))
+    state.answer = (200, _cluster(("kubectl-client-side-apply", "Update"), ("manager", "Update")))
     with pytest.raises(HandMadeClusterError) as refused:
-        refuse_hand_made("default", "lab1", kubeconfig)
+        refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)
     message = str(refused.value)
     assert "lab-mgmt:workloadClusters: the Cluster default/lab1 exists" in message
     assert "kubectl-client-side-apply, manager" in message
     assert "docs/adoption.md" in message
+    assert f"kubectl annotate cluster -n default lab1 {STACK_MARK}={STACK}" in message
 
 
-def test_a_cluster_this_program_applied_passes(api: tuple[ApiServer, str]) -> None:
+def test_a_cluster_this_stack_created_passes_on_its_mark(api: tuple[ApiServer, str]) -> None:
     state, kubeconfig = api
-    state.answer = (200, _cluster("manager", "pulumi-kubernetes-8a2b4c1d"))
-    refuse_hand_made("default", "lab1", kubeconfig)
+    state.answer = (200, _cluster(*CREATED_BY_PULUMI, mark=STACK))
+    refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)
+
+
+@pytest.mark.parametrize(
+    "managers",
+    [CREATED_BY_PULUMI, (("pulumi-kubernetes-8a2b4c1d", "Apply"), ("manager", "Update"))],
+    ids=["created", "applied"],
+)
+def test_a_cluster_a_pulumi_program_wrote_without_the_mark_is_refused(
+    api: tuple[ApiServer, str], managers: tuple[tuple[str, str], ...]
+) -> None:
+    """Any Pulumi program leaves these managers: they do not say which stack the cluster is."""
+    state, kubeconfig = api
+    state.answer = (200, _cluster(*managers))
+    with pytest.raises(HandMadeClusterError, match=f"no {STACK_MARK} annotation"):
+        refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)
+
+
+def test_a_cluster_another_stack_marked_is_refused_naming_both(api: tuple[ApiServer, str]) -> None:
+    state, kubeconfig = api
+    state.answer = (200, _cluster(*CREATED_BY_PULUMI, mark="organization/lab-mgmt/other"))
+    with pytest.raises(HandMadeClusterError) as refused:
+        refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)
+    assert f"stack organization/lab-mgmt/other ({STACK_MARK}), not of this one ({STACK})" in str(refused.value)
 
 
 def test_an_answer_that_is_neither_the_object_nor_404_stops_the_run(api: tuple[ApiServer, str]) -> None:
     state, kubeconfig = api
     state.answer = (403, {"kind": "Status", "code": 403})
     with pytest.raises(ManagementClusterUnreadableError, match="HTTP 403"):
-        refuse_hand_made("default", "lab1", kubeconfig)
+        refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)
 
 
 def test_a_management_cluster_out_of_reach_stops_the_run_naming_it() -> None:
@@ -115,4 +152,4 @@ def test_a_management_cluster_out_of_reach_stops_the_run_naming_it() -> None:
         }
     )
     with pytest.raises(ManagementClusterUnreadableError, match=r"https://127\.0\.0\.1:9"):
-        refuse_hand_made("default", "lab1", kubeconfig)
+        refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)

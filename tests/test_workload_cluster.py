@@ -6,6 +6,7 @@ cluster-autoscaler beside its objects."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 
 import harness
 import pytest
@@ -20,7 +21,7 @@ from test_readonly_access import (
 )
 
 from components.cluster_template import ClusterTemplateError
-from components.hand_made_clusters import HandMadeClusterError
+from components.hand_made_clusters import STACK_MARK, HandMadeClusterError
 
 CLUSTER_COMPONENT = "homelab:index:WorkloadCluster"
 CAPI = "kubernetes:cluster.x-k8s.io/v1beta2"
@@ -67,6 +68,14 @@ def test_provider_uses_the_clusters_admin_kubeconfig_as_a_secret(lab1: harness.R
     assert provider.plain["kubeconfig"] == harness.WORKLOAD_KUBECONFIG
     assert provider.plain["clusterIdentifier"] == "default/lab1"
     assert provider.parent == lab1.get(CLUSTER_COMPONENT, "lab1").urn
+
+
+def test_what_runs_inside_the_cluster_is_deleted_before_its_cluster(lab1: harness.Run) -> None:
+    """The provider comes from a read of the kubeconfig Secret, whose dependencies the SDK drops:
+    without its own on the Cluster, removing a cluster raced Cilium's uninstall against the
+    Cluster's deletion."""
+    provider = lab1.get(K8S_PROVIDER, "lab1-kubernetes")
+    assert lab1.get(f"{CAPI}:Cluster", "lab1-cluster").urn in provider.dependencies
 
 
 @pytest.mark.parametrize("key", LAB1_RBAC, ids=lambda key: key[1])
@@ -179,10 +188,13 @@ def test_a_worker_sizing_change_is_a_new_worker_template_only(lab1: harness.Run)
     assert changed == {old_worker, new_worker, "lab1-workers"}
 
 
-def test_the_cluster_is_done_when_its_control_plane_is_initialized(lab1: harness.Run) -> None:
+def test_the_cluster_is_done_when_its_control_plane_is_initialized_and_marked_as_this_stack_s(
+    lab1: harness.Run,
+) -> None:
     cluster = lab1.get(f"{CAPI}:Cluster", "lab1-cluster")
     assert cluster.plain["metadata"]["annotations"] == {
-        "pulumi.com/waitFor": harness.waits_for("condition=ControlPlaneInitialized")
+        "pulumi.com/waitFor": harness.waits_for("condition=ControlPlaneInitialized"),
+        STACK_MARK: "organization/lab-mgmt/lab",
     }
     assert cluster.custom_timeouts == {"create": "30m", "update": "30m"}
     assert cluster.plain["spec"]["clusterNetwork"]["pods"] == {"cidrBlocks": ["10.244.0.0/16"]}
@@ -284,8 +296,9 @@ def test_the_cluster_is_looked_for_on_the_management_cluster_first(lab1: harness
     assert lab1.cluster_reads == [CLUSTER_PATH]
 
 
-def _live_cluster(*managers: str) -> dict[str, dict[str, object]]:
-    return {CLUSTER_PATH: {"metadata": {"name": "lab1", "managedFields": [{"manager": m} for m in managers]}}}
+def _live_cluster(*managers: str, annotations: Mapping[str, str] | None = None) -> dict[str, dict[str, object]]:
+    metadata = {"name": "lab1", "managedFields": [{"manager": m, "operation": "Update"} for m in managers]}
+    return {CLUSTER_PATH: {"metadata": {**metadata, "annotations": dict(annotations or {})}}}
 
 
 def test_a_cluster_made_by_hand_is_refused_and_none_of_its_objects_is_sent() -> None:
@@ -295,9 +308,17 @@ def test_a_cluster_made_by_hand_is_refused_and_none_of_its_objects_is_sent() -> 
     assert not [r for r in record.resources.values() if r.type.startswith(CUSTOM_RESOURCE_TYPES)]
 
 
-def test_a_cluster_this_program_made_is_declared_as_before(lab1: harness.Run) -> None:
-    again = harness.run_program(live_objects=_live_cluster("pulumi-kubernetes-8a2b4c1d", "manager"))
+def test_a_cluster_this_stack_created_is_declared_as_before(lab1: harness.Run) -> None:
+    """As pulumi-kubernetes 4.29+ leaves it: its static create manager and Cluster API's, and the mark."""
+    live = _live_cluster("pulumi-kubernetes", "manager", annotations={STACK_MARK: "organization/lab-mgmt/lab"})
+    again = harness.run_program(live_objects=live)
     assert harness.changed(lab1, again) == set()
+
+
+def test_a_cluster_another_stack_created_is_refused() -> None:
+    live = _live_cluster("pulumi-kubernetes", "manager", annotations={STACK_MARK: "organization/lab-mgmt/lab"})
+    with pytest.raises(HandMadeClusterError, match=r"not of this one \(team/lab-mgmt/lab\)"):
+        harness.run_program(live_objects=live, organization="team")
 
 
 # --- protection, and a run that cannot fetch the template --------------------------------------------
