@@ -11,7 +11,7 @@ import binascii
 import ipaddress
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -532,6 +532,11 @@ BROKEN_AUTOSCALER_TAGS = {
 }
 # The management cluster's resources are named `mgmt-*`: a workload cluster's would clash.
 RESERVED_CLUSTER_NAMES = ("mgmt",)
+# The longest cluster name that every name made from it fits: the autoscaler's Helm release
+# `<name>-autoscaler` (Helm refuses release names over 53 characters), which is tighter than the
+# label value `<name>-workers` (63, Cluster API's MachineDeployment name label).
+HELM_RELEASE_NAME_MAX = 53
+CLUSTER_NAME_MAX = HELM_RELEASE_NAME_MAX - len("-autoscaler")
 
 
 @dataclass(frozen=True)
@@ -739,26 +744,42 @@ class _Lab:
     bridge: str
     networks: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ...]
     """The lab's networks and addresses a pod or service network must not overlap, each described."""
+    hosts: tuple[tuple[ipaddress.IPv4Address, str], ...]
+    """The lab's own hosts, whose addresses no workload cluster's node or VIP may take, each described."""
 
 
 def _lab(proxmox: ProxmoxSettings, vm: VmSettings) -> _Lab:
     networks: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = [
         (vm.address.network, f"the management VM's subnet {vm.address.network} (vmAddress)")
     ]
+    hosts = [
+        (vm.address.ip, f"the management VM's address {vm.address.ip} (vmAddress)"),
+        (vm.gateway, f"the lab's gateway {vm.gateway} (vmGateway)"),
+    ]
     host = urlparse(proxmox.endpoint).hostname or ""
     if _is_ip_address(host):
         networks.append((ipaddress.ip_network(host), f"the Proxmox VE API's address {host} (proxmoxEndpoint)"))
+        hosts += _ipv4_hosts([host], "the Proxmox VE API's address {} (proxmoxEndpoint)")
     networks += [
         (ipaddress.ip_network(d), f"the DNS server {d} (vmDnsServers)") for d in vm.dns_servers if _is_ip_address(d)
     ]
-    return _Lab(proxmox.node, vm.bridge, tuple(networks))
+    hosts += _ipv4_hosts(vm.dns_servers, "the DNS server {} (vmDnsServers)")
+    return _Lab(proxmox.node, vm.bridge, tuple(networks), tuple(hosts))
+
+
+def _ipv4_hosts(texts: Sequence[str], what: str) -> list[tuple[ipaddress.IPv4Address, str]]:
+    """Each IPv4 address of `texts`, described by `what` with the address in its `{}`."""
+    addresses = [ipaddress.ip_address(text) for text in texts if _is_ip_address(text)]
+    return [(address, what.format(address)) for address in addresses if isinstance(address, ipaddress.IPv4Address)]
 
 
 def _read_workload(r: _Reader, lab: _Lab) -> WorkloadSettings:
-    clusters = tuple(_read_workload_cluster(entry, lab) for entry in _workload_entries(r))
+    entries = _workload_entries(r)
+    clusters = tuple(_read_workload_cluster(entry, lab) for entry in entries)
     names = [c.name for c in clusters]
     for name in sorted({n for n in names if names.count(n) > 1}):
         r.fail(WORKLOAD_CLUSTERS_KEY, f"declares the cluster {name!r} twice; each cluster name must be unique")
+    _check_clusters_apart(list(zip(entries, clusters, strict=True)))
     return WorkloadSettings(
         clusters=clusters,
         capmox_release_url=r.https_url("capmoxReleaseUrl"),
@@ -830,10 +851,65 @@ def _read_workload_cluster(e: _Entry, lab: _Lab) -> WorkloadCluster:
         taken_over=e.boolean("takenOver", default=False),
         adopt=e.boolean("adopt", default=False),
     )
+    if len(name) > CLUSTER_NAME_MAX:
+        e.fail(
+            "name",
+            f"{name!r} has {len(name)} characters, more than {CLUSTER_NAME_MAX}: the release {name}-autoscaler "
+            f"must fit Helm's {HELM_RELEASE_NAME_MAX}",
+        )
     _check_pod_and_service_networks(e, cluster, lab)
+    _check_lab_hosts(e, cluster, lab)
     _check_taken_over(e, cluster)
     e.done()
     return cluster
+
+
+def _check_lab_hosts(e: _Entry, cluster: WorkloadCluster, lab: _Lab) -> None:
+    """No node and no VIP on an address the lab's own hosts, or the node network itself, have: a
+    node given one cuts that host off; and the pool holds a rollout's surge."""
+    network = cluster.node_network
+    taken = [*lab.hosts, *_ipv4_hosts(cluster.dns_servers, "the DNS server {} (dnsServers)")]
+    if network.prefixlen < 31:
+        taken += [
+            (network.network_address, f"the network address of {network} (gateway/ipPrefix)"),
+            (network.broadcast_address, f"the broadcast address of {network} (gateway/ipPrefix)"),
+        ]
+    spans = _spans(cluster.node_ip_ranges)
+    for address, what in taken:
+        if address == cluster.control_plane_endpoint:
+            e.fail("controlPlaneEndpoint", f"{address} is {what}")
+        for text, (first, last) in spans:
+            if first <= address <= last and address != cluster.gateway:
+                e.fail("nodeIpRanges", f"{text} contains {what}")
+    pool = sum(int(last) - int(first) + 1 for _, (first, last) in spans)
+    needed = cluster.control_plane.replicas + cluster.workers.max_size + 1
+    if spans and pool < needed:
+        e.warn(
+            "nodeIpRanges",
+            f"holds {pool} addresses, fewer than controlPlane.replicas + workers.maxSize + 1 = {needed}: a rollout "
+            "makes one machine more before it deletes one, and finds no address for it",
+        )
+
+
+def _check_clusters_apart(clusters: Sequence[tuple[_Entry, WorkloadCluster]]) -> None:
+    """No two clusters share an address: two kube-vips announcing one VIP, or one address handed
+    to nodes of both, break both clusters."""
+    for index, (entry, cluster) in enumerate(clusters):
+        spans = _spans(cluster.node_ip_ranges)
+        for _, earlier in clusters[:index]:
+            earlier_spans = _spans(earlier.node_ip_ranges)
+            vip, earlier_vip = cluster.control_plane_endpoint, earlier.control_plane_endpoint
+            if vip == earlier_vip or any(first <= vip <= last for _, (first, last) in earlier_spans):
+                entry.fail("controlPlaneEndpoint", f"{vip} is an address of the cluster {earlier.name}")
+            for text, (first, last) in spans:
+                if first <= earlier_vip <= last or any(
+                    first <= other_last and other_first <= last for _, (other_first, other_last) in earlier_spans
+                ):
+                    entry.fail("nodeIpRanges", f"{text} overlaps the addresses of the cluster {earlier.name}")
+
+
+def _spans(ranges: Sequence[str]) -> list[tuple[str, tuple[ipaddress.IPv4Address, ipaddress.IPv4Address]]]:
+    return [(text, span) for text in ranges if (span := _address_span(text))]
 
 
 def _check_taken_over(e: _Entry, cluster: WorkloadCluster) -> None:
@@ -864,7 +940,7 @@ def _read_cluster_network(e: _Entry) -> dict[str, Any]:
     """The nodes' network (as WorkloadCluster's fields): addresses inside the network that the
     gateway and prefix make, the endpoint outside the nodes' ranges."""
     endpoint = e.address("controlPlaneEndpoint")
-    ranges = e.strings("nodeIpRanges", "an address range a.b.c.d-a.b.c.e or a CIDR", _address_span)
+    ranges = e.strings("nodeIpRanges", "an address, a range a.b.c.d-a.b.c.e or a CIDR", _address_span)
     prefix = e.integer("ipPrefix", IP_PREFIX_RANGE, "prefix length")
     gateway = e.address("gateway")
     vlan_set = e.raw("vlan", default="")
@@ -899,7 +975,8 @@ _NO_NETWORK = ipaddress.IPv4Network("0.0.0.0/32")
 
 
 def _address_span(text: str) -> tuple[ipaddress.IPv4Address, ipaddress.IPv4Address] | None:
-    """The first and last address of `a.b.c.d-a.b.c.e` or of a CIDR; None for anything else."""
+    """The first and last address of `a.b.c.d-a.b.c.e`, of a CIDR or of one address (CAPMOX's
+    webhook takes all three); None for anything else."""
     try:
         if "-" in text:
             first, last = (ipaddress.IPv4Address(part.strip()) for part in text.split("-", 1))
@@ -907,7 +984,7 @@ def _address_span(text: str) -> tuple[ipaddress.IPv4Address, ipaddress.IPv4Addre
             network = ipaddress.IPv4Network(text)
             first, last = network[0], network[-1]
         else:
-            return None
+            first = last = ipaddress.IPv4Address(text.strip())
     except ValueError:
         return None
     return (first, last) if first <= last else None

@@ -605,7 +605,7 @@ WORKLOAD_REFUSALS: list[Any] = [
     pytest.param({"podCidr": "8.0.0.0/8"}, "podCidr: 8.0.0.0/8 overlaps the DNS server 8.8.8.8 (dnsServers)", id="dns"),
     pytest.param(
         {"nodeIpRanges": ["192.168.4.60-192.168.4.41"]},
-        "nodeIpRanges: '192.168.4.60-192.168.4.41' is not an address range",
+        "nodeIpRanges: '192.168.4.60-192.168.4.41' is not an address, a range",
         id="range-backwards",
     ),
     pytest.param(
@@ -625,6 +625,43 @@ WORKLOAD_REFUSALS: list[Any] = [
     pytest.param({"autoscaler": {"scanInterval": "10"}}, "scanInterval: '10' is not a Go duration", id="duration"),
     pytest.param({"sshPublicKeys": ["ssh-ed25519 AAAA"]}, "sshPublicKeys: 'ssh-ed25519 AAAA' is not", id="ssh-key"),
     pytest.param({"name": "mgmt"}, "name: 'mgmt' is the management cluster's", id="name-mgmt"),
+    pytest.param(
+        {"name": "a" * 43},
+        f"workloadClusters[0].name: '{'a' * 43}' has 43 characters, more than 42: the release "
+        f"{'a' * 43}-autoscaler must fit Helm's 53",
+        id="name-too-long",
+    ),
+    pytest.param(
+        {"nodeIpRanges": ["192.168.4.20-192.168.4.39"]},
+        "workloadClusters[0].nodeIpRanges: 192.168.4.20-192.168.4.39 contains the management VM's address "
+        "192.168.4.21 (vmAddress)",
+        id="range-takes-the-management-vm",
+    ),
+    pytest.param(
+        {"controlPlaneEndpoint": "192.168.4.21"},
+        "workloadClusters[0].controlPlaneEndpoint: 192.168.4.21 is the management VM's address 192.168.4.21",
+        id="vip-is-the-management-vm",
+    ),
+    pytest.param(
+        {"controlPlaneEndpoint": "192.168.4.8"},
+        "workloadClusters[0].controlPlaneEndpoint: 192.168.4.8 is the lab's gateway 192.168.4.8 (vmGateway)",
+        id="vip-is-the-gateway",
+    ),
+    pytest.param(
+        {"controlPlaneEndpoint": "192.168.4.255"},
+        "controlPlaneEndpoint: 192.168.4.255 is the broadcast address of 192.168.4.0/24",
+        id="vip-is-broadcast",
+    ),
+    pytest.param(
+        {"controlPlaneEndpoint": "192.168.4.0"},
+        "controlPlaneEndpoint: 192.168.4.0 is the network address of 192.168.4.0/24",
+        id="vip-is-the-network",
+    ),
+    pytest.param(
+        {"nodeIpRanges": ["192.168.4.0/26"], "controlPlaneEndpoint": "192.168.4.100"},
+        "nodeIpRanges: 192.168.4.0/26 contains the network address of 192.168.4.0/24",
+        id="range-takes-the-network-address",
+    ),
 ]
 
 
@@ -633,6 +670,46 @@ def test_a_bad_workload_cluster_is_refused_naming_its_key(changes: dict[str, Any
     with pytest.raises(SettingsError) as error:
         parse_settings(lab1_raw(**changes))
     assert any(fragment in line for line in problems(error.value)), problems(error.value)
+
+
+def test_a_second_cluster_on_the_first_one_s_addresses_is_refused_naming_each_key() -> None:
+    [lab1] = harness.stack_workload_clusters()
+    lab2 = {**lab1, "name": "lab2"}
+    with pytest.raises(SettingsError) as error:
+        parse_settings(lab_raw(workloadClusters=config_value([lab1, lab2])))
+    assert problems(error.value) == [
+        f"lab-mgmt:workloadClusters[1].controlPlaneEndpoint: {lab1['controlPlaneEndpoint']} is an address of the "
+        "cluster lab1",
+        f"lab-mgmt:workloadClusters[1].nodeIpRanges: {lab1['nodeIpRanges'][0]} overlaps the addresses of the cluster "
+        "lab1",
+    ]
+
+
+def test_a_second_cluster_on_addresses_of_its_own_is_accepted() -> None:
+    [lab1] = harness.stack_workload_clusters()
+    lab2 = {
+        **lab1,
+        "name": "lab2",
+        "controlPlaneEndpoint": "192.168.4.70",
+        "nodeIpRanges": ["192.168.4.71-192.168.4.80"],
+    }
+    assert [c.name for c in parse_settings(lab_raw(workloadClusters=config_value([lab1, lab2]))).workload.clusters] == [
+        "lab1",
+        "lab2",
+    ]
+
+
+def test_single_addresses_are_accepted_as_capmox_takes_them_and_a_small_pool_is_warned_of() -> None:
+    settings = parse_settings(lab1_raw(nodeIpRanges=["192.168.4.41", "192.168.4.42"]))
+    assert settings.workload.clusters[0].node_ip_ranges == ("192.168.4.41", "192.168.4.42")
+    assert settings.warnings == (
+        "lab-mgmt:workloadClusters[0].nodeIpRanges: holds 2 addresses, fewer than controlPlane.replicas + "
+        "workers.maxSize + 1 = 5: a rollout makes one machine more before it deletes one, and finds no address for it",
+    )
+
+
+def test_a_name_of_42_characters_is_accepted() -> None:
+    assert parse_settings(lab1_raw(name="a" * 42)).workload.clusters[0].name == "a" * 42
 
 
 def test_two_clusters_of_one_name_are_refused() -> None:
