@@ -121,6 +121,11 @@ def _provision(
         "conditions": _conditions(item, {"Ready": "Ready", "VirtualMachineProvisioned": "VirtualMachineProvisioned"}),
     }
     client.patch(item, {"status": status}, status=True)
+    # The pass read the machines once: what this one took goes into that list too, so that the next
+    # machine of the same pass finds its VMID and address taken (CAPMOX asks Proxmox VE for a free
+    # VMID, and the IPAM provider for a free address, at each clone).
+    spec |= {"providerID": provider_id, "virtualMachineID": vmid}
+    item["status"] = {**(item.get("status") or {}), "addresses": status["addresses"]}
     record.did(f"provisioned VM {vmid} on {nodes[0]} at {address} as {provider_id}", ident(item))
 
 

@@ -1,0 +1,99 @@
+"""The CAPMOX stand-in (e2e/standins/workload/capmox.py) gives each machine a VM of its own: in one
+reconcile pass over several new ProxmoxMachines (a 1 -> 3 scale-up), each gets its own VMID,
+providerID and address from the pool, lowest free first, as the IPAM provider hands them out."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from e2e.standins.workload import capmox
+from e2e.standins.workload.objects import CORE, INFRASTRUCTURE, Record
+
+NAMESPACE = "default"
+
+
+class Objects:
+    """An API server's objects in memory: what `capmox` reads, and its merge patches applied."""
+
+    def __init__(self, objects: list[dict[str, Any]]) -> None:
+        self.objects = objects
+
+    def items(self, resource: str, api_version: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        return [copy.deepcopy(o) for o in self.objects if (_plural(o), o["apiVersion"]) == (resource, api_version)]
+
+    def get(self, resource: str, api_version: str, namespace: str, name: str) -> dict[str, Any] | None:
+        found = [o for o in self.items(resource, api_version) if o["metadata"]["name"] == name]
+        return found[0] if found else None
+
+    def patch(self, obj: dict[str, Any], body: dict[str, Any], *, status: bool = False) -> None:
+        [live] = [
+            o for o in self.objects if o["kind"] == obj["kind"] and o["metadata"]["name"] == obj["metadata"]["name"]
+        ]
+        _merge(live, body)
+
+
+def _plural(obj: dict[str, Any]) -> str:
+    return f"{obj['kind'].lower()}s"
+
+
+def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def _object(kind: str, api_version: str, name: str, spec: dict[str, Any], **metadata: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": NAMESPACE, "generation": 1, **metadata},
+        "spec": spec,
+    }
+
+
+def _worker(name: str) -> list[dict[str, Any]]:
+    """A Machine with its bootstrap data, and its ProxmoxMachine, not yet provisioned."""
+    machine = _object(
+        "Machine", CORE, name, {"clusterName": "lab1", "bootstrap": {"dataSecretName": f"{name}-bootstrap"}}
+    )
+    sizing = {"numSockets": 1, "numCores": 2, "memoryMiB": 2048, "disks": {"bootVolume": {"sizeGb": 20}}}
+    proxmox_machine = _object(
+        "ProxmoxMachine",
+        INFRASTRUCTURE,
+        name,
+        {"sourceNode": "pv1-1", **sizing},
+        ownerReferences=[{"kind": "Machine", "apiVersion": CORE, "name": name}],
+    )
+    return [machine, proxmox_machine]
+
+
+def test_machines_provisioned_in_one_pass_get_a_vm_and_an_address_each() -> None:
+    cluster = _object(
+        "Cluster",
+        CORE,
+        "lab1",
+        {"infrastructureRef": {"name": "lab1"}},
+    )
+    cluster["status"] = {"initialization": {"infrastructureProvisioned": True}}
+    proxmox_cluster = _object(
+        "ProxmoxCluster",
+        INFRASTRUCTURE,
+        "lab1",
+        {"ipv4Config": {"addresses": ["192.168.4.41", "192.168.4.42-192.168.4.45"]}},
+    )
+    api = Objects(
+        [cluster, proxmox_cluster, *_worker("lab1-workers-a"), *_worker("lab1-workers-b"), *_worker("lab1-workers-c")]
+    )
+
+    capmox.reconcile_machines(api, Record(), destroy=lambda _: None)  # type: ignore[arg-type]
+
+    vms = [
+        (o["spec"]["virtualMachineID"], o["spec"]["providerID"], o["status"]["addresses"][0]["address"])
+        for o in api.items("proxmoxmachines", INFRASTRUCTURE)
+    ]
+    assert [vmid for vmid, _, _ in vms] == [100, 101, 102]
+    assert [address for _, _, address in vms] == ["192.168.4.41", "192.168.4.42", "192.168.4.43"]
+    assert len({provider_id for _, provider_id, _ in vms}) == 3
