@@ -31,7 +31,13 @@ test: $(VENV)
 # as long: docs/testing.md, "Where the suite's time goes"). The slowest 25 are listed last.
 ENGINE_WORKERS ?= 4
 
-test-engine: $(VENV)
+# What the machine must have (packages, Go, user namespaces, disk), checked in seconds before any
+# build or virtualenv, with the system's python3 (e2e/engine/preflight.py).
+PREFLIGHT := python3 -m e2e.engine.preflight
+
+test-engine:
+	$(PREFLIGHT)
+	$(MAKE) $(VENV)
 	built="$$(e2e/engine/build-engine.sh control-plane plugins workload)" && \
 	env $$built $(PY) -m pytest -m engine -n $(ENGINE_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
 
@@ -54,7 +60,9 @@ graph: $(VENV)
 # up, with the outputs printed, until `make box-down`. `make box-shell` opens a shell inside it. Needs what test-engine needs.
 BOX_DIR ?= .box
 
-box: $(VENV)
+box:
+	$(PREFLIGHT)
+	$(MAKE) $(VENV)
 	built="$$(e2e/engine/build-engine.sh control-plane plugins)" && \
 	env $$built $(PY) -m e2e.box.make_box up $(BOX_DIR)
 

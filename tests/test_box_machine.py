@@ -15,7 +15,7 @@ from e2e.standins.guest import guest
 def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A machine whose sshd and sudoers.d are under tmp_path, neither there yet."""
     monkeypatch.setattr(
-        guest, "MACHINE_NEEDS", {str(tmp_path / "sshd"): "openssh-server", str(tmp_path / "sudoers.d"): "sudo"}
+        guest, "MACHINE_PATHS", {str(tmp_path / "sshd"): "openssh-server", str(tmp_path / "sudoers.d"): "sudo"}
     )
     return tmp_path
 

@@ -41,6 +41,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from e2e.engine.cli import REPO
+from e2e.engine.preflight import MACHINE_PATHS
 
 BOOT_BOUND_SECONDS = 30
 SHUTDOWN_BOUND_SECONDS = 30
@@ -51,15 +52,15 @@ VIRTIO_DIR = "/run/box-virtio"
 QGA_PORT = "org.qemu.guest_agent.0"
 LOG_DIR = "/var/log/box"
 CALL_LOG = f"{LOG_DIR}/calls.log"
-# What the guest's image takes from the machine, with the Debian package that brings it: without
-# them the VM boots without sshd or without its user's sudo rule, and the program's first SSH dial
-# retries for minutes against a guest whose console holds the reason.
-MACHINE_NEEDS = {"/usr/sbin/sshd": "openssh-server", "/etc/sudoers.d": "sudo"}
 
 
 def missing_from_machine() -> list[str]:
-    """The Debian packages of MACHINE_NEEDS this machine lacks."""
-    return sorted({package for path, package in MACHINE_NEEDS.items() if not Path(path).exists()})
+    """The Debian packages of what the guest's image takes from the machine (MACHINE_PATHS) that
+    this machine lacks: without them the VM boots without sshd or without its user's sudo rule, and
+    the program's first SSH dial retries for minutes against a guest whose console holds the reason.
+    `make box` checks them before any build (e2e.engine.preflight); this is for the box started
+    any other way."""
+    return sorted({package for path, package in MACHINE_PATHS.items() if not Path(path).exists()})
 
 
 def standin_wrapper(module: str) -> str:
