@@ -53,7 +53,7 @@ def next_patch(version: str) -> str:
 
 def change_sets(deployed: Mapping[str, str]) -> list[ChangeSet]:
     return [
-        ChangeSet("k3s bump", {"k3sVersion": "v1.36.1+k3s1"}),
+        ChangeSet("k3s bump", {"k3sVersion": "v1.35.9+k3s1"}),
         ChangeSet("cert-manager chart", {"certManagerVersion": "v1.21.3"}),
         ChangeSet("operator chart", {"capiOperatorVersion": "0.28.1"}),
         *(ChangeSet(f"{p.kind} `{p.name}`", {p.config_key: next_patch(deployed[p.config_key])}) for p in PROVIDERS),
