@@ -1127,9 +1127,25 @@ def parse_settings(raw: Mapping[str, str]) -> Settings:
         warnings=tuple(r.warnings),
     )
     _check_adoption(r, settings)
+    _check_rebuild(r, settings)
     if r.problems:
         raise SettingsError("invalid stack configuration:\n  " + "\n  ".join(r.problems))
     return settings
+
+
+def _check_rebuild(r: _Reader, settings: Settings) -> None:
+    """A rebuild replaces the management cluster, and with its provider every workload cluster's
+    objects: the old ones are dropped with the VM (deleted_with) while their VMs run on, and the
+    new management cluster creates the clusters again on the same addresses."""
+    names = [cluster.name for cluster in settings.workload.clusters]
+    if settings.vm.rebuild_from_image and names:
+        r.fail(
+            "vmRebuildFromImage",
+            f"true would replace the management VM while workloadClusters declares {', '.join(names)}: their "
+            "Cluster API objects would be created afresh on the new management cluster while their VMs still run "
+            "(a second cluster on the same addresses). Remove each through Cluster API first (docs/operations.md, "
+            '"Removing a workload cluster"), take it out of workloadClusters, then rebuild',
+        )
 
 
 def load_settings() -> Settings:

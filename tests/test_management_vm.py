@@ -19,7 +19,8 @@ NEXT_IMAGE = {
     "imageSha256": "0123456789abcdef" * 4,
 }
 UNPROTECTED = {"vmProtected": False}
-REBUILD = {"vmProtected": False, "vmRebuildFromImage": True}
+# A rebuild is refused while workload clusters are declared (tests/test_settings.py).
+REBUILD = {"vmProtected": False, "vmRebuildFromImage": True, "workloadClusters": []}
 
 
 @pytest.fixture(scope="module")

@@ -243,7 +243,7 @@ BAD_INPUTS: list[Any] = [
         id="proxmoxApiTokenId-no-token-name",
     ),
     pytest.param(
-        {"vmRebuildFromImage": True, "vmProtected": True},
+        {"vmRebuildFromImage": True, "vmProtected": True, "workloadClusters": []},
         (),
         "vmRebuildFromImage",
         "needs vmProtected=false",
@@ -710,6 +710,19 @@ def test_single_addresses_are_accepted_as_capmox_takes_them_and_a_small_pool_is_
 
 def test_a_name_of_42_characters_is_accepted() -> None:
     assert parse_settings(lab1_raw(name="a" * 42)).workload.clusters[0].name == "a" * 42
+
+
+def test_a_rebuild_of_the_management_vm_is_refused_while_workload_clusters_are_declared() -> None:
+    with pytest.raises(SettingsError) as error:
+        parse_settings(lab_raw(vmRebuildFromImage="true", vmProtected="false"))
+    [problem] = problems(error.value)
+    assert problem.startswith(
+        "lab-mgmt:vmRebuildFromImage: true would replace the management VM while workloadClusters declares lab1"
+    )
+    assert '"Removing a workload cluster"' in problem
+    assert parse_settings(
+        lab_raw(vmRebuildFromImage="true", vmProtected="false", workloadClusters="[]")
+    ).vm.rebuild_from_image
 
 
 def test_two_clusters_of_one_name_are_refused() -> None:
