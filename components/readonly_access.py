@@ -51,6 +51,15 @@ READONLY_RULES = [
     _read(["batch"], ["cronjobs", "jobs"]),
     _read(["events.k8s.io"], ["events"]),
     _read(["apiextensions.k8s.io"], ["customresourcedefinitions"]),
+    # What the owner's inspector triages with, which the old `capi-readonly` had through `view`:
+    # the PodDisruptionBudgets that decide a scale-down, leases (which controller leads), network
+    # policies and endpoint slices, and Cilium's objects on a workload cluster.
+    _read(["policy"], ["poddisruptionbudgets"]),
+    _read(["coordination.k8s.io"], ["leases"]),
+    _read(["networking.k8s.io"], ["ingresses", "networkpolicies"]),
+    _read(["discovery.k8s.io"], ["endpointslices"]),
+    _read(["autoscaling"], ["horizontalpodautoscalers"]),
+    _read(["cilium.io"], ["*"]),
     _read(
         [
             "cluster.x-k8s.io",

@@ -168,6 +168,13 @@ def test_role_covers_what_diagnosis_needs(rules: list[dict[str, Any]]) -> None:
         ("create", "", "pods/exec", False),
         ("get", "", "pods/exec", False),
         ("update", "operator.cluster.x-k8s.io", "infrastructureproviders", False),
+        # The owner's inspector's scale-down and CNI triage (the old capi-readonly built on `view`).
+        ("list", "policy", "poddisruptionbudgets", True),
+        ("get", "coordination.k8s.io", "leases", True),
+        ("list", "networking.k8s.io", "networkpolicies", True),
+        ("list", "cilium.io", "ciliumnodes", True),
+        ("delete", "cilium.io", "ciliumendpoints", False),
+        ("delete", "policy", "poddisruptionbudgets", False),
     ],
 )
 def test_role_decisions(rules: list[dict[str, Any]], verb: str, group: str, resource: str, allowed: bool) -> None:
