@@ -865,15 +865,12 @@ def _read_workload_cluster(e: _Entry, lab: _Lab) -> WorkloadCluster:
 
 
 def _check_lab_hosts(e: _Entry, cluster: WorkloadCluster, lab: _Lab) -> None:
-    """No node and no VIP on an address the lab's own hosts, or the node network itself, have: a
-    node given one cuts that host off; and the pool holds a rollout's surge."""
+    """No node and no VIP on an address the lab's own hosts have (a node given one cuts that host
+    off), no VIP on the node network's own or broadcast address; and the pool holds a rollout's
+    surge. A range may span those two: the in-cluster IPAM provider never hands them out (its
+    pools' allowReservedIPs is false)."""
     network = cluster.node_network
     taken = [*lab.hosts, *_ipv4_hosts(cluster.dns_servers, "the DNS server {} (dnsServers)")]
-    if network.prefixlen < 31:
-        taken += [
-            (network.network_address, f"the network address of {network} (gateway/ipPrefix)"),
-            (network.broadcast_address, f"the broadcast address of {network} (gateway/ipPrefix)"),
-        ]
     spans = _spans(cluster.node_ip_ranges)
     for address, what in taken:
         if address == cluster.control_plane_endpoint:
@@ -881,6 +878,10 @@ def _check_lab_hosts(e: _Entry, cluster: WorkloadCluster, lab: _Lab) -> None:
         for text, (first, last) in spans:
             if first <= address <= last and address != cluster.gateway:
                 e.fail("nodeIpRanges", f"{text} contains {what}")
+    if network.prefixlen < 31:
+        for address, what in ((network.network_address, "network"), (network.broadcast_address, "broadcast")):
+            if address == cluster.control_plane_endpoint:
+                e.fail("controlPlaneEndpoint", f"{address} is the {what} address of {network} (gateway/ipPrefix)")
     pool = sum(int(last) - int(first) + 1 for _, (first, last) in spans)
     needed = cluster.control_plane.replicas + cluster.workers.max_size + 1
     if spans and pool < needed:
