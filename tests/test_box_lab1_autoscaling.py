@@ -102,12 +102,15 @@ def test_the_autoscaler_scales_from_zero_then_to_three(lab1_box: Any) -> None:
 
 
 def test_spec_replicas_is_never_pulumis(lab1_box: Any) -> None:
-    # pulumi's apply owns what the program sends, never spec.replicas; the autoscaler's writes
-    # through /scale of a custom resource leave no managed-fields entry (the audit log has them).
+    # pulumi's managers own what the program sends, never spec.replicas: its create (a POST under
+    # the static `pulumi-kubernetes`, 4.29 and later) and its updates' server-side apply (under
+    # `pulumi-kubernetes-<random>`); the autoscaler's writes through /scale of a custom resource
+    # leave no managed-fields entry (the audit log has them).
     for managers in (lab1_box["managers_at_3"], lab1_box["managers_at_0"]):
-        [pulumi] = [manager for manager in managers if manager.startswith("pulumi-kubernetes-")]
-        assert pulumi.endswith("/Apply")
-        assert "replicas" not in managers[pulumi], managers
+        pulumis = [manager for manager in managers if manager.split("/")[0].startswith("pulumi-kubernetes")]
+        assert pulumis, managers
+        for pulumi in pulumis:
+            assert "replicas" not in managers[pulumi], managers
 
 
 def test_without_demand_it_scales_down_to_zero(lab1_box: Any) -> None:
@@ -126,9 +129,9 @@ def test_the_timeline_of_a_scale_up_and_a_scale_down(lab1_box: Any) -> None:
 def test_a_worker_sizing_change_is_a_new_template_repointed_then_the_old_deleted(lab1_box: Any) -> None:
     assert lab1_box["resize"]["rc"] == 0, lab1_box["resize"]["error"]
     writes = [(verb, resource) for verb, resource, _, _ in lab1_box["resize_writes"]]
-    # The new template first, then the MachineDeployment (the provider's apply, and its
-    # field-manager fix-up), the old template last.
-    assert writes[0] == ("patch", "proxmoxmachinetemplates"), writes
+    # The new template first (a create is a POST), then the MachineDeployment (the provider's
+    # apply, and its field-manager fix-up), the old template last.
+    assert writes[0] == ("create", "proxmoxmachinetemplates"), writes
     assert writes[-1] == ("delete", "proxmoxmachinetemplates"), writes
     assert set(writes[1:-1]) == {("patch", "machinedeployments")}, writes
     created, deleted = lab1_box["resize_writes"][0][2], lab1_box["resize_writes"][-1][2]

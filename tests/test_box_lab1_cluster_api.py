@@ -69,7 +69,7 @@ def test_the_real_webhook_defaults_replicas_to_the_min_size(lab1_box: Any) -> No
     created = lab1_box["md_created"]
     assert created["spec"]["replicas"] == 0
     assert created["metadata"]["annotations"]["cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"] == "0"
-    create = _write(lab1_box, ADMIN_USER, "patch", "machinedeployments")
+    create = _write(lab1_box, ADMIN_USER, "create", "machinedeployments")
     assert create is not None
     assert (create["code"], create["mutated_by"]) == (201, ["default.machinedeployment.cluster.x-k8s.io"])
     assert lab1_box["beneath"]["webhook_configurations"] == [

@@ -303,9 +303,10 @@ def _k8s_writes_allowed(item: str, write: list[str]) -> bool:
     if item == "namespaces":
         return (verb, resource) == ("patch", "namespaces")
     if item == "CAPMOX Secret":
-        return verb == "patch" and (
-            (resource, name) == ("infrastructureproviders", "proxmox")
-            or (resource == "secrets" and name.startswith("capmox-credentials-"))
+        # The Secret of the new name is created (a POST, pulumi-kubernetes 4.29 and later), the
+        # provider CR repointed at it.
+        return (verb, resource, name) == ("patch", "infrastructureproviders", "proxmox") or (
+            verb == "create" and resource == "secrets" and name.startswith("capmox-credentials-")
         )
     return False
 
