@@ -212,9 +212,9 @@ def test_before_the_takeover_the_program_refuses_lab1_and_writes_nothing_to_it(l
     declared = lab1["preview_program_pod_cidr"]
     assert declared["rc"] != 0
     assert "the Cluster default/lab1 exists on the management cluster, made by" in declared["error"]
-    assert "kubectl-client-side-apply, manager, not by this stack (organization/lab-mgmt/lab)" in " ".join(
-        declared["error"].split()
-    )
+    refusal = " ".join(declared["error"].split())
+    assert "kubectl-client-side-apply" in refusal
+    assert "not by this stack (organization/lab-mgmt/lab): it has no lab-mgmt.homelab/stack annotation" in refusal
     assert lab1["changed_by_previews"] == {"appeared": [], "gone": [], "rewritten": []}
     assert [w for w in lab1["writes_by_previews"] if w["user"] == ADMIN_USER] == []
 
