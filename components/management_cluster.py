@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import cluster_takeover
+from components import cluster_takeover, rollouts
 from components.charts import ClusterCharts
 from components.cluster_api import ClusterApi, ClusterNode
 from components.cluster_template import ClusterTemplateError, render_cluster
@@ -67,6 +67,13 @@ def manage_cluster(
     # an empty list, not a mapping: dict() makes it one either way.
     records.keep("workloadReadonlyKubeconfigs", pulumi.Output.secret(kubeconfigs.apply(dict)))
     records.keep(PROVIDER_VERSIONS_OUTPUT, cluster_api.provider_versions)
+    specs = pulumi.Output.all(**{w.record_key: w.machine_specs for w in workload_clusters}).apply(dict)
+    records.keep(
+        rollouts.ROLLOUT_OUTPUT,
+        pulumi.Output.all(records.last_value(rollouts.ROLLOUT_OUTPUT), specs).apply(
+            lambda args: _announced(args[0] or {}, args[1])
+        ),
+    )
     kept_names = pulumi.Output.all(**{w.record_key: w.kept_names for w in workload_clusters})
     declared = [cluster_takeover.record_key(cluster) for cluster in settings.workload.clusters]
     records.keep(
@@ -75,6 +82,13 @@ def manage_cluster(
             lambda args: cluster_takeover.record(args[0], args[1], declared)
         ),
     )
+
+
+def _announced(last: Mapping[str, Mapping[str, str]], now: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """`now`, once each cluster's rollout has been warned of (components.rollouts)."""
+    for key, specs in now.items():
+        rollouts.announce(key, last.get(key), specs)
+    return now
 
 
 def _workload_cluster(

@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import adoption, cluster_takeover, hand_made_clusters, waits
+from components import adoption, cluster_takeover, hand_made_clusters, rollouts, waits
 from components.charts import WorkloadCharts
 from components.cilium import Cilium
 from components.cluster_autoscaler import ClusterAutoscaler
@@ -45,6 +45,8 @@ class WorkloadCluster(pulumi.ComponentResource):
     machine_deployment: kubernetes.apiextensions.CustomResource
     kubeconfig_secret_id: pulumi.Output[str]
     """`<namespace>/<name>-kubeconfig`, the Secret Cluster API writes the admin kubeconfig to."""
+    machine_specs: pulumi.Output[dict[str, str]]
+    """What rolls each part of the cluster, as digests (components.rollouts)."""
     kept_names: pulumi.Output[dict[str, str] | None]
     """The record of a taken-over cluster's template names (cluster_takeover.RECORD_OUTPUT), None
     for a cluster the program made."""
@@ -108,6 +110,7 @@ class WorkloadCluster(pulumi.ComponentResource):
             {
                 "kubeconfigSecretId": self.kubeconfig_secret_id,
                 "keptNames": self.kept_names,
+                "machineSpecs": self.machine_specs,
                 "readonlyKubeconfig": self.readonly_kubeconfig,
             }
         )
@@ -132,6 +135,7 @@ class WorkloadCluster(pulumi.ComponentResource):
         lasting = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=cluster.protected))
         stack = hand_made_clusters.this_stack()
         parts = _Parts(cluster, objects, self.kept_names, management_kubeconfig, recorded, stack=stack)
+        self.machine_specs = parts.declared.apply(rollouts.machine_specs)
         before = [*providers, *_namespace(cluster, lasting)]
 
         def custom(resource_name: str, pick: _Pick, *after: pulumi.Resource) -> Any:

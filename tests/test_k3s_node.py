@@ -582,8 +582,9 @@ def test_with_a_rebuild_allowed_a_new_address_or_user_replaces_the_vm_even_from_
 ) -> None:
     """The guard lets a new address or user through when a rebuild is allowed: the VM must then
     be a new one, which the same image alone would not make it."""
-    lifted = run_program({"vmProtected": False})
-    allowed = {"vmProtected": False, "vmRebuildFromImage": True}
+    # A rebuild is refused while workload clusters are declared (tests/test_settings.py).
+    lifted = run_program({"vmProtected": False, "workloadClusters": []})
+    allowed = {"vmProtected": False, "vmRebuildFromImage": True, "workloadClusters": []}
     moved = run_program({**allowed, **overrides}, previous_outputs=deployed(lifted))
     assert replaced(lifted, moved) == {VM}
     new_keys = run_program({**allowed, "sshPublicKeys": [NEW_KEY]}, previous_outputs=deployed(lifted))
@@ -592,7 +593,7 @@ def test_with_a_rebuild_allowed_a_new_address_or_user_replaces_the_vm_even_from_
 
 def test_a_rebuild_may_move_the_vm() -> None:
     rebuilt = run_program(
-        {"vmAddress": "192.168.4.30/24", "vmProtected": False, "vmRebuildFromImage": True},
+        {"vmAddress": "192.168.4.30/24", "vmProtected": False, "vmRebuildFromImage": True, "workloadClusters": []},
         previous_outputs={"vmAddress": "192.168.4.21", "vmProtected": False},
         vm_mac="BC:24:11:4A:00:02",
     )

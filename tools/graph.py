@@ -61,9 +61,9 @@ def change_sets(deployed: Mapping[str, str]) -> list[ChangeSet]:
         ChangeSet("read-only token rotation", {"readonlyTokenGeneration": 2}),
         ChangeSet("VM size", {"vmCores": 4, "vmMemoryMib": 8192}),
         ChangeSet(
-            "rebuild from a new image (after a run with `vmProtected` false)",
+            "rebuild from a new image (after a run with `vmProtected` false, no workload cluster declared)",
             {"vmRebuildFromImage": True, **NEXT_IMAGE},
-            base={"vmProtected": False},
+            base={"vmProtected": False, "workloadClusters": []},
             vm_mac=REBUILT_VM_MAC,
         ),
     ]
