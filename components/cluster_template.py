@@ -124,8 +124,13 @@ def digested_name(name: str, spec: Mapping[str, Any]) -> str:
     """A machine template's name with a digest of its spec: Cluster API's machine templates are
     immutable, so another spec is another template. It is the template's Pulumi name always, and
     its Kubernetes name unless the cluster was taken over with it (components.cluster_takeover)."""
+    return f"{name}-{spec_digest(spec, DIGEST_LENGTH)}"
+
+
+def spec_digest(spec: Any, length: int) -> str:
+    """The first `length` hex digits of the sha256 of `spec` as canonical JSON."""
     canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
-    return f"{name}-{hashlib.sha256(canonical.encode()).hexdigest()[:DIGEST_LENGTH]}"
+    return hashlib.sha256(canonical.encode()).hexdigest()[:length]
 
 
 @dataclass(frozen=True)

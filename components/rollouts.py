@@ -11,16 +11,14 @@ parts differ from the last deployment's warns, naming the cluster and what rolls
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
-from typing import Any
 
 import pulumi
 
-from components.cluster_template import ClusterObjects
+from components.cluster_template import ClusterObjects, spec_digest
 from components.settings import PROJECT
 
+DIGEST_LENGTH = 16
 ROLLOUT_OUTPUT = "workloadMachineSpecs"
 """`{"<namespace>/<name>": {"control plane": digest, "workers": digest}}`, one entry per cluster."""
 
@@ -29,13 +27,13 @@ def machine_specs(objects: ClusterObjects) -> dict[str, str]:
     """The digests of what rolls each part of the cluster, from the objects as declared."""
     control_plane = {k: v for k, v in objects.control_plane["spec"].items() if k != "replicas"}
     return {
-        "control plane": _digest(control_plane),
-        "workers": _digest(objects.machine_deployment["spec"]["template"]),
+        "control plane": spec_digest(control_plane, DIGEST_LENGTH),
+        "workers": spec_digest(objects.machine_deployment["spec"]["template"], DIGEST_LENGTH),
     }
 
 
-def announce(name: str, last: Mapping[str, str] | None, now: Mapping[str, str]) -> list[str]:
-    """The parts that roll, warned of once, naming the cluster; none for a cluster the last
+def announce(name: str, last: Mapping[str, str] | None, now: Mapping[str, str]) -> None:
+    """Warns once of the parts that roll, naming the cluster; nothing for a cluster the last
     deployment did not have."""
     rolled = [part for part, digest in now.items() if last is not None and last.get(part, digest) != digest]
     if rolled:
@@ -43,8 +41,3 @@ def announce(name: str, last: Mapping[str, str] | None, now: Mapping[str, str]) 
             f"{PROJECT}:workloadClusters: {name}: this run rolls its {' and its '.join(rolled)}: Cluster API "
             'replaces each of those machines, one at a time (docs/operations.md, "Scaling: what you set")'
         )
-    return rolled
-
-
-def _digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]

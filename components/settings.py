@@ -876,6 +876,7 @@ def _check_lab_hosts(e: _Entry, cluster: WorkloadCluster, lab: _Lab) -> None:
         if address == cluster.control_plane_endpoint:
             e.fail("controlPlaneEndpoint", f"{address} is {what}")
         for text, (first, last) in spans:
+            # The cluster's own gateway in its ranges is refused once, by _read_cluster_network.
             if first <= address <= last and address != cluster.gateway:
                 e.fail("nodeIpRanges", f"{text} contains {what}")
     if network.prefixlen < 31:
@@ -947,17 +948,17 @@ def _read_cluster_network(e: _Entry) -> dict[str, Any]:
     vlan_set = e.raw("vlan", default="")
     vlan = None if vlan_set == "" else e.integer("vlan", VLAN_RANGE, "VLAN id")
     network = ipaddress.IPv4Network(f"{gateway}/{prefix}", strict=False) if gateway else None
-    spans = [span for text in ranges if (span := _address_span(text))]
-    for text, (first, last) in zip(ranges, spans, strict=False):
+    spans = _spans(ranges)
+    for text, (first, last) in spans:
         if network is not None and not (first in network and last in network):
             e.fail("nodeIpRanges", f"{text} is outside the nodes' network {network} (gateway/ipPrefix)")
-    if gateway is not None and any(first <= gateway <= last for first, last in spans):
+    if gateway is not None and any(first <= gateway <= last for _, (first, last) in spans):
         e.fail("gateway", f"{gateway} is inside nodeIpRanges; a node would be given the gateway's address")
     if endpoint is not None and network is not None and endpoint not in network:
         e.fail(
             "controlPlaneEndpoint", f"{endpoint} is outside the nodes' network {network}; kube-vip announces it there"
         )
-    if endpoint is not None and any(first <= endpoint <= last for first, last in spans):
+    if endpoint is not None and any(first <= endpoint <= last for _, (first, last) in spans):
         e.fail("controlPlaneEndpoint", f"{endpoint} is inside nodeIpRanges; a node could be given the same address")
     return {
         "control_plane_endpoint": endpoint or ipaddress.IPv4Address(0),
