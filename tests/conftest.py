@@ -49,7 +49,7 @@ def whole_box_lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return in_new_netns("lifecycle.whole_box_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=2400)
 
 
-# Where the program's lab1 scenario runs (e2e/box/lab1_sites.py): the lab's own declaration;
+# Where the program's lab1 scenario runs (e2e/box/workload/lab1_sites.py): the lab's own declaration;
 # with LAB_MGMT_LAB1_SITES=lab,other also another site's, every name, address, network and size
 # changed. That second box costs about 250 s of a worker, which `make test-engine`'s 12 minutes
 # cannot pay for (a fresh clone took 13 min 52 s with it).
@@ -62,13 +62,13 @@ def lab1_box(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     the tests of its steps (tests/test_box_lab1_autoscaling.py), of the Cluster API core beneath
     them (tests/test_box_lab1_cluster_api.py) and of the autoscaler's process
     (tests/test_box_lab1_autoscaler.py)."""
-    from e2e.box import lab1_sites  # noqa: PLC0415 - the mocks tests never import the box
+    from e2e.box.workload import lab1_sites  # noqa: PLC0415 - the mocks tests never import the box
     from e2e.engine.netns import in_new_netns  # noqa: PLC0415
 
     site: str = request.param
     root: Path = tmp_path_factory.mktemp(f"lab1-autoscaling-{site}")
     return in_new_netns(
-        "lab1_autoscaling.lab1_autoscaling",
+        "workload.lab1_autoscaling.lab1_autoscaling",
         str(root),
         site,
         addresses=lab1_sites.addresses(site),

@@ -1,5 +1,5 @@
 """The real cluster-autoscaler beneath the program's lab1 in the box (issue 30; the scenario of
-e2e/box/lab1_autoscaling.py, the session fixture `lab1_box` of tests/conftest.py): the official
+e2e/box/workload/lab1_autoscaling.py, the session fixture `lab1_box` of tests/conftest.py): the official
 chart installed by the program's Helm release through the real engine, its Pod run by the pod
 runner stand-in as the real autoscaler 1.35.2 binary with exactly the chart's args, env and mounts
 and a ServiceAccount token, so that RBAC is the real API server's; a rotated Secret reaches the
@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from components.cluster_autoscaler import KUBECONFIG_DIGEST_ANNOTATION
-from e2e.box import lab1_autoscaling, lab1_reads, scenarios
+from e2e.box import scenarios
+from e2e.box.workload import lab1_autoscaling, lab1_reads
 
 pytestmark = pytest.mark.engine
 

@@ -1,4 +1,4 @@
-"""The program's lab1 in the box (e2e/box/lab1_autoscaling.py, issue 30's scenario; the session
+"""The program's lab1 in the box (e2e/box/workload/lab1_autoscaling.py, issue 30's scenario; the session
 fixture `lab1_box` of tests/conftest.py), each step through the real CLI, each write read from the
 audit logs: the first `pulumi up` makes lab1 at 0 workers with Cilium (after
 ControlPlaneInitialized) and the real cluster-autoscaler; demand that fits nowhere is met 0 -> 1
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from e2e.box import lab1_controls, lab1_reads
+from e2e.box.workload import lab1_controls, lab1_reads
 
 pytestmark = pytest.mark.engine
 

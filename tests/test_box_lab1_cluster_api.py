@@ -1,6 +1,6 @@
 """The real Cluster API core beneath the program's lab1 in the box (the scenario of
-e2e/box/lab1_autoscaling.py, the session fixture `lab1_box` of tests/conftest.py, on
-e2e/box/workload_box.py): the operator stand-in installs each provider's real CRDs from the
+e2e/box/workload/lab1_autoscaling.py, the session fixture `lab1_box` of tests/conftest.py, on
+e2e/box/workload/workload_box.py): the operator stand-in installs each provider's real CRDs from the
 upstream archives with their contract labels and starts the real cluster-api-manager v1.12.11;
 its webhook defaults the replicas the program leaves out; the real Cluster, MachineDeployment,
 MachineSet and Machine controllers make the first worker's chain, whose Node the kubelet stand-in
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from e2e.box import lab1_controls, lab1_sites
+from e2e.box.workload import lab1_controls, lab1_sites
 from e2e.engine.control_plane import ADMIN_USER, CLUSTER_API_USER, PROVIDERS_USER
 
 pytestmark = pytest.mark.engine

@@ -1,5 +1,5 @@
-"""lab1 as clusterctl left it, the state issue 31's takeover starts from (e2e/box/clusterctl_lab1.py,
-on e2e/box/workload_box.py): the real `clusterctl generate cluster` renders the vendored CAPMOX
+"""lab1 as clusterctl left it, the state issue 31's takeover starts from (e2e/box/workload/clusterctl_lab1.py,
+on e2e/box/workload/workload_box.py): the real `clusterctl generate cluster` renders the vendored CAPMOX
 template with the owner's clusterctl.yaml, the real `kubectl apply` applies it client-side, the
 real Cluster API core and the stand-ins bring up lab1's control plane and its one worker, and the
 real `helm` installs Cilium into lab1. At the lab's values and at another site. Selected with
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from e2e.box import clusterctl_lab1, lab1_takeover
+from e2e.box.workload import clusterctl_lab1, lab1_takeover
 from e2e.engine.control_plane import ADMIN_USER, CLUSTER_API_USER, PROVIDERS_USER
 from e2e.engine.netns import in_new_netns
 
@@ -29,7 +29,7 @@ CLIENT_SIDE_APPLY = "kubectl-client-side-apply"
 def lab1(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp(f"lab1-takeover-{request.param}")
     result = in_new_netns(
-        "lab1_takeover.lab1_taken_over",
+        "workload.lab1_takeover.lab1_taken_over",
         str(root),
         request.param,
         addresses=clusterctl_lab1.addresses(request.param),

@@ -20,8 +20,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from e2e.box import floor, lab1_sites, scenarios
+from e2e.box import floor, scenarios
 from e2e.box.box import K3S_BUMP, Box, _observed, running
+from e2e.box.workload import lab1_sites
 from e2e.engine.cli import REPO, built_bin
 from e2e.engine.netns import in_new_netns, netns_command
 
@@ -234,7 +235,7 @@ def _bench(root: Path) -> int:
         runs.append(bump)
     (root / "lab1").mkdir()
     scaling = in_new_netns(
-        "lab1_autoscaling.lab1_autoscaling",
+        "workload.lab1_autoscaling.lab1_autoscaling",
         str(root / "lab1"),
         "lab",
         addresses=lab1_sites.addresses("lab"),

@@ -262,7 +262,7 @@ def fresh_engine(
     """A copy of the project under `root` (with `main` as its `__main__.py`), the plugins installed
     in its PULUMI_HOME, and an empty backend, as on a user's laptop. Pulumi.lab.yaml's workload
     cluster (lab1) is left out unless `workload_clusters`: a box stands in for it only where it
-    runs lab1's controllers and stand-ins (e2e/box/workload_box.py)."""
+    runs lab1's controllers and stand-ins (e2e/box/workload/workload_box.py)."""
     engine = Engine(built_bin("LAB_MGMT_ENGINE_BIN", "pulumi"), root, legacy_layout, extra_env or {})
     engine.make_dirs()
     for name in PROJECT_FILES:

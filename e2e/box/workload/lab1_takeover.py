@@ -1,16 +1,16 @@
 """Issue 31 in the box (tests/test_box_lab1_takeover.py): lab1 as clusterctl left it, taken over by
-the program. On the workload box (e2e/box/workload_box.py) with the real Cluster API core, the
+the program. On the workload box (e2e/box/workload/workload_box.py) with the real Cluster API core, the
 autoscaler's chart and the pod runner as the program's lab1 scenario has them:
 
 1. the program's first `pulumi up` through the real CLI with no workload cluster: the management
    cluster's part (cert-manager, the operator, the providers; the operator stand-in starts the
    real Cluster API manager);
-2. the owner's steps (e2e/box/clusterctl_lab1.py): `clusterctl generate cluster lab1` with the
+2. the owner's steps (e2e/box/workload/clusterctl_lab1.py): `clusterctl generate cluster lab1` with the
    owner's clusterctl.yaml at one of its SITES, `kubectl apply`, `helm install cilium`, until the
    worker's Machine runs and both Nodes are Ready; the state that leaves, and a snapshot of what
-   the takeover must leave alone (e2e/box/lab1_state.py).
+   the takeover must leave alone (e2e/box/workload/lab1_state.py).
 
-    in_new_netns("lab1_takeover.lab1_taken_over", root, site, addresses=clusterctl_lab1.addresses(site))
+    in_new_netns("workload.lab1_takeover.lab1_taken_over", root, site, addresses=clusterctl_lab1.addresses(site))
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from e2e.box import clusterctl_lab1, lab1_adoption_steps, lab1_reads, lab1_state, workload_box
 from e2e.box.scenarios import _lab_secrets, _readme_first_run, _set_all
+from e2e.box.workload import clusterctl_lab1, lab1_adoption_steps, lab1_reads, lab1_state, workload_box
 from e2e.engine.cli import Engine, declare_workload_clusters
 
 # The workers' bounds the owner picks (at least the one worker running, W1), and the box's short autoscaler timings

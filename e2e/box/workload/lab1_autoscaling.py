@@ -1,5 +1,5 @@
 """The PROGRAM's lab1 in the box (tests/test_box_lab1_*.py; issue 30's scenario): on the workload box
-(e2e/box/workload_box.py) with the real Cluster API core, the program (box_program.py) declares a
+(e2e/box/workload/workload_box.py) with the real Cluster API core, the program (box_program.py) declares a
 workload cluster in its stack file as an owner edits it, at one of lab1_sites.SITES (the lab's own
 lab1, or another site's), and each step goes through the real CLI: the first `pulumi up` (the
 cluster at 0 workers, Cilium once the Cluster is ControlPlaneInitialized, cluster-autoscaler from
@@ -27,8 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from e2e.box import lab1_controls, workload_box
-from e2e.box.lab1_reads import (
+from e2e.box.scenarios import WRITES, _lab_secrets, _readme_first_run, _set_all, _step
+from e2e.box.workload import lab1_controls, workload_box
+from e2e.box.workload.lab1_reads import (
     DEMAND,
     Lab,
     Workload,
@@ -46,8 +47,7 @@ from e2e.box.lab1_reads import (
     scales,
     until,
 )
-from e2e.box.lab1_sites import declared
-from e2e.box.scenarios import WRITES, _lab_secrets, _readme_first_run, _set_all, _step
+from e2e.box.workload.lab1_sites import declared
 from e2e.controllers import cluster_api
 from e2e.engine.cli import Engine, declare_workload_clusters
 from e2e.engine.control_plane import ADMIN_USER, OPERATOR_USER, ControlPlane

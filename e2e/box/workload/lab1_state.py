@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from e2e.box.lab1_reads import LAB1, get
 from e2e.box.scenarios import WRITES
+from e2e.box.workload.lab1_reads import LAB1, get
 from e2e.engine.control_plane import ControlPlane
 
 NS, CLUSTER = LAB1.namespace, LAB1.name

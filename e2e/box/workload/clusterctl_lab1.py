@@ -1,5 +1,5 @@
-"""lab1 as clusterctl left it (issue 31's starting point; e2e/box/lab1_takeover.py runs it): on the
-workload box (e2e/box/workload_box.py) with the real Cluster API core and the providers Ready, the
+"""lab1 as clusterctl left it (issue 31's starting point; e2e/box/workload/lab1_takeover.py runs it): on the
+workload box (e2e/box/workload/workload_box.py) with the real Cluster API core and the providers Ready, the
 owner's steps with the real tools (`left_by_the_owner`):
 
     clusterctl generate cluster lab1 --from cluster-template.yaml --kubernetes-version v1.35.9 \\
@@ -32,9 +32,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.box import lab1_state, workload_box
-from e2e.box.lab1_reads import get, until
 from e2e.box.scenarios import LAB1_ADDRESS
+from e2e.box.workload import lab1_state, workload_box
+from e2e.box.workload.lab1_reads import get, until
 from e2e.engine import vendor
 from e2e.engine.cli import built_bin
 

@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from e2e.box.lab1_reads import Lab, conditions, get, scales, until
+from e2e.box.workload.lab1_reads import Lab, conditions, get, scales, until
 from e2e.controllers.cluster_api import ClusterApiManager
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import pod_runner

@@ -1,5 +1,5 @@
 """One box for a workload cluster (lab1) with the real Cluster API core, for a scenario of the
-program's (e2e/box/lab1_autoscaling.py: its `pulumi up` through box_program.py declaring lab1).
+program's (e2e/box/workload/lab1_autoscaling.py: its `pulumi up` through box_program.py declaring lab1).
 
     with workload_box.running(base) as box:        # inside in_new_netns(..., addresses=ADDRESSES)
         engine = box.engine(workload_clusters=True)  # the program's engine (box_program.py)

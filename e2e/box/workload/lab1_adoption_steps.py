@@ -1,5 +1,5 @@
 """docs/adoption.md's workload-cluster steps (W1 to W6) followed with the real CLI on lab1 as
-clusterctl left it (e2e/box/lab1_takeover.py runs them), then the autoscaler scaling lab1's
+clusterctl left it (e2e/box/workload/lab1_takeover.py runs them), then the autoscaler scaling lab1's
 workers 1 -> 2 -> 1 with `pulumi up` a no-op around each scale. Every write is read from the
 management cluster's audit log, every object's identity from lab1_state's snapshots.
 """
@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e.box import lab1_state, workload_box
-from e2e.box.lab1_reads import DEMAND, LAB1, demand, get, managers, run, scales, until
 from e2e.box.scenarios import _step, adoption_gate
+from e2e.box.workload import lab1_state, workload_box
+from e2e.box.workload.lab1_reads import DEMAND, LAB1, demand, get, managers, run, scales, until
 from e2e.engine.cli import Engine
 from e2e.engine.control_plane import ADMIN_USER
 

@@ -1,0 +1,8 @@
+"""The workload cluster's scenarios and what they run on: the workload box (workload_box.py: a
+management API server with the real Cluster API core, the workload stand-ins and the chart
+repositories), the program's lab1 from its first `up` through scaling 0 -> N -> 0
+(lab1_autoscaling.py, at a site of lab1_sites.py, with what it reads, lab1_reads.py, and its
+controls, lab1_controls.py), and the takeover of a lab1 that clusterctl made (clusterctl_lab1.py,
+then lab1_takeover.py through docs/adoption.md's W1 to W6, lab1_adoption_steps.py, reading the entry
+back from the live objects, lab1_state.py). A scenario here is named to e2e.engine.netns as
+`workload.MODULE.FUNCTION`."""
