@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from e2e.box import box_faults, scenarios
-from e2e.box.box import PROGRAM_USER, STANDIN_RECORDS
+from e2e.box.observed import PROGRAM_USER, STANDIN_RECORDS
 from e2e.engine.control_plane import INJECTOR_USER
 from e2e.engine.netns import in_new_netns
 from e2e.standins.cluster import admission_webhook_standin, playbook_lab

@@ -15,7 +15,7 @@ import pytest
 
 from e2e.box import box as box_module
 from e2e.box import scenarios
-from e2e.box.box import STANDIN_RECORDS
+from e2e.box.observed import STANDIN_RECORDS
 
 pytestmark = pytest.mark.engine
 

@@ -22,7 +22,7 @@ import yaml
 
 from components.k3s_node import render_k3s_config
 from e2e.box import box, box_adoption, playbook_vm, scenarios
-from e2e.box.box import STANDIN_RECORDS
+from e2e.box.observed import STANDIN_RECORDS
 from e2e.engine.netns import in_new_netns
 from e2e.standins.cluster import playbook_lab
 

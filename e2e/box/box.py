@@ -23,19 +23,18 @@ box_adoption.py run in it, and make_box.py keeps it up for a user (`make box`).
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from components import credentials
 from e2e.box import scenarios
 from e2e.engine import control_plane
-from e2e.engine.cli import Engine, EngineRun, built_bin, fresh_engine
+from e2e.engine.cli import Engine, built_bin, fresh_engine
 from e2e.standins import https_server
 from e2e.standins.cluster import (
     admission_webhook_standin,
@@ -100,11 +99,6 @@ TOKENS = {
     (scenarios.CAPMOX_TOKEN, scenarios.CAPMOX_SECRET): ALL_PRIVILEGES,
     (scenarios.CAPMOX_TOKEN, ROTATED_CAPMOX_SECRET): ALL_PRIVILEGES,
 }
-K8S_WRITES = {"create", "update", "patch", "delete", "deletecollection"}
-# Who writes to the guest's API server for the program: k3s's admin certificate, which the
-# kubeconfig the program reads carries, as do the host scripts' `k3s kubectl`. The box's own
-# upkeep (the k3s stand-in's heartbeat, the controllers, the operator stand-in) is someone else.
-PROGRAM_USER = "system:admin"
 
 
 @dataclass(frozen=True)
@@ -134,6 +128,17 @@ class Site:
 SPEC_SITE = Site()
 
 
+@dataclass(frozen=True)
+class WorkloadParts:
+    """What a box with a workload cluster adds (e2e/box/workload/lab1_box.py): charts and CAPMOX's
+    release assets to serve, and what starts on the management cluster once the operator stand-in
+    has installed a provider's real CRDs (the Cluster API manager, for the CoreProvider)."""
+
+    charts: Mapping[str, Sequence[chart_repo_standin.Chart | chart_repo_standin.VendoredChart]]
+    release_assets: Mapping[str, bytes]
+    on_installed: Callable[[control_plane.ControlPlane, str, str], None]
+
+
 @dataclass
 class Box:
     engine: Engine
@@ -154,6 +159,7 @@ class Box:
     operating: ExitStack
     """Holds the operator and CA injector stand-ins on the current VM's control plane."""
     site: Site
+    workload: WorkloadParts | None = None
 
     def follow_new_vm(self) -> None:
         """The VM is about to be re-created: from now on the box reaches the next VM's control
@@ -174,7 +180,7 @@ class Box:
         now on."""
         self.operating.close()
         self.cluster, self.operator, self.injector = _operated(
-            self.guests, self.site, instance, self.operating, self.webhook
+            self.guests, self.site, instance, self.operating, self.webhook, workload=self.workload
         )
 
     def guest_log(self, name: str) -> list[str]:
@@ -233,9 +239,12 @@ def _operated(
     instance: int,
     stack: ExitStack,
     webhook: admission_webhook_standin.WebhookStandIn,
+    *,
+    workload: WorkloadParts | None,
 ) -> tuple[control_plane.ControlPlane, operator_standin.OperatorStandIn, cainjector_standin.CainjectorStandIn]:
-    """The control plane of the site's VM's `instance`-th disk, and the operator stand-in and the
-    CA injector (of `webhook`'s certificate) on it until `stack` closes."""
+    """The control plane of the site's VM's `instance`-th disk, and the operator stand-in (with
+    the providers' real CRDs for a `workload`) and the CA injector (of `webhook`'s certificate) on it
+    until `stack` closes."""
     cluster = control_plane.ControlPlane(
         built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kube-apiserver"),
         guests.disk_path(site.vmid, str(k3s_standin.DATA / "box"), instance),
@@ -247,6 +256,8 @@ def _operated(
             playbook_lab.PROVIDER_RESOURCES,
             scenarios.OPERATOR_INSTALL_SECONDS,
             runs_pods_in=OPERATOR_NAMESPACE,
+            real_crds=workload is not None,
+            on_installed=partial(workload.on_installed, cluster) if workload else None,
         )
     )
     injector = stack.enter_context(
@@ -258,10 +269,11 @@ def _operated(
 
 
 @contextmanager
-def running(base: Path, site: Site = SPEC_SITE) -> Iterator[Box]:
+def running(base: Path, site: Site = SPEC_SITE, workload: WorkloadParts | None = None) -> Iterator[Box]:
     """The box, up for the block, with a fresh engine configured as the README's first run and
-    pointed at it and at `site`. Only inside a network namespace of its own (e2e/engine/netns.py) with the
-    Proxmox address on loopback."""
+    pointed at it and at `site`; with `workload`, Pulumi.lab.yaml's lab1 stays in the stack file.
+    Only inside a network namespace of its own (e2e/engine/netns.py) with the Proxmox address on
+    loopback."""
     guest.add_bridge("vmbr0", f"{site.gateway}/24")
     images, digests = _cloud_images(base)
     key, cert = https_server.self_signed_certificate(base, "images", "127.0.0.1")
@@ -290,12 +302,20 @@ def running(base: Path, site: Site = SPEC_SITE) -> Iterator[Box]:
                 trusted_certificates=cert,
             )
         )
-        charts = stack.enter_context(chart_repo_standin.serve(_chart_repos(), base))
+        charts = stack.enter_context(
+            chart_repo_standin.serve(
+                {**_chart_repos(), **(workload.charts if workload else {})},
+                base,
+                workload.release_assets if workload else None,
+            )
+        )
         operating = stack.enter_context(ExitStack())
-        cluster, operator, injector = _operated(guests, site, 0, operating, webhook)
+        cluster, operator, injector = _operated(guests, site, 0, operating, webhook, workload=workload)
         # Only the chart repositories' certificate: the program trusts the Proxmox API as the lab
         # does (proxmoxInsecure), and the stand-in, not the program, fetches the image.
-        engine = fresh_engine(base / "engine", extra_env={"SSL_CERT_FILE": str(charts.certificate)})
+        engine = fresh_engine(
+            base / "engine", extra_env={"SSL_CERT_FILE": str(charts.certificate)}, workload_clusters=bool(workload)
+        )
         steps = scenarios._readme_first_run(engine, scenarios._lab_secrets())
         served = {
             path: (f"https://127.0.0.1:{files.server_address[1]}/{path}", digest) for path, digest in digests.items()
@@ -309,102 +329,7 @@ def running(base: Path, site: Site = SPEC_SITE) -> Iterator[Box]:
         )
         steps.append(scenarios._set_all(engine, settings))
         yield Box(
-            engine, pve, guests, charts, releases, operator, webhook, injector, cluster, steps, served, operating, site
+            engine,
+            *(pve, guests, charts, releases, operator, webhook, injector, cluster, steps, served, operating, site),
+            workload,
         )
-
-
-@dataclass(frozen=True)
-class Marks:
-    """Where each record stood before a run."""
-
-    pve: int
-    ssh: int
-    installs: int
-    audit: int
-    charts: int
-    calls: int
-
-    @classmethod
-    def of(cls, box: Box) -> Marks:
-        return cls(
-            len(box.pve.calls),
-            len(box.guest_log("sshd.log")),
-            len(box.guest_log("installer.log")),
-            len(box.cluster.audit()),
-            len(box.charts.requests),
-            len(box.guest_log("calls.log")),
-        )
-
-
-# What sshd (at LogLevel DEBUG1) logs of each connection's key exchange: the host key algorithm
-# the client asked for. The provider asks for the pinned key's type alone when it has a host key
-# to check (ssh-ed25519), and, with none, Go's default list, in which ECDSA comes first.
-HOST_KEY_ALGORITHM = "kex: host key algorithm: "
-
-
-def _k3s_restarts(calls: list[str]) -> list[str]:
-    """The guest's `systemctl restart k3s` calls (calls.log), whoever made them: a host script or
-    the k3s installer; a call killed before it ended is none."""
-    restart = json.dumps({"argv": ["systemctl", "restart", "k3s"]})[1:-1]
-    return [line for line in calls if restart in line]
-
-
-def _host_key_algorithms(sshd_log: list[str]) -> list[str]:
-    """The host key algorithm of each key exchange in `sshd_log`, in order."""
-    return [line.split(HOST_KEY_ALGORITHM, 1)[1].split()[0] for line in sshd_log if HOST_KEY_ALGORITHM in line]
-
-
-def _observed(box: Box, action: str, *args: str) -> dict[str, Any]:
-    """One `pulumi preview` or `up` with its wall time, and what it made the box do: SSH sessions
-    on the guest (and the host key algorithm each connection asked for), k3s restarts and k3s
-    installer runs there, Proxmox VE writes, the program's Kubernetes writes, and requests to the
-    chart repositories."""
-    marks = Marks.of(box)
-    started = time.monotonic()
-    run: EngineRun = box.engine.run(action, *args)
-    seconds = time.monotonic() - started
-    ssh = box.guest_log("sshd.log")[marks.ssh :]
-    calls = box.guest_log("calls.log")[marks.calls :]
-    return {
-        "rc": run.rc,
-        "output": run.output,
-        "seconds": round(seconds, 2),
-        "steps": run.steps(),
-        "summary": run.summary(),
-        "warnings": run.diagnostics("warning"),
-        "ssh_connections": [line for line in ssh if "Connection from" in line],
-        "ssh_sessions": [line for line in ssh if "Accepted publickey" in line],
-        "host_key_algorithms": _host_key_algorithms(ssh),
-        "k3s_restarts": _k3s_restarts(calls),
-        "installs": box.guest_log("installer.log")[marks.installs :],
-        "chart_requests": box.charts.requests[marks.charts :],
-        "pve_writes": [
-            [call.method, call.path, list(call.params)]
-            for call in box.pve.calls[marks.pve :]
-            if call.method in pve_api_standin.WRITES
-        ],
-        "k8s_writes": [
-            [event["verb"], event.get("objectRef", {}).get("resource", ""), event.get("objectRef", {}).get("name", "")]
-            for event in box.cluster.audit()[marks.audit :]
-            if event["verb"] in K8S_WRITES
-            and event.get("user", {}).get("username") == PROGRAM_USER
-            # A preview's server-side dry runs change nothing.
-            and "dryRun=All" not in event.get("requestURI", "")
-        ],
-    }
-
-
-# What each stand-in could not answer or do, by the key a scenario reports it under; each must be
-# empty.
-STANDIN_RECORDS: dict[str, Callable[[Box], list[str]]] = {
-    "pve_unknown": lambda box: box.pve.unknown,
-    "chart_unknown": lambda box: box.charts.unknown,
-    "release_unknown": lambda box: box.releases.unknown,
-    "operator_errors": lambda box: box.operator.errors,
-    "webhook_unknown": lambda box: box.webhook.unknown,
-    "injector_errors": lambda box: box.injector.errors,
-}
-
-
-def _standins(box: Box) -> dict[str, Any]:
-    return {key: record(box) for key, record in STANDIN_RECORDS.items()}

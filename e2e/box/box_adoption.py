@@ -16,7 +16,7 @@ them, two runs each with its setting, preview, gate (tools/adoption_check.py) an
 adoptClusterObjects false (the VM and the node), then true (the cluster's objects); step 6's
 `pulumi preview --expect-no-changes`; then, adopted, a k3sVersion that is not the installed one
 again. Each run records what it made the box do
-(e2e/box/box.py's `_observed`), and around each adoption `up` the guest's files, calls and the Helm
+(e2e/box/observed.py), and around each adoption `up` the guest's files, calls and the Helm
 releases are read before and after.
 """
 
@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from e2e.box import box, cluster_adoption, handover, scenarios
+from e2e.box import box, cluster_adoption, handover, observed, scenarios
 from e2e.box.playbook_vm import _key, _on_guest, _wait_for_api_server, playbook_left
 from e2e.engine.cli import REPO
 from e2e.standins.cluster import playbook_lab
@@ -184,7 +184,7 @@ def _targeted_at_the_node(lab: box.Box, base: Path) -> dict[str, Any]:
     """The first run of the two-run adoption, previewed and gated with NODE_TARGETS."""
     targeted = tuple(f"--target={urn}" for urn in NODE_TARGETS)
     with _state_put_back(lab, base, "targeted") as result:
-        result["preview"] = box._observed(lab, "preview", "--diff", *targeted)
+        result["preview"] = observed.observe(lab, "preview", "--diff", *targeted)
         result["gate"] = scenarios.adoption_gate(lab.engine, base, NODE_TARGETS)
     return result
 
@@ -219,7 +219,7 @@ def _gated_run(lab: box.Box, base: Path, cluster_objects: str) -> dict[str, Any]
     run: dict[str, Any] = {
         "setting": scenarios._step(lab.engine, ("config", "set", "adoptClusterObjects", cluster_objects))
     }
-    run["preview"] = box._observed(lab, "preview", "--diff")
+    run["preview"] = observed.observe(lab, "preview", "--diff")
     run["gate"] = scenarios.adoption_gate(lab.engine, base)
     if run["gate"]["rc"] != 0:
         return run
@@ -234,7 +234,7 @@ def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
     result["settings"] = cluster_adoption.adoption_settings(lab.engine, lab.charts)
     # As the playbook left it, the VM has no OS type: the provider reads it as "", which its own
     # schema refuses, so the import cannot even be planned (step 2 has the owner set it).
-    result["as_left"] = {"preview": box._observed(lab, "preview"), "gate": scenarios.adoption_gate(lab.engine, base)}
+    result["as_left"] = {"preview": observed.observe(lab, "preview"), "gate": scenarios.adoption_gate(lab.engine, base)}
     lab.pve.qm_set(lab.site.vmid, {"ostype": OSTYPE})
     result["k3s_differs_before_adoption"] = _k3s_differs_before_adoption(lab, base)
     result["node_first"] = _targeted_at_the_node(lab, base)
@@ -243,7 +243,7 @@ def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
         run = result["runs"][name] = _gated_run(lab, base, cluster_objects)
         if run.get("up", {}).get("rc") != 0:
             return result
-    result["no_changes_preview"] = box._observed(lab, "preview", "--expect-no-changes")
+    result["no_changes_preview"] = observed.observe(lab, "preview", "--expect-no-changes")
     return result
 
 
@@ -260,7 +260,7 @@ def _up_watched(lab: box.Box, *args: str) -> dict[str, Any]:
     """`pulumi up`, with the lab's state before and after it and the guest's calls during it."""
     before = _lab_state(lab)
     calls = len(lab.guest_log("calls.log"))
-    up = box._observed(lab, "up", *args)
+    up = observed.observe(lab, "up", *args)
     after = _lab_state(lab)
     return {
         "up": up,
@@ -290,18 +290,18 @@ def _converged(lab: box.Box) -> dict[str, Any]:
     item; after the VM's, the owner's reboot (`qm reboot` on the node) and the wait for SSH and
     the API server; then the preview without targets."""
     result: dict[str, Any] = {"adopt_off": scenarios._step(lab.engine, ("config", "set", "adopt", "false"))}
-    result["preview"] = box._observed(lab, "preview")
+    result["preview"] = observed.observe(lab, "preview")
     urns = _urns_by_name(result["preview"])
     result["items"] = {}
     for item, settings, names in CONVERGENCE:
         done = [scenarios._step(lab.engine, ("config", *setting)) for setting in settings]
         if settings:
             # What the settings add (the program's own CAPMOX Secret) is in the preview from now on.
-            urns |= _urns_by_name(box._observed(lab, "preview"))
+            urns |= _urns_by_name(observed.observe(lab, "preview"))
         targets = [f"--target={urns[name]}" for name in names]
         result["items"][item] = {
             "settings": done,
-            "preview": box._observed(lab, "preview", *targets),
+            "preview": observed.observe(lab, "preview", *targets),
             **_up_watched(lab, *targets),
         }
         if item == "VM":
@@ -311,7 +311,7 @@ def _converged(lab: box.Box) -> dict[str, Any]:
                 _on_guest(lab, "cloud-init status --wait >/dev/null; true", booting=True)
                 _wait_for_api_server(lab)
             result["host_key_after_reboot"] = _host_key(lab)
-    result["no_changes_preview"] = box._observed(lab, "preview", "--expect-no-changes")
+    result["no_changes_preview"] = observed.observe(lab, "preview", "--expect-no-changes")
     return result
 
 
@@ -346,4 +346,4 @@ def adoption_in_the_box(root: str, site: str) -> dict[str, Any]:
             result["k3s_differs"] = _k3s_differs(lab)
             if site == CONVERGED_AT:
                 result["convergence"] = _converged(lab)
-        return {**result, **box._standins(lab)}
+        return {**result, **observed.standin_problems(lab)}

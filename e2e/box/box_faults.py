@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box import scenarios
-from e2e.box.box import VMID, Box, _observed, _standins, running
+from e2e.box.box import VMID, Box, running
 from e2e.box.guest_processes import (
     FAULT_BOUND_SECONDS,
     _as_in_guest,
@@ -42,6 +42,7 @@ from e2e.box.guest_processes import (
     _when_running,
 )
 from e2e.box.lifecycle import _admission, _reconciled_since
+from e2e.box.observed import observe, standin_problems
 from e2e.engine.cli import CLI_TIMEOUT_SECONDS
 from e2e.standins.cluster import admission_webhook_standin, playbook_lab
 from e2e.standins.guest.systemctl_standin import HELD
@@ -115,7 +116,7 @@ def _installs(box: Box) -> list[str]:
 
 def _run(box: Box, base: Path, *args: str) -> dict[str, Any]:
     """One `pulumi up` measured as e2e/box/box.py measures it, with what a fault test asks after it."""
-    run = _observed(box, "up", *args)
+    run = observe(box, "up", *args)
     return {
         **run,
         "leaked": _leaked(box, run["output"]),
@@ -148,7 +149,7 @@ def pve_faults(root: str) -> dict[str, Any]:
             "vm_create": create,
             "recovered": recovered,
             "again": again,
-            **_standins(box),
+            **standin_problems(box),
         }
 
 
@@ -184,7 +185,7 @@ def ssh_faults(root: str) -> dict[str, Any]:
         result["host_key_recovered"] = _run(box, base, *replace)
         result["again"] = _run(box, base)
         result.update(_interrupted_upgrade(box, base, init))
-        return {**result, **_standins(box)}
+        return {**result, **standin_problems(box)}
 
 
 def _interrupted_upgrade(box: Box, base: Path, init: int) -> dict[str, Any]:
@@ -203,7 +204,7 @@ def _interrupted_upgrade(box: Box, base: Path, init: int) -> dict[str, Any]:
     _in_guest(init, f"rm {held}")
     result["upgrade_converged"] = _run(box, base)
     result["binary_after_convergence"] = _guest_output(init, "/usr/local/bin/k3s", "--version").split("\n", 1)[0]
-    result["upgrade_no_changes"] = _observed(box, "preview", "--expect-no-changes")
+    result["upgrade_no_changes"] = observe(box, "preview", "--expect-no-changes")
     return result
 
 
@@ -234,7 +235,7 @@ def api_server_down(root: str) -> dict[str, Any]:
         _k3s(box, "start")
         recovered = _run(box, base)
         again = _run(box, base)
-        return {"down": down, "stopped": len(stopped), "recovered": recovered, "again": again, **_standins(box)}
+        return {"down": down, "stopped": len(stopped), "recovered": recovered, "again": again, **standin_problems(box)}
 
 
 def provider_never_ready(root: str) -> dict[str, Any]:
@@ -253,8 +254,8 @@ def provider_never_ready(root: str) -> dict[str, Any]:
         result["released"] = _run(box, base)
         result["reconciled_once_released"] = _reconciled_since(box, len(result["reconciled_while_withheld"]))
         result["provider_versions"] = box.engine.outputs().get("providerVersions")
-        result["no_changes"] = _observed(box, "preview", "--expect-no-changes")
-        result.update(_standins(box))
+        result["no_changes"] = observe(box, "preview", "--expect-no-changes")
+        result.update(standin_problems(box))
     return {**result, "seconds": round(time.monotonic() - started, 1)}
 
 
@@ -282,8 +283,8 @@ def webhooks_never_injected(root: str) -> dict[str, Any]:
         result["injected"] = box.injector.injected
         result["reviews"] = box.webhook.reviews
         result["admission"] = _admission(box)
-        result["no_changes"] = _observed(box, "preview", "--expect-no-changes")
-        result.update(_standins(box))
+        result["no_changes"] = observe(box, "preview", "--expect-no-changes")
+        result.update(standin_problems(box))
     return {**result, "seconds": round(time.monotonic() - started, 1)}
 
 
@@ -326,4 +327,4 @@ def interrupted(root: str) -> dict[str, Any]:
         cleared = engine.pulumi("refresh", "--stack", "lab", "--clear-pending-creates", "--yes")
         result["cleared"] = {"rc": cleared.returncode, "output": cleared.stdout + cleared.stderr, "state": _state(box)}
         result["next"] = _run(box, base)
-        return {**result, **_standins(box)}
+        return {**result, **standin_problems(box)}

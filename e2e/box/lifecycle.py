@@ -20,17 +20,14 @@ from e2e.box.box import (
     CAPMOX_BUMP,
     CERT_MANAGER_BUMP,
     K3S_BUMP,
-    K8S_WRITES,
     NEXT_IMAGE_PATH,
-    PROGRAM_USER,
     ROTATED_CAPMOX_SECRET,
     SIZE_BUMP,
     VMID,
     Box,
-    _observed,
-    _standins,
     running,
 )
+from e2e.box.observed import K8S_WRITES, PROGRAM_USER, observe, standin_problems
 from e2e.engine import control_plane
 from e2e.standins.cluster import cainjector_standin, playbook_lab
 
@@ -90,13 +87,13 @@ def _installed(box: Box) -> dict[str, Any]:
     """The README's first run, `pulumi up` of the whole program on the empty box, the stack's
     kubeconfigs used, then `pulumi preview --expect-no-changes` and a second `pulumi up` with the
     chart repositories out of reach: they need nothing from them."""
-    first = _observed(box, "up")
+    first = observe(box, "up")
     admission = _admission(box)
     outputs = box.engine.outputs() if first["rc"] == 0 else {}
     use = _kubeconfig_use(box, outputs) if outputs else {}
     with box.charts.down():
-        no_changes = _observed(box, "preview", "--expect-no-changes")
-        second = _observed(box, "up")
+        no_changes = observe(box, "preview", "--expect-no-changes")
+        second = observe(box, "up")
     return {
         "steps": box.steps,
         "first_up": first,
@@ -129,12 +126,12 @@ def _change(
     between would cost a whole engine run to prove nothing more."""
     steps = [scenarios._step(box.engine, ("config", "set", *setting)) for setting in settings]
     steps += [scenarios._step(box.engine, ("config", "set", "--secret", key), stdin=value) for key, value in secrets]
-    preview = _observed(box, "preview")
+    preview = observe(box, "preview")
     if before_up is not None:
         before_up()
-    result = {"steps": steps, "preview": preview, "up": _observed(box, "up")}
+    result = {"steps": steps, "preview": preview, "up": observe(box, "up")}
     if last:
-        result["no_changes_preview"] = _observed(box, "preview", "--expect-no-changes")
+        result["no_changes_preview"] = observe(box, "preview", "--expect-no-changes")
     return result
 
 
@@ -296,13 +293,13 @@ def whole_box_bench(root: str) -> dict[str, Any]:
         if result["second_up"]["rc"] == 0:
             floor_engine = floor.floor_engine(box, box.engine.outputs()["kubeconfig"])
             with box.charts.down():
-                result["bench"] = floor.interleaved(floor_engine, lambda: _observed(box, "up"))
+                result["bench"] = floor.interleaved(floor_engine, lambda: observe(box, "up"))
                 result["traced"] = {
                     "floor": floor.traced_up(floor_engine, Path(root) / "grpc-floor.jsonl"),
                     "program": floor.traced_up(box.engine, Path(root) / "grpc-program.jsonl"),
                 }
             result["k3s_bump"] = _k3s_bump(box)
-        return {**result, **_standins(box)}
+        return {**result, **standin_problems(box)}
 
 
 def whole_box_lifecycle(root: str) -> dict[str, Any]:
@@ -314,6 +311,6 @@ def whole_box_lifecycle(root: str) -> dict[str, Any]:
             result["bumps"] = _bumps(box)
             result["rebuild"] = _rebuild(box)
             result["key_rotation"] = _key_rotation(box)
-            result["destroy"] = _observed(box, "destroy")
+            result["destroy"] = observe(box, "destroy")
             result["vm_running_after_destroy"] = box.guests.running(VMID)
-        return {**result, **_standins(box)}
+        return {**result, **standin_problems(box)}

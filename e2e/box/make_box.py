@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box import floor, scenarios
-from e2e.box.box import K3S_BUMP, Box, _observed, running
+from e2e.box.box import K3S_BUMP, Box, running
+from e2e.box.observed import observe
 from e2e.box.workload import lab1_sites
 from e2e.engine.cli import REPO, built_bin
 from e2e.engine.netns import in_new_netns, netns_command
@@ -90,7 +91,7 @@ def _serve(root: str) -> None:
 
     signal.signal(signal.SIGTERM, down)
     with running(Path(root)) as box:
-        first = _observed(box, "up")
+        first = observe(box, "up")
         if first["rc"] != 0:
             print(failure_report(first["output"], box.guests.log_dirs(box.site.vmid)), f"\n{FAILED_MARK}", flush=True)
             return
