@@ -63,7 +63,7 @@ BOX_DIR ?= .box
 box:
 	$(PREFLIGHT)
 	$(MAKE) $(VENV)
-	built="$$(e2e/engine/build-engine.sh control-plane plugins)" && \
+	built="$$(e2e/engine/build-engine.sh control-plane plugins workload)" && \
 	env $$built $(PY) -m e2e.box.make_box up $(BOX_DIR)
 
 box-shell: $(VENV)

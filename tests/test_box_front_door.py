@@ -1,9 +1,10 @@
 """The front door as a newcomer walks it (README, "Watch it"): in a clone of the checked-out commit,
 with no virtualenv, `make box` makes `.venv`, finds the engine, runs the whole program's `pulumi up`
-in a box of its own and says what to type next; `make box-shell`, typed into, answers
-`kubectl get nodes` and `pulumi preview --expect-no-changes` as typed; `make box-down` stops the box
-and removes it. The box makes its own network namespace (e2e/box/make_box.py). Selected with
-`pytest -m engine`.
+with lab1 in a box of its own and says what to type next; `make box-shell`, typed into, answers
+`kubectl get nodes` for both clusters, then takes the README's scaling commands as the README
+writes them: lab1 goes 0 -> 2 -> 0 workers through the real cluster-autoscaler and Cluster API, and
+the zero-change preview passes; `make box-down` stops the box and removes it. The box makes its own
+network namespace (e2e/box/make_box.py). Selected with `pytest -m engine`.
 """
 
 from __future__ import annotations
@@ -21,12 +22,23 @@ from e2e.engine.vendor import vendor_dir
 
 pytestmark = pytest.mark.engine
 
-# What a newcomer types into `make box-shell`, each answer marked so that the test finds it.
-SHELL_INPUT = """kubectl get nodes
-echo "kubectl rc=$?"
-pulumi preview --expect-no-changes
-echo "preview rc=$?"
-"""
+# What a newcomer types into `make box-shell` first, then the README's scaling commands.
+FIRST_LOOK = ("kubectl get nodes", "kubectl --context lab1 get nodes")
+STEP_MARK = re.compile(r"^step (\d+) rc=(\d+) in (\d+)s$", re.MULTILINE)
+
+
+def readme_scaling_commands() -> list[str]:
+    """The README's block of commands that scale lab1, line by line as written there."""
+    blocks = re.findall(r"(?:^    \S.*\n)+", (REPO / "README.md").read_text(), re.MULTILINE)
+    [block] = [block for block in blocks if "create deployment demand" in block]
+    return [line.strip() for line in block.splitlines()]
+
+
+def shell_input(commands: list[str]) -> str:
+    """Each command as typed, then its exit code and seconds, marked so that the test finds them."""
+    return "".join(
+        f'SECONDS=0\n{command}\necho "step {index} rc=$? in ${{SECONDS}}s"\n' for index, command in enumerate(commands)
+    )
 
 
 def _newcomer_env(box_dir: Path) -> dict[str, str]:
@@ -57,7 +69,7 @@ def front_door(tmp_path_factory: pytest.TempPathFactory) -> Any:
     had_venv = (clone / ".venv").exists()
     try:
         box = _make(clone, env, "box")
-        shell = _make(clone, env, "box-shell", SHELL_INPUT)
+        shell = _make(clone, env, "box-shell", shell_input([*FIRST_LOOK, *readme_scaling_commands()]))
         down = _make(clone, env, "box-down")
         box_left = box_dir.exists()
     finally:
@@ -73,21 +85,38 @@ def front_door(tmp_path_factory: pytest.TempPathFactory) -> Any:
     }
 
 
-def test_make_box_on_a_fresh_clone_makes_its_virtualenv_and_the_whole_up(front_door: Any) -> None:
+def test_make_box_on_a_fresh_clone_makes_its_virtualenv_and_the_whole_up_with_lab1(front_door: Any) -> None:
     box = front_door["box"]
     assert box["rc"] == 0, box["output"][-4000:]
     assert (front_door["had_venv"], front_door["venv"]) == (False, True)
     assert re.search(r"pulumi up of the whole program: rc 0 in [\d.]+s, \{'create': \d+\}", box["output"])
+    assert "(contexts lab-mgmt and lab1)" in box["output"]
     assert "make box-shell opens a shell there" in box["output"]
 
 
-def test_the_box_shell_answers_kubectl_and_a_zero_change_preview_as_typed(front_door: Any) -> None:
+def test_the_readme_scaling_block_is_what_the_shell_is_given() -> None:
+    commands = readme_scaling_commands()
+    assert commands[0].startswith("kubectl --context lab1 create deployment demand")
+    assert commands[-1] == "pulumi preview --expect-no-changes"
+    typed = shell_input(commands)
+    assert [line for line in typed.splitlines() if not line.startswith(("SECONDS=0", "echo "))] == commands
+
+
+def test_the_box_shell_shows_both_clusters_and_scales_lab1_as_the_readme_says(front_door: Any) -> None:
     shell = front_door["shell"]
-    assert shell["rc"] == 0, shell["output"][-4000:]
-    assert re.search(r"^lab-mgmt\s+Ready\s+control-plane\s", shell["output"], re.MULTILINE), shell["output"]
-    assert "kubectl rc=0" in shell["output"]
-    assert "preview rc=0" in shell["output"], shell["output"][-4000:]
-    assert re.search(r"^\s+\d+ unchanged$", shell["output"], re.MULTILINE)
+    output = shell["output"]
+    assert shell["rc"] == 0, output[-4000:]
+    steps = {int(index): (int(rc), int(seconds)) for index, rc, seconds in STEP_MARK.findall(output)}
+    commands = [*FIRST_LOOK, *readme_scaling_commands()]
+    assert sorted(steps) == list(range(len(commands))), output[-4000:]
+    assert {commands[index]: rc for index, (rc, _) in steps.items() if rc} == {}, output[-6000:]
+    assert re.search(r"^lab-mgmt\s+Ready\s+control-plane\s", output, re.MULTILINE), output
+    assert re.search(r"^lab1-control-plane-\S+\s+Ready\s+control-plane\s", output, re.MULTILINE), output
+    assert 'deployment "demand" successfully rolled out' in output
+    assert len(re.findall(r"^lab1-workers-\S+\s+lab1\s+lab1-workers-\S+\s+True\s", output, re.MULTILINE)) == 2, output
+    assert len(re.findall(r"^machine\.cluster\.x-k8s\.io/lab1-workers-\S+ condition met$", output, re.MULTILINE)) == 2
+    assert re.search(r"^\s+\d+ unchanged$", output, re.MULTILINE)
+    print("seconds per command:", {commands[index]: seconds for index, (_, seconds) in steps.items()})
 
 
 def test_make_box_down_stops_the_box_and_removes_it(front_door: Any) -> None:

@@ -1,5 +1,5 @@
-"""`make box-shell` (e2e/box/make_box.py): the shell it opens inside the box has the box's CLI and kubectl
-first on PATH, the admin kubeconfig, the CLI's state, plugins and passphrase, and the deployed
+"""`make box-shell` (e2e/box/make_box.py): the shell it opens inside the box has the box's CLI, kubectl
+and helm first on PATH, both clusters' admin kubeconfigs, the CLI's state, plugins and passphrase, and the deployed
 project as its directory, so that `kubectl get nodes` and `pulumi preview --expect-no-changes`
 work as typed. The box itself runs only in `make box` and the real-engine tests."""
 
@@ -22,24 +22,31 @@ def _tool(directory: Path, name: str) -> None:
 
 def test_the_box_shell_sets_what_kubectl_and_pulumi_need(tmp_path: Path) -> None:
     engine = Engine(tmp_path / "engine-bin", tmp_path / "engine")
-    kubectl = tmp_path / "control-plane-bin"
+    kubectl, helm = tmp_path / "control-plane-bin", tmp_path / "helm-bin"
     _tool(engine.bin_dir, "pulumi")
     _tool(kubectl, "kubectl")
+    _tool(helm, "helm")
     engine.project.mkdir(parents=True)
     env = engine.env() | {"SSL_CERT_FILE": str(tmp_path / "charts.pem")}
     rc = tmp_path / "shell.rc"
-    rc.write_text(make_box.shell_rc(env, [engine.bin_dir, kubectl], tmp_path / "lab-mgmt.yaml", engine.project))
+    kubeconfigs = [tmp_path / "lab-mgmt.yaml", tmp_path / "lab1.yaml"]
+    rc.write_text(make_box.shell_rc(env, [engine.bin_dir, kubectl, helm], kubeconfigs, engine.project))
     shown = subprocess.run(
-        ["bash", "-c", f". {rc} && pwd && kubectl && pulumi && env"],
+        ["bash", "-c", f". {rc} && pwd && kubectl && pulumi && helm && env"],
         env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         check=True,
     ).stdout.splitlines()
-    assert shown[:3] == [str(engine.project), f"kubectl from {kubectl}", f"pulumi from {engine.bin_dir}"]
-    variables = dict(line.split("=", 1) for line in shown[3:] if "=" in line)
-    assert variables["KUBECONFIG"] == str(tmp_path / "lab-mgmt.yaml")
-    assert variables["PATH"] == f"{engine.bin_dir}:{kubectl}:/usr/bin:/bin"
+    assert shown[:4] == [
+        str(engine.project),
+        f"kubectl from {kubectl}",
+        f"pulumi from {engine.bin_dir}",
+        f"helm from {helm}",
+    ]
+    variables = dict(line.split("=", 1) for line in shown[4:] if "=" in line)
+    assert variables["KUBECONFIG"] == f"{kubeconfigs[0]}:{kubeconfigs[1]}"
+    assert variables["PATH"] == f"{engine.bin_dir}:{kubectl}:{helm}:/usr/bin:/bin"
     for name in ("PULUMI_HOME", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "TMPDIR", "SSL_CERT_FILE"):
         assert variables[name] == env[name], name
 

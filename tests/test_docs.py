@@ -37,7 +37,8 @@ def test_relative_links_lead_to_files(doc: Path) -> None:
 # [text](target#anchor) or [text](#anchor), skipping URLs.
 ANCHORED_LINK = re.compile(r"\[[^\]]*\]\((?![a-z][a-z0-9+.-]*:)([^)\s#]*)#([^)\s]+)\)")
 HEADING = re.compile(r"^#{1,6} +(.+?) *$", re.MULTILINE)
-README_MAX_LINES = 120
+# Two screens of a laptop terminal, with the scaling commands `make box-shell` takes as typed.
+README_MAX_LINES = 140
 
 
 def _anchors(doc: Path) -> set[str]:

@@ -1,10 +1,12 @@
 """`make box`, `make box-shell`, `make box-down` and `make bench`: `python -m e2e.box.make_box up
-DIRECTORY` runs the box (box.py) and its first `up` in a network namespace of its own, detached,
-and keeps it up for a user until `make box-down`; `make box-shell` opens a shell inside it.
+DIRECTORY` runs the box with lab1 (e2e/box/workload/lab1_box.py) and its first `up` in a network
+namespace of its own, detached, and keeps it up for a user until `make box-down`; `make box-shell`
+opens a shell inside it, with a context for each cluster.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import operator
@@ -20,10 +22,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from e2e.box import floor, scenarios
-from e2e.box.box import K3S_BUMP, Box, running
+from e2e.box.box import K3S_BUMP, Box
 from e2e.box.observed import observe
-from e2e.box.workload import lab1_sites
+from e2e.box.workload import lab1_box, lab1_sites
 from e2e.engine.cli import REPO, built_bin
 from e2e.engine.netns import in_new_netns, netns_command
 
@@ -35,14 +39,16 @@ READY_MARK = "lab-mgmt-box: ready"
 FAILED_MARK = "lab-mgmt-box: failed"
 
 
-def shell_rc(env: dict[str, str], path: list[Path], kubeconfig: Path, project: Path) -> str:
+def shell_rc(env: dict[str, str], path: list[Path], kubeconfigs: list[Path], project: Path) -> str:
     """What `make box-shell` runs before its prompt: the box engine's CLI with its state, plugins
-    and passphrase (`env`), `path` before the user's PATH (the CLI, kubectl), the admin
-    kubeconfig, and the project the box deployed as the working directory."""
+    and passphrase (`env`), `path` before the user's PATH (the CLI, kubectl, helm), the admin
+    kubeconfigs (the first one's context current), and the project the box deployed as the
+    working directory."""
     # The chart stand-in's certificate too, which the kubernetes plugin must trust to read the
     # releases' charts.
     names = ("PULUMI_HOME", "PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_SKIP_UPDATE_CHECK", "TMPDIR")
-    exports = {name: env[name] for name in (*names, "SSL_CERT_FILE") if name in env} | {"KUBECONFIG": str(kubeconfig)}
+    kubeconfig = os.pathsep.join(map(str, kubeconfigs))
+    exports = {name: env[name] for name in (*names, "SSL_CERT_FILE") if name in env} | {"KUBECONFIG": kubeconfig}
     return "\n".join(
         [
             "[ -f ~/.bashrc ] && . ~/.bashrc",
@@ -55,22 +61,52 @@ def shell_rc(env: dict[str, str], path: list[Path], kubeconfig: Path, project: P
     )
 
 
+def _kubeconfigs(box: Box, outputs: dict[str, Any]) -> list[Path]:
+    """The management cluster's admin kubeconfig from the stack's output, and lab1's from the
+    Secret Cluster API keeps it in, as `clusterctl get kubeconfig` reads it, its context named
+    `lab1` so that the two merge in one KUBECONFIG."""
+    mgmt, lab1 = box.engine.root / "lab-mgmt.yaml", box.engine.root / "lab1.yaml"
+    mgmt.write_text(outputs["kubeconfig"])
+    secret = box.kubectl(
+        mgmt, "get", "secret", lab1_box.LAB1.kubeconfig_secret, "-n", lab1_box.LAB1.namespace, "-o", "json"
+    )
+    if secret["rc"] != 0:
+        raise RuntimeError(f"cannot read lab1's kubeconfig: {secret['stderr']}")
+    config = yaml.safe_load(base64.b64decode(json.loads(secret["stdout"])["data"]["value"]))
+    [cluster], [user], [_] = config["clusters"], config["users"], config["contexts"]
+    name = lab1_box.LAB1.name
+    config |= {
+        "clusters": [cluster | {"name": name}],
+        "users": [user | {"name": name}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    }
+    lab1.write_text(yaml.safe_dump(config))
+    for path in (mgmt, lab1):
+        path.chmod(0o600)
+    return [mgmt, lab1]
+
+
 def _usage(box: Box, first: dict[str, Any], outputs: dict[str, Any]) -> str:
     engine = box.engine
-    kubeconfig = engine.root / "lab-mgmt.yaml"
-    kubeconfig.write_text(outputs["kubeconfig"])
-    kubeconfig.chmod(0o600)
-    kubectl = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl")
-    rc = shell_rc(engine.env(), [engine.bin_dir, kubectl], kubeconfig, engine.project)
+    kubeconfigs = _kubeconfigs(box, outputs)
+    tools = [
+        engine.bin_dir,
+        built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl"),
+        built_bin("LAB_MGMT_HELM_BIN", "helm"),
+    ]
+    rc = shell_rc(engine.env(), tools, kubeconfigs, engine.project)
     (engine.root.parent / SHELL_RC).write_text(rc)
     shown = {key: value for key, value in outputs.items() if "ubeconfig" not in key}
     return "\n".join(
         [
             f"pulumi up of the whole program: rc {first['rc']} in {first['seconds']}s, {first['summary']}",
             f"outputs (kubeconfigs left out): {json.dumps(shown)}",
-            f"admin kubeconfig: {kubeconfig}",
+            f"kubeconfigs: {', '.join(map(str, kubeconfigs))} (contexts lab-mgmt and {lab1_box.LAB1.name})",
+            f"{lab1_box.LAB1.name} runs with 0 workers; cluster-autoscaler watches it.",
             "The box's addresses exist only inside it. make box-shell opens a shell there, with KUBECONFIG,",
-            "the CLI's state and PATH set; try: kubectl get nodes, pulumi preview --expect-no-changes.",
+            "the CLI's state and PATH (pulumi, kubectl, helm) set; try: kubectl get nodes,",
+            'pulumi preview --expect-no-changes, and the README\'s "Watch lab1 scale".',
             "make box-down stops it.",
         ]
     )
@@ -90,7 +126,7 @@ def _serve(root: str) -> None:
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, down)
-    with running(Path(root)) as box:
+    with lab1_box.running(Path(root)) as (box, _lab1):
         first = observe(box, "up")
         if first["rc"] != 0:
             print(failure_report(first["output"], box.guests.log_dirs(box.site.vmid)), f"\n{FAILED_MARK}", flush=True)
@@ -108,7 +144,7 @@ def _up(root: Path) -> int:
     with (root / LOG_FILE).open("wb") as log:
         process = subprocess.Popen(
             netns_command(
-                [sys.executable, "-m", "e2e.box.make_box", "--serve", str(root / "box")], [scenarios.PROXMOX_ADDRESS]
+                [sys.executable, "-m", "e2e.box.make_box", "--serve", str(root / "box")], list(lab1_box.ADDRESSES)
             ),
             cwd=REPO,
             stdin=subprocess.DEVNULL,

@@ -154,8 +154,10 @@ def _ssh_deletekeys_off() -> bool:
 
 
 def _network(boot: Boot) -> None:
-    """The NIC as netplan configures it from cloud-init's network config. No default route: the
-    box has no way out, and a guest that tried one would only send its packets to the bridge."""
+    """The NIC as netplan configures it from cloud-init's network config: the address, and the
+    default route through the gateway where the config gives one. The gateway is the box's own
+    address on the bridge, which routes nothing onwards unless a box forwards to a pod's network
+    (e2e/box/workload/lab1_box.py), so a guest's packets to the world go no further than the box."""
     deadline = time.monotonic() + BOOT_BOUND_SECONDS
     while subprocess.run(["ip", "link", "show", "dev", INTERFACE], capture_output=True, check=False).returncode:
         if time.monotonic() > deadline:
@@ -164,6 +166,8 @@ def _network(boot: Boot) -> None:
     _sh("ip", "link", "set", "lo", "up")
     _sh("ip", "addr", "add", boot.address, "dev", INTERFACE)
     _sh("ip", "link", "set", INTERFACE, "up")
+    if boot.gateway:
+        _sh("ip", "route", "add", "default", "via", boot.gateway, "dev", INTERFACE)
     Path("/etc/resolv.conf").unlink(missing_ok=True)
     Path("/etc/resolv.conf").write_text("".join(f"nameserver {server}\n" for server in boot.nameservers))
 

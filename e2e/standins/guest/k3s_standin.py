@@ -37,12 +37,14 @@ KNOWN_CONFIG = {"disable", "tls-san", "write-kubeconfig-mode"}
 HEARTBEAT_SECONDS = 10
 # Of the controllers k3s runs, those a chart's workload needs to become Available: a namespace's
 # default ServiceAccount (a Pod is refused without it), a Deployment's ReplicaSet, its Pods, their
-# status (whoever stands in for the kubelet sets the Pods' own). And the garbage collector:
+# status (whoever stands in for the kubelet sets the Pods' own), the `kube-root-ca.crt` ConfigMap a
+# Pod's service account volume projects (the pod runner's autoscaler reads it). And the garbage collector:
 # pulumi-kubernetes deletes in the foreground, and only the collector lifts that finalizer, so
 # without it a deleted object (the CAPMOX Secret a token rotation replaces) stays, and the run waits.
 CONTROLLERS = (
     *("serviceaccount-token-controller", "serviceaccount-controller"),
     *("deployment-controller", "replicaset-controller", "garbage-collector-controller"),
+    "root-ca-certificate-publisher-controller",
 )
 
 

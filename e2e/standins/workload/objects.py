@@ -4,6 +4,7 @@ and the field, never a default), and the shape of a metav1.Condition."""
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass, field
@@ -39,10 +40,15 @@ class Record:
 
 class Client:
     """The API of `cluster` as `user` (e2e/engine/kube_api.py); each failure raises with the
-    API server's message."""
+    API server's message. The kubeconfig is read at the first request: in the whole box it exists
+    only once the program has installed k3s."""
 
     def __init__(self, cluster: ControlPlane, user: str) -> None:
-        self.cluster, self.api = cluster, Api.from_kubeconfig(cluster.kubeconfig_of(user))
+        self.cluster, self.user = cluster, user
+
+    @functools.cached_property
+    def api(self) -> Api:
+        return Api.from_kubeconfig(self.cluster.kubeconfig_of(self.user))
 
     def items(self, resource: str, api_version: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Every object of `resource` (plural) at `api_version`, in `namespace` or all; none while

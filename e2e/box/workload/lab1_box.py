@@ -1,0 +1,121 @@
+"""The whole box (e2e/box/box.py) with the program's lab1 in it, as `make box` runs it: the stack file
+keeps Pulumi.lab.yaml's lab1 as shipped (the box's short autoscaler timings added), and the box runs
+what lab1 needs beneath the program, as the workload box (workload_box.py) does beside a bare API
+server:
+
+- the operator stand-in installs each provider's real CRDs, and once the CoreProvider appears the
+  REAL Cluster API core manager starts against the VM's k3s, its webhooks served at the box's
+  address on the lab network, which the VM's API server calls;
+- the workload stand-ins (e2e/standins/workload/providers.py) start lab1's control plane at its
+  endpoint and a kubelet for each worker Machine;
+- the pod runner runs the program's cluster-autoscaler Deployment as the real binary, in a network
+  of its own that the box routes to the VM (the VM's default route is the box);
+- the chart repositories serve Cilium's chart and the autoscaler's, and CAPMOX's release.
+
+    with lab1_box.running(base) as (box, lab1):  # in a network namespace holding ADDRESSES
+
+`lab1.problems()` is what any of these refused or did not know.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.box import box as whole_box
+from e2e.box import scenarios
+from e2e.box.workload import lab1_autoscaling, lab1_reads, workload_box
+from e2e.controllers import cluster_api
+from e2e.engine.cli import PROJECT, REPO, STACK, Engine, declare_workload_clusters
+from e2e.engine.control_plane import ControlPlane
+from e2e.standins.cluster import chart_repo_standin, pod_runner
+from e2e.standins.workload import providers
+
+# The workload cluster as Pulumi.lab.yaml ships it, and the management VM's name, which its guest
+# takes as hostname and k3s as its Node's name: the pod runner runs the autoscaler "there".
+_STACK = yaml.safe_load((REPO / f"Pulumi.{STACK}.yaml").read_text())["config"]
+LAB1_ENTRY: dict[str, Any] = _STACK[f"{PROJECT}:workloadClusters"][0]
+LAB1 = lab1_reads.Workload.of(LAB1_ENTRY)
+VM_NODE = _STACK[f"{PROJECT}:vmName"]
+ADDRESSES = (scenarios.PROXMOX_ADDRESS, LAB1_ENTRY["controlPlaneEndpoint"])
+
+
+@dataclass
+class Lab1Parts:
+    standins: providers.WorkloadStandIns
+    runner: pod_runner.PodRunner
+    managers: list[cluster_api.ClusterApiManager]
+    """The real Cluster API manager, once the CoreProvider is installed."""
+
+    def kubeconfig(self) -> Path:
+        """lab1's admin kubeconfig, as Cluster API keeps it (`lab1-kubeconfig`), once it runs."""
+        return self.standins.running[LAB1.key].kubeconfig
+
+    def problems(self) -> dict[str, list[str]]:
+        return {"workload": self.standins.record.errors, "autoscaler_runner": self.runner.errors}
+
+
+def _forward_to_pods() -> None:
+    """The autoscaler's Pod reaches the VM's API server through the box, and the VM answers through
+    its default route, the box; a network namespace starts with forwarding off."""
+    Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
+
+
+def _configure(engine: Engine, charts: chart_repo_standin.ChartRepoStandIn) -> list[dict[str, Any]]:
+    """The box's short autoscaler timings in lab1's entry, and the settings pointing the program at
+    the charts and the CAPMOX release the box serves."""
+    declare_workload_clusters(engine, [LAB1_ENTRY | {"autoscaler": lab1_autoscaling.TIMINGS}])
+    served = {
+        "ciliumChartRepo": f"{charts.url}/cilium",
+        "ciliumVersion": workload_box.CILIUM_VERSION,
+        "clusterAutoscalerChartRepo": f"{charts.url}/autoscaler",
+        "capmoxReleaseUrl": f"{charts.url}/{chart_repo_standin.CAPMOX_ASSETS}",
+    }
+    return [scenarios._set_all(engine, served.items())]
+
+
+@contextmanager
+def running(base: Path) -> Iterator[tuple[whole_box.Box, Lab1Parts]]:
+    _forward_to_pods()
+    with ExitStack() as stack:
+        managers: list[cluster_api.ClusterApiManager] = []
+        managers_stack = ExitStack()
+
+        def on_installed(cluster: ControlPlane, kind: str, _name: str) -> None:
+            if kind == "CoreProvider" and not managers:
+                directory = base / "cluster-api"
+                managers.append(
+                    managers_stack.enter_context(cluster_api.running(cluster, directory, whole_box.SPEC_SITE.gateway))
+                )
+
+        parts = whole_box.WorkloadParts(
+            charts={
+                "cilium": [chart_repo_standin.cilium_chart(workload_box.CILIUM_VERSION)],
+                "autoscaler": [workload_box.AUTOSCALER_CHART],
+            },
+            release_assets=chart_repo_standin.capmox_release_assets(),
+            on_installed=on_installed,
+        )
+        box = stack.enter_context(whole_box.running(base, workload=parts))
+        standins = stack.enter_context(providers.running(box.cluster, base / "workload"))
+        # The manager stops before lab1's control plane, which its cluster cache watches: a watched
+        # API server waits out its bound (20 s) before it is killed.
+        stack.enter_context(managers_stack)
+        runner = stack.enter_context(
+            pod_runner.running(
+                box.cluster,
+                LAB1.namespace,
+                LAB1.autoscaler,
+                base / "pods",
+                node=VM_NODE,
+                backoff_seconds=lab1_autoscaling.BACKOFF_SECONDS,
+                secret_sync_seconds=lab1_autoscaling.SECRET_SYNC_SECONDS,
+            )
+        )
+        box.steps += _configure(box.engine, box.charts)
+        yield box, Lab1Parts(standins, runner, managers)
