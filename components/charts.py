@@ -10,9 +10,10 @@ digest is kept beside the archive and checked on every later run. Both charts ar
 before the program registers anything, in a preview as in an up, as the tokens are: a repository
 out of reach stops a run with nothing begun.
 
-CAPMOX's cluster template (components.cluster_template) is kept the same way, as
-`cluster-template-<capmoxVersion>.yaml`, by `kept_asset`: a release asset has no index that lists
-its digest, so the first download is trusted and its sha256 recorded beside it.
+CAPMOX's cluster template (components.cluster_template) is kept the same way, one per release a
+workload cluster names (its `templateVersion`), as `cluster-template-<release>.yaml`, by
+`kept_asset`: a release asset has no index that lists its digest, so the first download is trusted
+and its sha256 recorded beside it.
 
 The file bears the name Helm gives it, `<chart>-<version>.tgz`, which is also the name an imported
 release's chart is looked for first in the project's folder: adopting the releases needs no Helm
@@ -27,6 +28,7 @@ import os
 import tempfile
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,9 +83,9 @@ class LocalChart:
 class WorkloadCharts:
     """What every workload cluster is made from, fetched only where one is declared."""
 
-    cluster_template: str | None
-    """CAPMOX's cluster template for capmoxVersion (components.cluster_template renders it); None,
-    best effort, when it could not be fetched."""
+    cluster_templates: Mapping[str, str | None]
+    """CAPMOX's cluster template (components.cluster_template renders it) by the release the
+    clusters name (templateVersion); None, best effort, where it could not be fetched."""
     cilium: LocalChart
     autoscaler: LocalChart
 
@@ -122,19 +124,24 @@ def cluster_charts(settings: Settings) -> ClusterCharts:
 
 
 def _workload_charts(settings: Settings, directory: Path, *, best_effort: bool) -> WorkloadCharts:
-    workload, version = settings.workload, settings.cluster_api.providers.infrastructure
-    template = kept_asset(
-        cluster_template_url(workload.capmox_release_url, version),
-        cluster_template_file_name(version),
-        directory,
-        setting_key="capmoxReleaseUrl",
-        best_effort=best_effort,
-    )
+    workload = settings.workload
+    templates = {
+        version: kept_asset(
+            cluster_template_url(workload.capmox_release_url, version),
+            cluster_template_file_name(version),
+            directory,
+            setting_key="capmoxReleaseUrl",
+            best_effort=best_effort,
+        )
+        for version in sorted({cluster.template_version for cluster in workload.clusters})
+    }
     autoscaler = ChartSource(
         "cluster-autoscaler", workload.autoscaler_chart_version, workload.autoscaler_repo, "clusterAutoscalerChartRepo"
     )
     return WorkloadCharts(
-        cluster_template=template.decode() if template is not None else None,
+        cluster_templates={
+            version: template.decode() if template is not None else None for version, template in templates.items()
+        },
         cilium=local_chart(
             ChartSource("cilium", workload.cilium_version, workload.cilium_repo, "ciliumChartRepo"),
             directory,
@@ -191,13 +198,13 @@ def local_chart(source: ChartSource, directory: Path, *, best_effort: bool = Fal
     return LocalChart(source.chart, source.version, source.file_name)
 
 
-def cluster_template_url(release_url: str, capmox_version: str) -> str:
+def cluster_template_url(release_url: str, release: str) -> str:
     """Where CAPMOX publishes the default template of a release, as clusterctl fetches it."""
-    return f"{release_url.rstrip('/')}/{capmox_version}/cluster-template.yaml"
+    return f"{release_url.rstrip('/')}/{release}/cluster-template.yaml"
 
 
-def cluster_template_file_name(capmox_version: str) -> str:
-    return f"cluster-template-{capmox_version}.yaml"
+def cluster_template_file_name(release: str) -> str:
+    return f"cluster-template-{release}.yaml"
 
 
 def kept_asset(

@@ -1,6 +1,6 @@
-"""A workload cluster's Cluster API objects: CAPMOX's own default `cluster-template.yaml` for the
-pinned capmoxVersion, rendered as `clusterctl generate cluster` renders it, then patched where the
-template is wrong for this lab.
+"""A workload cluster's Cluster API objects: CAPMOX's own default `cluster-template.yaml` of the
+release the cluster names (its templateVersion), rendered as `clusterctl generate cluster` renders
+it, then patched where the template is wrong for this lab.
 
 The program writes none of these objects by hand, so that a cluster clusterctl made from the same
 template (the owner's lab1, taken over in issue 31) has the very objects the program declares. The
@@ -29,7 +29,7 @@ from typing import Any
 import pulumi
 import yaml
 
-from components.settings import PROJECT, MachineSizing, WorkloadCluster
+from components.settings import MachineSizing, WorkloadCluster
 
 # cluster-autoscaler's clusterapi provider reads these on the MachineDeployment.
 MIN_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
@@ -85,7 +85,7 @@ def substitute(text: str, variables: Mapping[str, str | None]) -> str:
     if missing:
         raise ClusterTemplateError(
             f"the cluster template needs {', '.join(sorted(set(missing)))}, which this program does not supply "
-            "and which have no default; a newer capmoxVersion may need a new setting"
+            "and which have no default; a newer templateVersion may need a new setting"
         )
     return rendered
 
@@ -220,7 +220,7 @@ def _split(rendered: str) -> _Rendering:
     if kinds != expected:
         raise ClusterTemplateError(
             f"the cluster template renders {kinds}, not the objects this program knows ({expected}); "
-            f"a capmoxVersion whose template differs needs the program changed ({PROJECT}:capmoxVersion)"
+            "a templateVersion whose template differs needs the program changed"
         )
     return _Rendering(objects)
 

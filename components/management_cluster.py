@@ -106,7 +106,8 @@ def _workload_cluster(
     that run can plan nothing worse than a refusal. `taken_over`: the last run's record of the
     clusters it took over (components.cluster_takeover)."""
     workload_charts = cluster_charts.workload
-    if workload_charts is None or workload_charts.cluster_template is None:
+    template = workload_charts.cluster_templates.get(cluster.template_version) if workload_charts else None
+    if workload_charts is None or template is None:
         if settings.proxmox.skip_credentials_check and cluster.protected:
             pulumi.log.warn(
                 f"{PROJECT}:workloadClusters: {cluster.name} is left out of this run: CAPMOX's cluster template "
@@ -114,14 +115,13 @@ def _workload_cluster(
             )
             return None
         raise ClusterTemplateError(
-            f"{PROJECT}:workloadClusters: CAPMOX's cluster template for "
-            f"{settings.cluster_api.providers.infrastructure} "
+            f"{PROJECT}:workloadClusters: CAPMOX's cluster template {cluster.template_version} (templateVersion) "
             f"could not be fetched (see the warning above), so {cluster.name}'s objects cannot be declared; "
             "run again where capmoxReleaseUrl can be reached, or put the file in the project's folder"
         )
     return WorkloadCluster(
         cluster,
-        render_cluster(workload_charts.cluster_template, cluster),
+        render_cluster(template, cluster),
         node.provider,
         management_kubeconfig=node.kubeconfig,
         on_cluster=node.on_cluster,

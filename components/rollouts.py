@@ -3,8 +3,8 @@
 Cluster API replaces every machine of the control plane when the KubeadmControlPlane's spec
 changes (its version, kubeadm's configuration, its machine template), and every worker when the
 MachineDeployment's machine template changes (its version, a new machine or bootstrap template);
-the replica counts roll nothing. A sizing change, a Kubernetes upgrade, a template moved by a
-`capmoxVersion` bump: each shows in the preview only as an update of one object. So each run
+the replica counts roll nothing. A sizing change, a Kubernetes upgrade, a cluster moved to
+another release's template (its templateVersion): each shows in the preview only as an update of one object. So each run
 records a digest of those two parts per cluster (the stack output ROLLOUT_OUTPUT), and a run whose
 parts differ from the last deployment's warns, naming the cluster and what rolls.
 """

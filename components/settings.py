@@ -585,6 +585,10 @@ class WorkloadCluster:
 
     name: str
     namespace: str
+    template_version: str
+    """The CAPMOX release whose cluster template renders this cluster, apart from capmoxVersion:
+    a provider bump changes the provider only, and a cluster follows a newer template only when
+    its own entry asks for it (the rollout it may bring is named at preview, components.rollouts)."""
     kubernetes_version: str
     control_plane_endpoint: ipaddress.IPv4Address
     """The kube-vip address of the API server."""
@@ -629,7 +633,7 @@ class WorkloadSettings:
 
     clusters: tuple[WorkloadCluster, ...]
     capmox_release_url: str
-    """Where CAPMOX's release assets are, `<url>/<capmoxVersion>/cluster-template.yaml` among them."""
+    """Where CAPMOX's release assets are, `<url>/<templateVersion>/cluster-template.yaml` among them."""
     cilium_version: str
     cilium_repo: str
     autoscaler_chart_version: str
@@ -835,6 +839,7 @@ def _read_workload_cluster(e: _Entry, lab: _Lab) -> WorkloadCluster:
     cluster = WorkloadCluster(
         name=name,
         namespace=e.text("namespace", DNS_LABEL, "a namespace name", default="default"),
+        template_version=e.text("templateVersion", V_SEMVER, "a CAPMOX release of the form v0.9.1"),
         kubernetes_version=_read_workload_kubernetes(e),
         **network,
         ssh_public_keys=e.strings("sshPublicKeys", "an OpenSSH public key line", _is_ssh_public_key),
@@ -928,7 +933,7 @@ def _check_taken_over(e: _Entry, cluster: WorkloadCluster) -> None:
 
 def _read_workload_kubernetes(e: _Entry) -> str:
     version = e.text("kubernetesVersion", V_SEMVER, "a Kubernetes release of the form v1.35.9")
-    if version and tuple(int(p) for p in version[1:].split(".")[:2]) > NEWEST_WORKLOAD_KUBERNETES:
+    if version and _release(version)[:2] > NEWEST_WORKLOAD_KUBERNETES:
         newest = ".".join(map(str, NEWEST_WORKLOAD_KUBERNETES))
         e.fail(
             "kubernetesVersion",
@@ -1130,6 +1135,7 @@ def parse_settings(raw: Mapping[str, str]) -> Settings:
     )
     _check_adoption(r, settings)
     _check_rebuild(r, settings)
+    _check_template_versions(r, settings)
     if r.problems:
         raise SettingsError("invalid stack configuration:\n  " + "\n  ".join(r.problems))
     return settings
@@ -1148,6 +1154,23 @@ def _check_rebuild(r: _Reader, settings: Settings) -> None:
             "(a second cluster on the same addresses). Remove each through Cluster API first (docs/operations.md, "
             '"Removing a workload cluster"), take it out of workloadClusters, then rebuild',
         )
+
+
+def _check_template_versions(r: _Reader, settings: Settings) -> None:
+    """A template newer than the running CAPMOX may declare fields its CRDs do not have yet."""
+    running = settings.cluster_api.providers.infrastructure
+    for index, cluster in enumerate(settings.workload.clusters):
+        if _release(running) and _release(cluster.template_version) > _release(running):
+            r.fail(
+                f"{WORKLOAD_CLUSTERS_KEY}[{index}].templateVersion",
+                f"{cluster.template_version} is newer than capmoxVersion {running}: its objects may use fields the "
+                "running CAPMOX does not know; bump capmoxVersion first, in a run of its own",
+            )
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """v1.2.3 as (1, 2, 3), for comparing; () for a value refused on its own."""
+    return tuple(int(part) for part in version[1:].split(".")) if V_SEMVER.fullmatch(version) else ()
 
 
 def load_settings() -> Settings:

@@ -455,9 +455,12 @@ def chart_repositories(config: Mapping[str, str]) -> dict[str, bytes]:
     """URL -> content: what the configured chart repositories serve, in memory: an index listing
     the configured version of their chart, its archive under a path relative to the repository,
     and its sha256 (the archive is a stand-in the mocks never unpack); and CAPMOX's release
-    assets, its cluster template (CLUSTER_TEMPLATE) for the configured capmoxVersion."""
+    assets, its cluster template (CLUSTER_TEMPLATE) for each release a declared cluster names."""
     release_url = config[f"{PROJECT}:capmoxReleaseUrl"].rstrip("/")
-    files = {f"{release_url}/{config[f'{PROJECT}:capmoxVersion']}/cluster-template.yaml": CLUSTER_TEMPLATE.read_bytes()}
+    files = {
+        f"{release_url}/{release}/cluster-template.yaml": CLUSTER_TEMPLATE.read_bytes()
+        for release in _template_releases(config.get(f"{PROJECT}:workloadClusters", "[]"))
+    }
     for chart, repo_key, version_key in CHART_SETTINGS:
         repo, version = config[f"{PROJECT}:{repo_key}"].rstrip("/"), config[f"{PROJECT}:{version_key}"]
         archive = f"{chart} {version}\n".encode()
@@ -470,6 +473,17 @@ def chart_repositories(config: Mapping[str, str]) -> dict[str, bytes]:
         files[f"{repo}/index.yaml"] = yaml.safe_dump({"apiVersion": "v1", "entries": {chart: [entry]}}).encode()
         files[f"{repo}/charts/{chart}-{version}.tgz"] = archive
     return files
+
+
+def _template_releases(workload_clusters: str) -> set[str]:
+    """The templateVersions of the declared clusters; none where the setting is refused anyway."""
+    try:
+        clusters = json.loads(workload_clusters)
+    except ValueError:
+        return set()
+    if not isinstance(clusters, list):
+        return set()
+    return {c["templateVersion"] for c in clusters if isinstance(c, dict) and isinstance(c.get("templateVersion"), str)}
 
 
 def _fetch_from(served: Mapping[str, bytes], run: Run) -> Any:

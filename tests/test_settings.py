@@ -583,6 +583,11 @@ def test_lab1_is_read_with_the_templates_defaults(lab: Settings) -> None:
     assert lab1.autoscaler.scale_down_unneeded_time == "10m"
 
 
+def test_a_cluster_keeps_its_template_release_when_capmox_is_bumped() -> None:
+    [lab1] = parse_settings(lab_raw(capmoxVersion="v0.9.2")).workload.clusters
+    assert lab1.template_version == "v0.9.1"
+
+
 def test_no_workload_cluster_when_absent() -> None:
     raw = lab_raw()
     del raw["workloadClusters"]
@@ -622,6 +627,16 @@ WORKLOAD_REFUSALS: list[Any] = [
     pytest.param({"controlPlane": {"replicas": 2}}, "replicas: 2 is not 1, 3 or 5", id="even-control-plane"),
     pytest.param({"kubernetesVersion": "v1.36.1"}, "newer than Kubernetes 1.35", id="kubernetes-1.36"),
     pytest.param({"vlan": 0}, "vlan: 0 is outside the VLAN id range", id="vlan-0"),
+    pytest.param({"templateVersion": None}, "workloadClusters[0].templateVersion: is required", id="template-missing"),
+    pytest.param(
+        {"templateVersion": "0.9.1"}, "templateVersion: '0.9.1' is not a CAPMOX release of the form v0.9.1", id="no-v"
+    ),
+    pytest.param(
+        {"templateVersion": "v0.10.0"},
+        "workloadClusters[0].templateVersion: v0.10.0 is newer than capmoxVersion v0.9.1: its objects may use "
+        "fields the running CAPMOX does not know",
+        id="template-newer-than-capmox",
+    ),
     pytest.param({"autoscaler": {"scanInterval": "10"}}, "scanInterval: '10' is not a Go duration", id="duration"),
     pytest.param({"sshPublicKeys": ["ssh-ed25519 AAAA"]}, "sshPublicKeys: 'ssh-ed25519 AAAA' is not", id="ssh-key"),
     pytest.param({"name": "mgmt"}, "name: 'mgmt' is the management cluster's", id="name-mgmt"),

@@ -351,10 +351,35 @@ def test_a_best_effort_run_without_the_template_leaves_a_protected_cluster_out_s
 
 def test_an_unprotected_cluster_without_its_template_stops_the_run() -> None:
     [cluster] = harness.stack_workload_clusters()
-    with pytest.raises(ClusterTemplateError, match=r"CAPMOX's cluster template for v0\.9\.1"):
+    with pytest.raises(ClusterTemplateError, match=r"CAPMOX's cluster template v0\.9\.1 \(templateVersion\)"):
         harness.run_program(
             {"skipCredentialsCheck": True, "workloadClusters": [{**cluster, "protected": False}]}, charts_served={}
         )
+
+
+# --- the template's release, apart from the provider's --------------------------------------------------
+
+
+def test_a_capmox_bump_fetches_no_template_and_changes_only_the_provider(lab1: harness.Run) -> None:
+    """A cluster clusterctl made keeps the objects it was made with, whatever CAPMOX runs."""
+    bumped = harness.run_program({"capmoxVersion": "v0.9.2"})
+    templates = [url.split("/")[-2] for url in bumped.chart_requests if url.endswith("/cluster-template.yaml")]
+    assert templates == ["v0.9.1"]  # lab1's templateVersion, into a new project folder
+    assert harness.changed(lab1, bumped) == {
+        ("kubernetes:operator.cluster.x-k8s.io/v1alpha2:InfrastructureProvider", "mgmt-infrastructure-proxmox")
+    }
+
+
+def test_a_cluster_follows_another_template_only_when_its_entry_names_it(lab1: harness.Run) -> None:
+    [cluster] = harness.stack_workload_clusters()
+    moved = {**cluster, "templateVersion": "v0.9.0"}
+    config = harness.stack_config({"workloadClusters": [moved]})
+    served = harness.chart_repositories(config)
+    [url] = [url for url in served if url.endswith("/v0.9.0/cluster-template.yaml")]
+    served[url] = served[url].replace(b"stand-in for the kube-vip static pod", b"the next release's kube-vip")
+    run = harness.run_program({"workloadClusters": [moved]}, charts_served=served)
+    assert [name for _, name in harness.changed(lab1, run)] == ["lab1-control-plane"]
+    assert [request for request in run.chart_requests if request.endswith("/cluster-template.yaml")] == [url]
 
 
 def test_a_namespace_other_than_default_is_made_first_and_never_deleted() -> None:

@@ -41,6 +41,8 @@ from e2e.engine.cli import built_bin
 NS, CLUSTER = lab1_state.NS, lab1_state.CLUSTER
 KUBERNETES_VERSION = "v1.35.9"
 CAPMOX_TEMPLATE = "templates/cluster-template.yaml"
+TEMPLATE_RELEASE = "v0.9.1"
+"""The release of `--infrastructure proxmox:v0.9.1`, which the owner's entry names (templateVersion)."""
 OBJECTS = lab1_state.OBJECTS
 CILIUM_VALUES = ("ipam.mode=kubernetes",)
 # Cluster API goes on writing the Cluster's status for a while after the Nodes are Ready: the

@@ -81,8 +81,12 @@ def lab1_taken_over(root: str, site: str) -> dict[str, Any]:
             lab1_reads.until("the Cluster API manager running", lambda: box.managers)
             mark("the program's first up: the management cluster")
             clusterctl_lab1.left_by_the_owner(box, base, clusterctl_lab1.SITES[site], out, mark=mark)
-            # The entry the live objects say, with the owner's bounds and the box's timings.
-            entry = out["settings_from_live"] | {"autoscaler": TIMINGS}
+            # The entry the live objects say, with the release clusterctl was given, the owner's
+            # bounds and the box's timings.
+            entry = out["settings_from_live"] | {
+                "templateVersion": clusterctl_lab1.TEMPLATE_RELEASE,
+                "autoscaler": TIMINGS,
+            }
             entry["workers"] = WORKER_BOUNDS | entry["workers"]
             _before_the_takeover(engine, box, base, entry, out)
             mark("previews with lab1 declared, before the takeover")

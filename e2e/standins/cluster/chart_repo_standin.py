@@ -288,7 +288,7 @@ def cilium_chart(version: str) -> Chart:
 
 
 # CAPMOX's release asset `cluster-template.yaml`, which the program fetches from
-# `{capmoxReleaseUrl}/{capmoxVersion}/cluster-template.yaml` (a GitHub release's download URL).
+# `{capmoxReleaseUrl}/{templateVersion}/cluster-template.yaml` (a GitHub release's download URL).
 CAPMOX_ASSETS = "capmox"
 CAPMOX_TEMPLATE = "templates/cluster-template.yaml"
 CAPMOX_ARCHIVED = "v0.9.0"
