@@ -193,7 +193,7 @@ DEPLOYED = {"vmAddress": "192.168.4.21", "kubeconfig": "..."}
     ids=["deployed-protected", "deployed-before-the-output-existed"],
 )
 def test_a_rebuild_is_refused_unless_an_earlier_run_lifted_the_locks(deployed: dict[str, Any]) -> None:
-    """settings.py sees one config; the guard needs what was deployed: vmProtected=false and
+    """components.settings sees one config; the guard needs what was deployed: vmProtected=false and
     vmRebuildFromImage=true set together, on a protected VM, must not replace it."""
     record = Run()
     with pytest.raises(RebuildRefusedError, match="lab-mgmt:vmRebuildFromImage: true needs vmProtected=false applied"):

@@ -204,8 +204,8 @@ class Box:
 
 
 def _cloud_images(base: Path) -> tuple[Path, dict[str, str]]:
-    """Stand-in cloud images under dated serial directories, as settings.py wants the URL, each
-    with different bytes; their sha256 by path."""
+    """Stand-in cloud images under dated serial directories, as components/settings/management.py
+    wants the URL, each with different bytes; their sha256 by path."""
     digests = {}
     for build, path in enumerate((IMAGE_PATH, NEXT_IMAGE_PATH)):
         image = base / "images" / path
