@@ -53,9 +53,10 @@ def _sh(*argv: str) -> None:
 def _lay_out_disk(boot: Boot) -> None:
     """Mounts the guest's trees; on the disk's first boot, first makes the image: the stand-ins,
     the sites the box stands in for and their CA, and sshd as Ubuntu's cloud image configures it."""
-    # The stand-ins run from this repository, wherever the clone is (CI's may be under /tmp, which
-    # the guest covers): keep a handle on it to bind it back at its own path once all is mounted.
-    repository = os.open(REPO, os.O_PATH)
+    # The stand-ins run from this repository and k3s's on the built control plane, wherever they
+    # are (CI's clone, or an engine cache that LAB_MGMT_ENGINE_CACHE moved, may be under /tmp, which
+    # the guest covers): keep a handle on each to bind it back at its own path once all is mounted.
+    kept = {path: os.open(path, os.O_PATH) for path in _from_the_machine()}
     disk = Path(boot.disk)
     new_image = not (disk / "image").exists()
     if new_image:
@@ -94,12 +95,20 @@ def _lay_out_disk(boot: Boot) -> None:
         (disk / "image").write_text("made\n")
     # Last: the tests' files under /tmp (the disk included) are out of the guest's sight from here.
     _sh("mount", "-t", "tmpfs", "tmpfs", "/tmp")  # noqa: S108 - the guest's own /tmp
-    if not (REPO / "e2e" / "standins" / "guest" / "guest.py").is_file():
-        REPO.mkdir(parents=True, exist_ok=True)
-        # --no-canonicalize: mount(8) would otherwise turn the handle back into the covered path.
-        _sh("mount", "--no-canonicalize", "--bind", f"/proc/{os.getpid()}/fd/{repository}", str(REPO))
-        _sh("mount", "-o", "remount,bind,ro", str(REPO))
-    os.close(repository)
+    for covered, handle in kept.items():
+        if not covered.exists():
+            covered.mkdir(parents=True)
+            # --no-canonicalize: mount(8) would otherwise turn the handle back into the covered path.
+            _sh("mount", "--no-canonicalize", "--bind", f"/proc/{os.getpid()}/fd/{handle}", str(covered))
+            _sh("mount", "-o", "remount,bind,ro", str(covered))
+        os.close(handle)
+
+
+def _from_the_machine() -> list[Path]:
+    """What the guest runs from the tests' machine: this repository, and the control plane that
+    the k3s stand-in runs (k3s_release_standin names it to the guest), where the box has one."""
+    control_plane = os.environ.get("LAB_MGMT_CONTROL_PLANE_BIN")
+    return [REPO, *([Path(control_plane)] if control_plane else [])]
 
 
 def _cloud_init(boot: Boot) -> None:
