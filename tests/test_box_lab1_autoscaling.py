@@ -77,7 +77,8 @@ def test_between_steps_nothing_is_planned_and_nothing_written(lab1_box: Any) -> 
         "first up",
         "0 -> 1",
         "1 -> 3",
-        "3 -> 0",
+        "3 -> 4",
+        "4 -> 0",
         "sizing change",
     ]
     first = lab1_box["no_change"][0]
@@ -101,6 +102,20 @@ def test_the_autoscaler_scales_from_zero_then_to_three(lab1_box: Any) -> None:
     assert [max(value for _, key, value in timelines[step] if key == "nodes") for step in ("0->1", "1->3")] == [1, 3]
 
 
+def test_at_max_size_the_pod_left_over_stays_pending_and_the_autoscaler_says_why(lab1_box: Any) -> None:
+    """docs/troubleshooting.md, "maxSize reached", quotes this event."""
+    assert (lab1_box["at_max_size"]["replicas"], lab1_box["at_max_size"]["pending"]) == (3, 1)
+    assert any("max node group size reached" in message for message in lab1_box["max_size_reached"])
+    print("NotTriggerScaleUp:", lab1_box["max_size_reached"][0])
+
+
+def test_raising_max_size_gives_the_pod_left_over_its_worker(lab1_box: Any) -> None:
+    config, up = lab1_box["max_size_raised"]
+    assert (config["rc"], up["rc"]) == (0, 0), up["error"]
+    last = {key: value for _, key, value in lab1_box["timelines"]["3->4"]}
+    assert (last["replicas"], last["nodes"], last["scheduled"], last["pending"]) == (4, 4, 4, 0)
+
+
 def test_spec_replicas_is_never_pulumis(lab1_box: Any) -> None:
     # pulumi's managers own what the program sends, never spec.replicas: its create (a POST under
     # the static `pulumi-kubernetes`, 4.29 and later) and its updates' server-side apply (under
@@ -115,12 +130,12 @@ def test_spec_replicas_is_never_pulumis(lab1_box: Any) -> None:
 
 def test_without_demand_it_scales_down_to_zero(lab1_box: Any) -> None:
     assert _scaled_by_the_autoscaler(lab1_box, lab1_box["scale_down"])
-    last = {key: value for _, key, value in lab1_box["timelines"]["3->0"]}
+    last = {key: value for _, key, value in lab1_box["timelines"]["4->0"]}
     assert (last["replicas"], last["machines"], last["nodes"]) == (0, 0, 0)
 
 
 def test_the_timeline_of_a_scale_up_and_a_scale_down(lab1_box: Any) -> None:
-    for step in ("0->1", "3->0"):
+    for step in ("0->1", "4->0"):
         print(step)
         for seconds, key, value in lab1_box["timelines"][step]:
             print(f"  {seconds:6.1f}s  {key} = {value}")

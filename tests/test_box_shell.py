@@ -63,7 +63,7 @@ def test_make_bench_reads_the_scaling_chain_off_the_timelines() -> None:
         "timelines": {
             "0->1": [*timeline_up, [15.6, "scheduled", 1], [15.6, "pending", 0]],
             "1->3": [[0.3, "pending", 2], [5.1, "replicas", 3], [5.2, "machines", 3], [7.0, "nodes", 2]],
-            "3->0": [[9.0, "replicas", 0], [9.1, "machines", 2], [9.4, "machines", 0], [10.2, "nodes", 0]],
+            "4->0": [[9.0, "replicas", 0], [9.1, "machines", 2], [9.4, "machines", 0], [10.2, "nodes", 0]],
         },
     }
     assert make_box.scaling_lines(result) == [
@@ -73,7 +73,7 @@ def test_make_bench_reads_the_scaling_chain_off_the_timelines() -> None:
         # A link that never got there says so.
         "scale-up 1 -> 3: pod pending at 0.3s, replicas 3 at 5.1s, Machines 3 at 5.2s, Nodes 3 at never, "
         "pods scheduled 3 at never",
-        "scale-down 3 -> 0 once the demand is deleted: replicas 0 at 9.0s, Machines 0 at 9.4s, Nodes 0 at 10.2s",
+        "scale-down 4 -> 0 once the demand is deleted: replicas 0 at 9.0s, Machines 0 at 9.4s, Nodes 0 at 10.2s",
     ]
 
 

@@ -223,9 +223,9 @@ def scaling_lines(result: dict[str, Any]) -> list[str]:
         for field, label in CHAIN:
             reached.append(f"{label} {target} at {_first(timeline, field, partial(operator.eq, target))}")
         lines.append(f"{title}: {', '.join(reached)}")
-    timeline = result["timelines"]["3->0"]
+    timeline = result["timelines"]["4->0"]
     gone = [f"{label} 0 at {_first(timeline, field, lambda value: value == 0)}" for field, label in CHAIN[:3]]
-    lines.append(f"scale-down 3 -> 0 once the demand is deleted: {', '.join(gone)}")
+    lines.append(f"scale-down 4 -> 0 once the demand is deleted: {', '.join(gone)}")
     return lines
 
 

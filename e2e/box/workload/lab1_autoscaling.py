@@ -4,7 +4,9 @@ workload cluster in its stack file as an owner edits it, at one of lab1_sites.SI
 lab1, or another site's), and each step goes through the real CLI: the first `pulumi up` (the
 cluster at 0 workers, Cilium once the Cluster is ControlPlaneInitialized, cluster-autoscaler from
 the real chart 9.59.0 whose Pod the pod runner runs as the real binary); then demand in lab1 that
-fits nowhere, which the real autoscaler meets 0 -> 1 -> 3 and, once it is gone, 3 -> 0; a rotated
+fits nowhere, which the real autoscaler meets 0 -> 1 -> 3 (maxSize; the pod more than that stays
+pending, the autoscaler's event saying why), 3 -> 4 once maxSize is raised, and, once the demand is
+gone, 4 -> 0; a rotated
 lab1 kubeconfig; a worker sizing change; and, last, the controls (lab1_controls.py): without the
 proxmoxmachinetemplates rule, no scale-from-zero; without its contract label, the ProxmoxCluster
 cannot be resolved. Between steps, a `pulumi up --expect-no-changes` that writes nothing (after the
@@ -192,8 +194,10 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     worker["lease_later"] = get(
         mgmt, "lease", worker["node"]["metadata"]["name"], namespace="kube-node-lease", kubeconfig=lab1
     )
-    audit_mark, step_began = len(mgmt.audit()), time.monotonic()
-    _demand(lab1, mgmt, 3, worker_cpus)
+    # One demand pod more than maxSize workers hold: the autoscaler stops at maxSize and says why
+    # on the pod left over (docs/troubleshooting.md quotes it).
+    audit_mark, step_began, max_size = len(mgmt.audit()), time.monotonic(), entry["workers"]["maxSize"]
+    _demand(lab1, mgmt, max_size + 1, worker_cpus)
     # The real scheduler finds no room for the new demand, before the autoscaler makes some.
     out["unschedulable"] = until(
         "a demand pod Unschedulable",
@@ -203,23 +207,40 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
         ),
     )
     timelines["1->3"] = lab.watch(
-        "1 -> 3", lambda s: s["scheduled"] == 3 and s["nodes"] == 3 and s["replicas"] == 3, step_began
+        "1 -> 3",
+        lambda s: s["scheduled"] == max_size and s["nodes"] == max_size and s["replicas"] == max_size,
+        step_began,
     )
+    out["max_size_reached"] = until("the demand pod left over told why", lambda: _not_triggered(mgmt, lab1))
+    out["at_max_size"] = lab.sample()
     out["scale_up"] = scales(mgmt, audit_mark, cluster)
     mark("1 -> 3")
     out["managers_at_3"] = managers(mgmt, cluster)
     out["no_change"].append(_no_change(engine, mgmt, cluster, "1 -> 3"))
+    # The fault's cause gone: one worker more allowed, and the pod left over gets it.
+    step_began = time.monotonic()
+    out["max_size_raised"] = [
+        _step(engine, ("config", "set", "--path", "workloadClusters[0].workers.maxSize", str(max_size + 1))),
+        run(engine, mgmt, "up"),
+    ]
+    timelines["3->4"] = lab.watch(
+        "3 -> 4, maxSize raised",
+        lambda s: s["scheduled"] == s["nodes"] == s["replicas"] == max_size + 1 and s["pending"] == 0,
+        step_began,
+    )
+    mark("3 -> 4, maxSize raised")
+    out["no_change"].append(_no_change(engine, mgmt, cluster, "3 -> 4"))
     # 5. The demand gone: down to 0.
     audit_mark, step_began = len(mgmt.audit()), time.monotonic()
     mgmt.kubectl_as(lab1, "delete", "deployment", DEMAND, "--wait=false").check_returncode()
-    timelines["3->0"] = lab.watch(
-        "3 -> 0", lambda s: s["replicas"] == 0 and s["machines"] == 0 and s["nodes"] == 0, step_began
+    timelines["4->0"] = lab.watch(
+        "4 -> 0", lambda s: s["replicas"] == 0 and s["machines"] == 0 and s["nodes"] == 0, step_began
     )
     out["scale_down"] = scales(mgmt, audit_mark, cluster)
     out["timelines"] = timelines
     out["nodes_after"] = [n["metadata"]["name"] for n in get(mgmt, "nodes", kubeconfig=lab1)["items"]]
-    mark("3 -> 0")
-    out["no_change"].append(_no_change(engine, mgmt, cluster, "3 -> 0"))
+    mark("4 -> 0")
+    out["no_change"].append(_no_change(engine, mgmt, cluster, "4 -> 0"))
     out["managers_at_0"] = managers(mgmt, cluster)
     # 6. lab1's kubeconfig rotated where Cluster API keeps it (the KCP stand-in writes the Secret
     # from its control plane's admin kubeconfig): the next up restarts the autoscaler. Before the
@@ -239,6 +260,16 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     out["capmox_assets"] = capmox_assets(box.charts)
     out["unlabelled"] = lab1_controls.without_contract_labels(mgmt, box.manager)
     mark("contract control")
+
+
+def _not_triggered(mgmt: ControlPlane, lab1: Path) -> list[str]:
+    """What the autoscaler's NotTriggerScaleUp events on lab1's demand pods say."""
+    events = get(mgmt, "events", namespace="default", kubeconfig=lab1) or {"items": []}
+    return [
+        event["message"]
+        for event in events["items"]
+        if event["reason"] == "NotTriggerScaleUp" and event["involvedObject"]["name"].startswith(DEMAND)
+    ]
 
 
 def _beneath_the_first_up(box: workload_box.WorkloadBox, cluster: Workload, lab1: Path) -> dict[str, Any]:
