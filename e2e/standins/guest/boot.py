@@ -19,6 +19,7 @@ import yaml
 from e2e.engine.cli import REPO
 from e2e.standins.guest.guest import (
     BOOT_BOUND_SECONDS,
+    CALL_LOG,
     INTERFACE,
     LOG_DIR,
     SHUTDOWN_BOUND_SECONDS,
@@ -84,6 +85,9 @@ def _lay_out_disk(boot: Boot) -> None:
         _sh("mount", "--bind", str(disk / "own" / tree), f"/{tree}")
     Path(LOG_DIR).mkdir(parents=True, exist_ok=True)
     _sh("mount", "--bind", boot.logs, LOG_DIR)
+    # A stand-in command run by the login user (`systemctl show` without sudo) records its call too.
+    Path(CALL_LOG).touch()
+    Path(CALL_LOG).chmod(0o666)
     _sh("mount", "-t", "tmpfs", "tmpfs", "/run")
     if boot.agent:
         Path(VIRTIO_DIR).mkdir()

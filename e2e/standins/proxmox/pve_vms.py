@@ -102,9 +102,9 @@ class Vms:
 
     def status(self, ask: Ask, node: str, vmid: str) -> dict[str, Any]:
         self.vm(node, vmid)
-        return self._status(vmid)
+        return self.status_of(vmid)
 
-    def _status(self, vmid: str) -> dict[str, Any]:
+    def status_of(self, vmid: str) -> dict[str, Any]:
         vm = self.vms[vmid]
         config, running = vm["config"], vm["status"] == "running"
         status: dict[str, Any] = {
@@ -121,7 +121,7 @@ class Vms:
             raise ApiError(501, f"the stand-in lists only type=vm, not {kind!r}")
         listed = []
         for vmid in sorted(self.vms, key=int):
-            status = self._status(vmid)
+            status = self.status_of(vmid)
             listed.append(
                 {"id": f"qemu/{vmid}", "type": "qemu", "node": self.state.node, "maxcpu": float(status["cpus"])}
                 | {key: status[key] for key in ("vmid", "name", "status", "maxmem", "maxdisk", "uptime")}
