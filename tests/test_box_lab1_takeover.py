@@ -25,7 +25,7 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 CLIENT_SIDE_APPLY = "kubectl-client-side-apply"
 
 
-@pytest.fixture(scope="module", params=list(clusterctl_lab1.SITES))
+@pytest.fixture(scope="module", params=list(lab1_takeover.RUN_AT))
 def lab1(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp(f"lab1-takeover-{request.param}")
     result = in_new_netns(

@@ -4,9 +4,9 @@ rendered config.yaml, the playbook's objects on its API server), then docs/adopt
 with the real CLI and the program's own __main__.py: the hand-over, a first run whose k3sVersion
 is not the installed one, the two adoption runs (the VM and the node with adoptClusterObjects
 false, then the cluster's objects), each gated before its `pulumi up`, the preview expecting no
-changes; then a k3sVersion that is not the installed one again. All of it twice: at the spec's
-lab, and at another node, VMID, address and k3s version (box_adoption.SITES); then, at the spec's
-lab, step 8's convergence.
+changes; then a k3sVersion that is not the installed one again; then step 8's convergence. At
+another node, VMID, address and k3s version than the spec's lab (box_adoption.RUN_AT), which the
+owner's takeover covers word for word (tests/test_box_takeover.py).
 What each run made the box do is read from the stand-ins' and the guest's logs and its disk. In a
 network namespace of the test's own; selected with `pytest -m engine`.
 """
@@ -35,7 +35,7 @@ KEEP_HOST_KEYS = "etc/cloud/cloud.cfg.d/99-lab-mgmt-keep-host-keys.cfg"
 CHANGING_VERBS = ("start", "stop", "restart", "enable", "daemon-reload")
 
 
-@pytest.fixture(scope="module", params=list(box_adoption.SITES))
+@pytest.fixture(scope="module", params=list(box_adoption.RUN_AT))
 def adoption(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp(f"whole-adoption-{request.param}")
     result = in_new_netns(

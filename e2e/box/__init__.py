@@ -7,7 +7,8 @@ on a real API server (cluster_part.py's shared setup, cluster_first_run.py, hand
 cluster_adoption.py), and the whole box (box.py, run by `make box` through make_box.py): its life
 (lifecycle.py), faults (box_faults.py) and adoption of the playbook's VM (playbook_vm.py,
 box_adoption.py); the workload cluster's scenarios in a package of their own (workload/: lab1
-scaling and the takeover of a clusterctl-made lab1, on the workload box); with webhook_trial.py
+scaling and the takeover of a clusterctl-made lab1, on the workload box); the owner's takeover
+as docs/adoption.md writes it, management cluster and lab1 at once (takeover/); with webhook_trial.py
 and the programs the box's engine runs as the project's `__main__.py` (box_program.py,
 box_vm_program.py). A new scenario goes in the module of its topic, or a new module beside a new
 test; a module here imports only from the ones it builds on, never

@@ -14,8 +14,8 @@ gives: chart_repo_standin serves v0.9.0's for v0.9.1), the variables the owner's
 `configs/capi/clusterctl.yaml` holds, at one of SITES; `kubectl apply` is client-side, as the
 admin of the management cluster; `helm` the real CLI (v3.20.2) against lab1 through the
 `lab1-kubeconfig` Secret Cluster API keeps. Cluster API's real controllers and the stand-ins of
-e2e/standins/workload/ bring up lab1's control plane and its one worker (a MachineSet, a Machine,
-a Node). The result is what the takeover starts from, read from the live objects: the seven
+e2e/standins/workload/ bring up lab1's control plane and the site's workers (a MachineSet, a
+Machine and a Node each). The result is what the takeover starts from, read from the live objects: the seven
 objects with their field managers and last-applied annotation, the MachineSets, Machines, lab1's
 Nodes and the Helm release record, with the times each part took.
 """
@@ -30,13 +30,15 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from e2e.box.scenarios import LAB1_ADDRESS
 from e2e.box.workload import lab1_state, workload_box
 from e2e.box.workload.lab1_reads import get, until
 from e2e.engine import vendor
 from e2e.engine.cli import built_bin
+from e2e.engine.control_plane import ControlPlane
+from e2e.standins.cluster.chart_repo_standin import ChartRepoStandIn
 
 NS, CLUSTER = lab1_state.NS, lab1_state.CLUSTER
 KUBERNETES_VERSION = "v1.35.9"
@@ -49,6 +51,19 @@ CILIUM_VALUES = ("ipam.mode=kubernetes",)
 # state a takeover must leave alone is read once no object has been rewritten for this long, so
 # that what a later step finds rewritten is that step's doing.
 SETTLED_SECONDS = 5
+# Cilium's chart runs its operator at 2 replicas, besides an agent on each Node.
+CILIUM_OPERATORS = 2
+
+
+class ManagementCluster(Protocol):
+    """Where the owner applies lab1: the workload box's management cluster, or the whole box's VM
+    (e2e/box/takeover/owners_lab.py)."""
+
+    base: Path
+    mgmt: ControlPlane
+    charts: ChartRepoStandIn
+
+    def repo_url(self, repository: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -69,6 +84,7 @@ class Site:
     cores: int
     memory_mib: int
     vip_interface: str = "ens18"
+    workers: int = 1
     ssh_keys: tuple[str, ...] = (
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHhnI9tkG93j66SuHRKoLRSzSk70QX+hEMVq3CTkCXjc owner@laptop",
     )
@@ -94,7 +110,7 @@ class Site:
             "NUM_CORES": str(self.cores),
             "MEMORY_MIB": str(self.memory_mib),
             "CONTROL_PLANE_MACHINE_COUNT": "1",
-            "WORKER_MACHINE_COUNT": "1",
+            "WORKER_MACHINE_COUNT": str(self.workers),
         }
         return "".join(f"{key}: {json.dumps(value)}\n" for key, value in variables.items())
 
@@ -191,7 +207,7 @@ def generate(base: Path, site: Site) -> tuple[dict[str, Any], Path]:
 
 
 def left_by_the_owner(
-    box: workload_box.WorkloadBox,
+    box: ManagementCluster,
     base: Path,
     site: Site,
     out: dict[str, Any],
@@ -220,32 +236,37 @@ def left_by_the_owner(
     out["helm"] = _cilium(box, base, lab1)
     mark("helm install cilium")
 
-    def worker() -> Any:
-        machines = (get(mgmt, "machines") or {}).get("items", [])
-        workers = [m for m in machines if m.get("status", {}).get("nodeRef")]
-        return workers if workers and all(m["status"].get("phase") == "Running" for m in workers) else None
+    # The workers' Machines; the control plane stand-in runs lab1's control plane as a Node, not
+    # as a Machine (e2e/standins/workload/).
+    machines, nodes = site.workers, 1 + site.workers
 
-    until("the worker Machine Running with its Node", worker)
+    def running() -> Any:
+        items = (get(mgmt, "machines") or {}).get("items", [])
+        with_nodes = [m for m in items if m.get("status", {}).get("nodeRef")]
+        all_running = all(m["status"].get("phase") == "Running" for m in items)
+        return with_nodes if len(with_nodes) == machines and all_running else None
+
+    until(f"{machines} Machines Running with their Nodes", running)
 
     def nodes_ready() -> Any:
-        nodes = (get(mgmt, "nodes", kubeconfig=lab1) or {}).get("items", [])
-        ready = [n for n in nodes if _conditions(n).get("Ready") == "True"]
-        return nodes if len(nodes) == 2 and len(ready) == 2 else None  # the control plane's and the worker's
+        found = (get(mgmt, "nodes", kubeconfig=lab1) or {}).get("items", [])
+        ready = [n for n in found if _conditions(n).get("Ready") == "True"]
+        return found if len(found) == nodes and len(ready) == nodes else None
 
-    out["nodes"] = until("both Nodes Ready", nodes_ready)
+    out["nodes"] = until("every Node Ready", nodes_ready)
 
     def cilium_running() -> Any:
         pods = (
             get(mgmt, "pods", namespace="kube-system", selector="app.kubernetes.io/part-of=cilium", kubeconfig=lab1)
             or {}
         ).get("items", [])
-        # An agent and an operator on each Node.
-        return pods if len(pods) == 4 and all(p["status"].get("phase") == "Running" for p in pods) else None
+        expected = nodes + CILIUM_OPERATORS
+        return pods if len(pods) == expected and all(p["status"].get("phase") == "Running" for p in pods) else None
 
     out["cilium_pods"] = [
         [p["metadata"]["name"], p["spec"].get("nodeName")] for p in until("Cilium Running", cilium_running)
     ]
-    mark("worker Machine Running, Nodes Ready, Cilium Running")
+    mark("the Machines Running, Nodes Ready, Cilium Running")
 
     def settled() -> bool:
         before = lab1_state.snapshot(mgmt, lab1)
@@ -266,7 +287,7 @@ def left_by_the_owner(
     mark("state read")
 
 
-def _cilium(box: workload_box.WorkloadBox, base: Path, lab1: Path) -> list[dict[str, Any]]:
+def _cilium(box: ManagementCluster, base: Path, lab1: Path) -> list[dict[str, Any]]:
     """`helm repo add` and `helm install` of Cilium into lab1, as the owner ran them."""
     helm = [
         _tool(
@@ -290,7 +311,7 @@ def _cilium(box: workload_box.WorkloadBox, base: Path, lab1: Path) -> list[dict[
     return [_ran(done) for done in helm]
 
 
-def _read_state(box: workload_box.WorkloadBox, lab1: Path, out: dict[str, Any]) -> None:
+def _read_state(box: ManagementCluster, lab1: Path, out: dict[str, Any]) -> None:
     """The state the takeover starts from, as the live objects have it."""
     mgmt = box.mgmt
     out["objects"] = lab1_state.objects(mgmt)

@@ -66,21 +66,27 @@ def _forward_to_pods() -> None:
     Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
 
 
-def _configure(engine: Engine, charts: chart_repo_standin.ChartRepoStandIn) -> list[dict[str, Any]]:
-    """The box's short autoscaler timings in lab1's entry, and the settings pointing the program at
-    the charts and the CAPMOX release the box serves."""
-    declare_workload_clusters(engine, [LAB1_ENTRY | {"autoscaler": lab1_autoscaling.TIMINGS}])
+def _configure(
+    engine: Engine, charts: chart_repo_standin.ChartRepoStandIn, *, as_shipped: bool
+) -> list[dict[str, Any]]:
+    """The settings pointing the program at the charts and the CAPMOX release the box serves; unless
+    `as_shipped`, the box's short autoscaler timings in lab1's entry and the Cilium version it
+    serves too."""
     served = {
         "ciliumChartRepo": f"{charts.url}/cilium",
-        "ciliumVersion": workload_box.CILIUM_VERSION,
         "clusterAutoscalerChartRepo": f"{charts.url}/autoscaler",
         "capmoxReleaseUrl": f"{charts.url}/{chart_repo_standin.CAPMOX_ASSETS}",
     }
+    if not as_shipped:
+        declare_workload_clusters(engine, [LAB1_ENTRY | {"autoscaler": lab1_autoscaling.TIMINGS}])
+        served["ciliumVersion"] = workload_box.CILIUM_VERSION
     return [scenarios._set_all(engine, served.items())]
 
 
 @contextmanager
-def running(base: Path) -> Iterator[tuple[whole_box.Box, Lab1Parts]]:
+def running(base: Path, *, as_shipped: bool = False) -> Iterator[tuple[whole_box.Box, Lab1Parts]]:
+    """The box with lab1's machinery; `as_shipped`, the stack file's lab1 and ciliumVersion stay
+    as Pulumi.lab.yaml ships them (the owner's takeover, e2e/box/takeover/)."""
     _forward_to_pods()
     with ExitStack() as stack:
         managers: list[cluster_api.ClusterApiManager] = []
@@ -117,5 +123,5 @@ def running(base: Path) -> Iterator[tuple[whole_box.Box, Lab1Parts]]:
                 secret_sync_seconds=lab1_autoscaling.SECRET_SYNC_SECONDS,
             )
         )
-        box.steps += _configure(box.engine, box.charts)
+        box.steps += _configure(box.engine, box.charts, as_shipped=as_shipped)
         yield box, Lab1Parts(standins, runner, managers)

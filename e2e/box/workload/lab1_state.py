@@ -83,13 +83,15 @@ def changed(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]])
     }
 
 
-def writes(cluster: ControlPlane, mark: int, resources: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-    """Each write after the audit log's `mark` (server-side dry runs left out) to objects of
+def writes(
+    cluster: ControlPlane, mark: int, resources: tuple[str, ...] | None = None, *, until: int | None = None
+) -> list[dict[str, Any]]:
+    """Each write after the audit log's `mark` (and before `until`; server-side dry runs left out) to objects of
     `resources` (plural names; None: to the seven objects and what was made from them): who, verb,
     resource, name, the patch sent, and the managed fields' owner it came as."""
     kinds = resources or tuple({f"{kind}s" for kind, _ in OBJECTS} | set(MADE))
     found = []
-    for event in cluster.audit()[mark:]:
+    for event in cluster.audit()[mark:until]:
         ref = event.get("objectRef", {})
         if (
             event["verb"] not in WRITES

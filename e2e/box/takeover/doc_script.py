@@ -1,0 +1,76 @@
+"""docs/adoption.md as a script: its `sh` blocks, in the page's order, each with the step it belongs
+to and where the owner types it (the laptop, in the repository's folder, or the Proxmox node when
+the block's first line is `# on the Proxmox node`), and the placeholders (`<your backup storage>`)
+that the owner fills in. Pure reading: the journey (journey.py) runs what this returns, and the
+mocks tests check that the page reads as a script at all (tests/test_adoption_script.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "adoption.md"
+ON_THE_NODE = "# on the Proxmox node"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+STEP = re.compile(r"^##+ +(.+?) *$", re.MULTILINE)
+PLACEHOLDER = re.compile(r"<[a-z][^<>\n]*>")
+# The tools the page has the owner type, by where: what the journey must provide, and no other.
+LAPTOP_TOOLS = frozenset(
+    ("pulumi", "ssh", "kubectl", "helm", "mkdir", ".venv/bin/python", "diff", "grep", "sort", "tr", "echo")
+)
+NODE_TOOLS = frozenset(("qm", "vzdump", "grep"))
+
+
+@dataclass(frozen=True)
+class Block:
+    step: str
+    """The heading the block sits under (`## 4. First run: ...`'s text, or a W-step's)."""
+    on_node: bool
+    lines: tuple[str, ...]
+    """The commands, as typed (the node marker dropped)."""
+
+    def placeholders(self) -> list[str]:
+        return [found for line in self.lines for found in PLACEHOLDER.findall(line)]
+
+    def filled(self, values: dict[str, str]) -> tuple[str, ...]:
+        """The lines with each placeholder replaced by the owner's value; one not in `values` is an
+        error, never left in a command."""
+
+        def fill(match: re.Match[str]) -> str:
+            if match.group(0) not in values:
+                raise KeyError(f"no value for {match.group(0)} in the step {self.step!r}")
+            return values[match.group(0)]
+
+        return tuple(PLACEHOLDER.sub(fill, line) for line in self.lines)
+
+
+def blocks(text: str | None = None, *, until: str | None = None) -> list[Block]:
+    """The page's `sh` blocks in order; with `until`, those before the heading that starts with it."""
+    text = PAGE.read_text() if text is None else text
+    if until is not None:
+        heading = re.search(rf"^##+ +{re.escape(until)}", text, re.MULTILINE)
+        if heading is None:
+            raise ValueError(f"docs/adoption.md has no heading starting with {until!r}")
+        text = text[: heading.start()]
+    found = []
+    for fence in FENCE.finditer(text):
+        if fence.group(1) != "sh":
+            continue
+        headings = STEP.findall(text, 0, fence.start())
+        lines = [line for line in fence.group(2).splitlines() if line.strip()]
+        on_node = bool(lines) and lines[0] == ON_THE_NODE
+        found.append(Block(headings[-1] if headings else "", on_node, tuple(lines[1:] if on_node else lines)))
+    return found
+
+
+def tools(block: Block) -> set[str]:
+    """The first word of each command of a block's pipelines and process substitutions."""
+    used = set()
+    for line in block.lines:
+        for part in re.split(r"\||<\(|;|&&", line):
+            words = part.strip().split()
+            if words and not words[0].startswith("#"):
+                used.add(words[0])
+    return used

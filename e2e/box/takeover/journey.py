@@ -1,0 +1,81 @@
+"""The owner's takeover, word for word (issue 40; tests/test_box_takeover.py): on the lab as its
+owner runs it (owners_lab.py), every `sh` block of docs/adoption.md before step 7 typed as it
+stands, in the page's order (doc_script.py), on the laptop or on the node as the block says, with
+PLACEHOLDERS filled in; the first line that fails ends the journey there. Nothing the page does
+not say is done between its lines. Around it, what the owner must find as it was: the VM's power
+and k3s's files, lab1's objects and what Cluster API made from them, and who wrote to them when.
+
+    in_new_netns("takeover.journey.owners_takeover", root, addresses=lab1_box.ADDRESSES, timeout=...)
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from e2e.box import box_adoption, observed
+from e2e.box.takeover import doc_script, owners_lab
+from e2e.box.workload import lab1_state, workload_box
+
+# The owner's values for the page's placeholders: the node's storage that takes backups (the
+# stand-in's `local`, as on a fresh Proxmox VE), Cilium's chart version W1's `helm list` shows,
+# and the autoscaler W1's `helm list -A` shows.
+PLACEHOLDERS = {
+    "<your backup storage>": "local",
+    "<the running chart version>": workload_box.CILIUM_VERSION,
+    "<its namespace>": owners_lab.HAND_AUTOSCALER[0],
+    "<its release>": owners_lab.HAND_AUTOSCALER[1],
+}
+# Step 7 lists what is left behind and step 8 converges one target at a time, in a window the
+# owner picks: the journey ends before them (the adoption box at the other site runs step 8).
+UNTIL = "7."
+
+
+def _lab(lab: owners_lab.OwnersLab) -> dict[str, Any]:
+    """What the owner must find unchanged: the VM's power (a reboot starts it anew), k3s's files
+    (a restart rewrites k3s.yaml), lab1's objects and what was made from them."""
+    return {
+        "vm": box_adoption._vm_power(lab.box),
+        "fingerprints": box_adoption._fingerprints(lab.box),
+        "lab1": lab1_state.snapshot(lab.box.cluster, lab.lab1_kubeconfig),
+    }
+
+
+def _typed(lab: owners_lab.OwnersLab) -> list[dict[str, Any]]:
+    """The page's lines as run, each with its step, where and the audit log's length before it."""
+    typed = []
+    for block in doc_script.blocks(until=UNTIL):
+        for line in block.filled(PLACEHOLDERS):
+            mark = len(lab.box.cluster.audit())
+            ran = lab.node(line) if block.on_node else lab.laptop(line)
+            typed.append({"step": block.step, "on_node": block.on_node, "audit_mark": mark, **ran})
+            if ran["rc"]:
+                return typed
+    return typed
+
+
+def owners_takeover(root: str) -> dict[str, Any]:
+    base, began = Path(root), time.monotonic()
+    out: dict[str, Any] = {}
+    with owners_lab.running(base) as lab:
+        out["made"] = lab.made
+        out["setup_seconds"] = round(time.monotonic() - began, 1)
+        try:
+            out["before"] = _lab(lab)
+            out["typed"] = _typed(lab)
+            out["after"] = _lab(lab)
+            start = out["typed"][0]["audit_mark"]
+            w6 = next((entry["audit_mark"] for entry in out["typed"] if entry["step"].startswith("W6")), None)
+            out["writes_before_w6"] = lab1_state.writes(lab.box.cluster, start, until=w6)
+            out["writes_from_w6"] = lab1_state.writes(lab.box.cluster, w6) if w6 is not None else []
+            out["backups"] = lab.node_shell.backups
+            out["node_unknown"] = lab.node_shell.unknown
+            out["seconds"] = round(time.monotonic() - began, 1)
+        except Exception:  # what happened so far is the test's to read
+            out["failed"] = traceback.format_exc()
+        out |= {**observed.standin_problems(lab.box), "lab1_problems": lab.parts.problems()}
+        if out.get("failed") and lab.parts.managers:
+            out["manager_log_tail"] = lab.parts.managers[0].log_tail(30)
+    return out

@@ -1,0 +1,73 @@
+"""docs/adoption.md reads as a script (e2e/box/takeover/doc_script.py), which the owner's takeover
+in the box types as it stands (tests/test_box_takeover.py): every command is in a `sh` block, in
+the order the owner types it, each block on the laptop or on the Proxmox node, with only the tools
+the box gives each and only the placeholders the journey fills in."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from e2e.box.takeover import doc_script
+
+REPO = Path(__file__).resolve().parent.parent
+PAGE = (REPO / "docs" / "adoption.md").read_text()
+JOURNEY = doc_script.blocks(until="7.")
+
+
+def test_no_command_hides_in_an_indented_block_the_script_would_skip() -> None:
+    outside_fences = re.sub(r"^```.*?^```$", "", PAGE, flags=re.MULTILINE | re.DOTALL)
+    assert [line for line in outside_fences.splitlines() if line.startswith("    ") and line.strip()] == []
+
+
+def test_every_fence_is_a_command_or_what_a_tool_prints() -> None:
+    assert {match.group(1) for match in doc_script.FENCE.finditer(PAGE)} == {"sh", "text"}
+
+
+def test_the_journey_types_the_takeover_in_the_pages_order() -> None:
+    steps = [block.step.split(".")[0] for block in JOURNEY]
+    assert steps[0] == "1"
+    assert steps[-1] == "W6"
+    assert [step for i, step in enumerate(steps) if step != steps[i - 1] or i == 0] == [
+        *("1", "2", "W1", "W2", "3", "4", "5", "6", "W6"),
+    ]
+    # The two gated adoption runs: the check before each `up`.
+    lines = [line for block in JOURNEY for line in block.lines]
+    checks = [i for i, line in enumerate(lines) if line.startswith(".venv/bin/python tools/adoption_check.py")]
+    ups = [i for i, line in enumerate(lines) if line.startswith("pulumi up")]
+    assert len(checks) == 2
+    assert checks[0] < ups[0]
+    assert checks[1] < ups[1]
+
+
+def test_each_block_uses_only_the_tools_of_where_it_is_typed() -> None:
+    for block in JOURNEY:
+        allowed = doc_script.NODE_TOOLS if block.on_node else doc_script.LAPTOP_TOOLS
+        assert doc_script.tools(block) <= allowed, block
+
+
+def test_the_node_blocks_back_up_set_the_os_type_and_read_the_uptime() -> None:
+    node = [line for block in JOURNEY if block.on_node for line in block.lines]
+    assert [line.split()[:2] for line in node] == [["vzdump", "201"], ["qm", "config"], ["qm", "set"], ["qm", "status"]]
+
+
+def test_the_placeholders_are_the_owners_four_values() -> None:
+    found = {placeholder for block in JOURNEY for placeholder in block.placeholders()}
+    assert found == {"<your backup storage>", "<the running chart version>", "<its namespace>", "<its release>"}
+    block = next(block for block in JOURNEY if "<your backup storage>" in block.placeholders())
+    assert block.filled({"<your backup storage>": "local"})[0] == "vzdump 201 --mode snapshot --storage local"
+
+
+def test_a_placeholder_without_a_value_is_an_error_not_a_command() -> None:
+    block = next(block for block in JOURNEY if block.placeholders())
+    with pytest.raises(KeyError, match=block.placeholders()[0]):
+        block.filled({})
+
+
+def test_the_files_the_commands_read_are_the_repositorys() -> None:
+    lines = " ".join(line for block in JOURNEY for line in block.lines)
+    for path in ("components/scripts/helmchart_handover.sh", "tools/adoption_check.py"):
+        assert path in lines
+        assert (REPO / path).exists()
