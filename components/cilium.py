@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pulumi
 import pulumi_kubernetes as kubernetes
 
@@ -10,15 +13,6 @@ from components.charts import LocalChart
 
 NAMESPACE = "kube-system"
 RELEASE_TIMEOUT_SECONDS = 900
-VALUES: dict[str, object] = {
-    # Pod addresses come from each Node's podCIDR, which kube-controller-manager carves out of the
-    # Cluster's pod CIDR (clusterNetwork.pods): the one setting that says which range pods use.
-    "ipam": {"mode": "kubernetes"},
-    # The chart's two replicas are kept on different nodes: on a cluster whose only node is its
-    # control plane, the second one stays Pending, and cluster-autoscaler adds a worker for it,
-    # forever (spec, "Phase 1 continued").
-    "operator": {"replicas": 1},
-}
 
 
 class Cilium(pulumi.ComponentResource):
@@ -30,7 +24,8 @@ class Cilium(pulumi.ComponentResource):
 
     Adopting (`adopt`), the release that Helm installed from the laptop is imported as
     `kube-system/cilium` with chart, version and values as they run (components.adoption); the
-    first run after it upgrades the release to these values where they differ (docs/adoption.md)."""
+    first run after it upgrades the release to `values` where they differ (docs/adoption.md): the
+    program's and those the entry keeps (components.cilium_values)."""
 
     release: kubernetes.helm.v3.Release
 
@@ -40,6 +35,7 @@ class Cilium(pulumi.ComponentResource):
         chart: LocalChart,
         *,
         workload: kubernetes.Provider,
+        values: Mapping[str, Any],
         adopt: bool,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -50,7 +46,7 @@ class Cilium(pulumi.ComponentResource):
             chart=chart.file_name,
             version=chart.version,
             namespace=NAMESPACE,
-            values=VALUES,
+            values=dict(values),
             timeout=RELEASE_TIMEOUT_SECONDS,
             opts=pulumi.ResourceOptions.merge(
                 pulumi.ResourceOptions(parent=self, provider=workload),

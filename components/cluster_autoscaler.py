@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components import autoscaler_flags
 from components.charts import LocalChart
 from components.settings import WorkloadCluster
 
@@ -28,18 +29,6 @@ MACHINE_TEMPLATE_RULE = {
     "resources": ["proxmoxmachinetemplates"],
     "verbs": ["get", "list", "watch"],
 }
-# The clusterapi provider reads each MachineDeployment's /scale several times a main loop through a
-# client held at client-go's default 5 requests a second (burst 10): in the box one loop with one
-# MachineDeployment waited about 6 s on that limit, and scale-from-zero took 16 s from the pending
-# pod (kubernetes/autoscaler #6333; #6416 made these flags reach the provider's clients). A lab's
-# API servers take this from one client at ease.
-CLIENT_LIMITS = {"kube-client-qps": "30", "kube-client-burst": "60"}
-# Taints a new node carries only until it is initialized: Cluster API's until the Machine controller
-# has found it, Cilium's until its agent runs. As startup taints the autoscaler counts such a node as
-# not ready yet, instead of a ready node the pending pod cannot use, for which it added a second
-# node (the box, 1 -> 2 for one pod while the first worker was uninitialized; kubernetes/autoscaler
-# #7268). The chart repeats a flag for each key, up to its first `_`.
-STARTUP_TAINTS = ("node.cluster.x-k8s.io/uninitialized", "node.cilium.io/agent-not-ready")
 KUBECONFIG_DIGEST_ANNOTATION = "lab-mgmt.homelab/workload-kubeconfig-sha256"
 """On the pod template: a new workload kubeconfig restarts the autoscaler, which otherwise keeps
 the one it started with (kubernetes/autoscaler #4784, #8456)."""
@@ -100,13 +89,6 @@ def _values(cluster: WorkloadCluster, image_tag: str, digest: pulumi.Output[str]
         "image": {"tag": image_tag},
         # A Role, not a ClusterRole: with one namespace to discover in, it watches only that one.
         "rbac": {"clusterScoped": False, "additionalRules": [MACHINE_TEMPLATE_RULE]},
-        "extraArgs": {
-            "scan-interval": timings.scan_interval,
-            "scale-down-unneeded-time": timings.scale_down_unneeded_time,
-            "scale-down-delay-after-add": timings.scale_down_delay_after_add,
-            "max-node-provision-time": timings.max_node_provision_time,
-            **CLIENT_LIMITS,
-            **{f"startup-taint_{index}": taint for index, taint in enumerate(STARTUP_TAINTS, 1)},
-        },
+        "extraArgs": autoscaler_flags.program_flags(timings.flags(), timings.extra_args),
         "podAnnotations": {KUBECONFIG_DIGEST_ANNOTATION: digest},
     }

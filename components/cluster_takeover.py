@@ -31,18 +31,26 @@ MachineDeployment's `spec.replicas`, the run with adopt off hands kubectl's fiel
 whose apply does not set it; server-side apply then drops the field and Cluster API's defaulting
 webhook sets it anew, clamped into the entry's workers.minSize..maxSize (cluster-api v1.12
 internal/webhooks/machinedeployment.go). A live count outside that range is refused instead.
+
+And what the owner set by hand around the cluster: Cilium's values that the release's upgrade
+with adopt off would drop (components.cilium_values), and the flags of a cluster-autoscaler
+installed by hand that the owner uninstalls before the program's is installed
+(components.autoscaler_flags). Each is named, with the entry's key that keeps it, from the
+adoption run on.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
+import gzip
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pulumi
 
-from components import hand_made_clusters
+from components import autoscaler_flags, cilium_values, hand_made_clusters
 from components.cluster_template import ClusterObjects
 from components.settings import PROJECT, WorkloadCluster
 
@@ -65,6 +73,14 @@ class TakeoverMismatchError(pulumi.RunError):
 
 class WorkerCountOutsideRangeError(pulumi.RunError):
     """Taking kubectl's fields would set the MachineDeployment's replicas anew, deleting or adding workers."""
+
+
+class CiliumValuesDroppedError(pulumi.RunError):
+    """Cilium runs with values the owner set by hand that the release's upgrade would drop."""
+
+
+class HandMadeAutoscalerFlagsError(pulumi.RunError):
+    """An autoscaler installed by hand passes flags the program's would not."""
 
 
 def record_key(cluster: WorkloadCluster) -> str:
@@ -118,6 +134,69 @@ def check_owner(
         hand_made_clusters.refuse_hand_made(cluster.namespace, cluster.name, kubeconfig, stack=stack)
     if cluster.taken_over:
         refuse_replicas_outside_range(cluster, objects, kubeconfig)
+        refuse_dropped_cilium_values(cluster, kubeconfig)
+        refuse_dropped_autoscaler_flags(cluster, kubeconfig)
+
+
+# Helm keeps each revision of a release in a Secret of the release's namespace, labelled so; the
+# deployed one holds the values given at install or upgrade (`config`), as `helm get values` prints them.
+DEPLOYED_RELEASES = "/api/v1/{namespaces}secrets?labelSelector=owner%3Dhelm%2Cstatus%3Ddeployed{name}"
+CILIUM_RELEASE = DEPLOYED_RELEASES.format(namespaces="namespaces/kube-system/", name="%2Cname%3Dcilium")
+EVERY_RELEASE = DEPLOYED_RELEASES.format(namespaces="", name="")
+
+
+def _deployed(kubeconfig: str, path: str, cluster: str = "the management cluster") -> list[dict[str, Any]]:
+    """The deployed releases that `path` lists, decoded: Helm stores each as base64 of its gzipped
+    JSON, and the Secret's data is base64 again."""
+    listed = hand_made_clusters.read_object(kubeconfig, path, cluster=cluster) or {}
+    return [
+        json.loads(gzip.decompress(base64.b64decode(base64.b64decode(item["data"]["release"]))))
+        for item in listed.get("items") or []
+    ]
+
+
+def refuse_dropped_cilium_values(cluster: WorkloadCluster, kubeconfig: str) -> None:
+    """Raises while Cilium's running release holds a value the owner set that the entry does not
+    keep: the run with adopt off would drop it (components.cilium_values). Read through the
+    cluster's own admin kubeconfig, which Cluster API keeps on the management cluster."""
+    secret = hand_made_clusters.read_object(
+        kubeconfig, f"/api/v1/namespaces/{cluster.namespace}/secrets/{cluster.name}-kubeconfig"
+    )
+    if secret is None:
+        return
+    workload = base64.b64decode(secret["data"]["value"]).decode()
+    for release in _deployed(workload, CILIUM_RELEASE, cluster.name):
+        dropped = cilium_values.dropped(release.get("config") or {}, cilium_values.declared(cluster.cilium_values))
+        if dropped:
+            raise CiliumValuesDroppedError(
+                f"{PROJECT}:workloadClusters: {cluster.name}'s Cilium runs with values the program does not set, "
+                "which the run with adopt off would drop when it upgrades the release. Keep each under the entry's "
+                "ciliumValues (ciliumValues.<path>), or take it out of the release by hand first (docs/adoption.md, "
+                "W1):\n    " + "\n    ".join(dropped)
+            )
+
+
+def refuse_dropped_autoscaler_flags(cluster: WorkloadCluster, kubeconfig: str) -> None:
+    """Raises while a cluster-autoscaler installed by hand for this cluster passes a flag that the
+    program's release would not: uninstalled before the program's is installed (docs/adoption.md
+    step 5), it would go without a word (components.autoscaler_flags)."""
+    flags = autoscaler_flags.program_flags(cluster.autoscaler.flags(), cluster.autoscaler.extra_args)
+    for release in _deployed(kubeconfig, EVERY_RELEASE):
+        config = release.get("config") or {}
+        if (
+            release.get("chart", {}).get("metadata", {}).get("name") != "cluster-autoscaler"
+            or release.get("name") == f"{cluster.name}-autoscaler"
+            or (config.get("autoDiscovery") or {}).get("clusterName") != cluster.name
+        ):
+            continue
+        dropped = list(autoscaler_flags.dropped(config, flags))
+        if dropped:
+            raise HandMadeAutoscalerFlagsError(
+                f"{PROJECT}:workloadClusters: the cluster-autoscaler installed by hand for {cluster.name} "
+                f"({release.get('namespace')}/{release.get('name')}) passes flags the program's release does not: "
+                "uninstalled before the program installs its own (docs/adoption.md, step 5), they would be lost. "
+                "Keep each in the entry, or take it out of that release first:\n    " + "\n    ".join(dropped)
+            )
 
 
 def refuse_replicas_outside_range(cluster: WorkloadCluster, objects: ClusterObjects, kubeconfig: str) -> None:

@@ -83,9 +83,9 @@ def refuse_hand_made(namespace: str, name: str, kubeconfig: str, *, stack: str) 
     )
 
 
-def read_object(kubeconfig: str, path: str) -> dict[str, Any] | None:
-    """The object at `path`, or None where the API server answers 404 (no such object, or no
-    Cluster API types installed yet)."""
+def read_object(kubeconfig: str, path: str, *, cluster: str = "the management cluster") -> dict[str, Any] | None:
+    """The object at `path` of the `cluster` that `kubeconfig` reaches, or None where the API
+    server answers 404 (no such object, or no Cluster API types installed yet)."""
     server, context, headers = _client(kubeconfig)
     request = urllib.request.Request(server.rstrip("/") + path, headers=headers)  # noqa: S310 - the cluster's URL
     try:
@@ -102,13 +102,13 @@ def read_object(kubeconfig: str, path: str) -> dict[str, Any] | None:
         if error.code == 404:
             return None
         raise ManagementClusterUnreadableError(
-            f"the management cluster answered HTTP {error.code} to GET {path}: cannot tell whether the "
-            "workload cluster exists already"
+            f"{cluster} answered HTTP {error.code} to GET {path}: cannot tell what runs there, so the run stops "
+            "before it sends anything"
         ) from None
     except (OSError, ValueError) as error:
         raise ManagementClusterUnreadableError(
-            f"cannot read {path} from the management cluster at {server}: {error}; the run stops rather "
-            "than apply a workload cluster over one it could not see"
+            f"cannot read {path} from {cluster} at {server}: {error}; the run stops rather than apply over "
+            "what it could not see"
         ) from None
 
 

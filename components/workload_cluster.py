@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import adoption, cluster_takeover, hand_made_clusters, rollouts, waits
+from components import adoption, cilium_values, cluster_takeover, hand_made_clusters, rollouts, waits
 from components.charts import WorkloadCharts
 from components.cilium import Cilium
 from components.cluster_autoscaler import ClusterAutoscaler
@@ -87,7 +87,12 @@ class WorkloadCluster(pulumi.ComponentResource):
         )
         admin_kubeconfig = self._admin_access(cluster, management)
         Cilium(
-            name, charts.cilium, workload=self.provider, adopt=cluster.adopt, opts=pulumi.ResourceOptions(parent=self)
+            name,
+            charts.cilium,
+            workload=self.provider,
+            values=cilium_values.declared(cluster.cilium_values),
+            adopt=cluster.adopt,
+            opts=pulumi.ResourceOptions(parent=self),
         )
         ClusterAutoscaler(
             cluster,

@@ -503,7 +503,7 @@ def _management_cluster(live: Mapping[str, Mapping[str, Any]], run: Run) -> Any:
     """components.hand_made_clusters.read_object for the block: `live` (API path -> object)
     only, every read recorded; any other object does not exist."""
 
-    def read_object(kubeconfig: str, path: str) -> Mapping[str, Any] | None:
+    def read_object(kubeconfig: str, path: str, *, cluster: str = "the management cluster") -> Mapping[str, Any] | None:
         run.cluster_reads.append(path)
         return live.get(path)
 

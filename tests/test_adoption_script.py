@@ -53,9 +53,12 @@ def test_the_node_blocks_back_up_set_the_os_type_and_read_the_uptime() -> None:
     assert [line.split()[:2] for line in node] == [["vzdump", "201"], ["qm", "config"], ["qm", "set"], ["qm", "status"]]
 
 
-def test_the_placeholders_are_the_owners_four_values() -> None:
+def test_the_placeholders_are_the_owners_six_values() -> None:
     found = {placeholder for block in JOURNEY for placeholder in block.placeholders()}
-    assert found == {"<your backup storage>", "<the running chart version>", "<its namespace>", "<its release>"}
+    assert found == {
+        *("<your backup storage>", "<the running chart version>", "<its namespace>", "<its release>"),
+        *("<flag>", "<its value>"),
+    }
     block = next(block for block in JOURNEY if "<your backup storage>" in block.placeholders())
     assert block.filled({"<your backup storage>": "local"})[0] == "vzdump 201 --mode snapshot --storage local"
 

@@ -6,7 +6,9 @@ from then on through the record it leaves."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import gzip
 import json
 from typing import Any
 
@@ -17,9 +19,13 @@ from test_settings import PREFIX, problems
 
 from components.adoption import OBJECT_INPUTS, RELEASE_INPUTS
 from components.cluster_takeover import (
+    CILIUM_RELEASE,
+    EVERY_RELEASE,
     LAST_APPLIED,
     RECORD_OUTPUT,
     AdoptedClusterMissingError,
+    CiliumValuesDroppedError,
+    HandMadeAutoscalerFlagsError,
     TakeoverMismatchError,
     WorkerCountOutsideRangeError,
     object_path,
@@ -150,8 +156,14 @@ def test_after_the_adoption_the_record_keeps_the_names_and_the_cluster_is_the_st
         previous_outputs={RECORD_OUTPUT: record_of(adopted)},
         live_objects=clusterctl_lab1(entry),
     )
-    # Only the MachineDeployment, for who holds its replicas (refuse_replicas_outside_range).
-    assert after.cluster_reads == [object_path(adopted.get(MD, "lab1-workers").plain)]
+    # Only the MachineDeployment, for who holds its replicas (refuse_replicas_outside_range),
+    # lab1's kubeconfig, for Cilium's running values (none here: no lab1-kubeconfig Secret), and
+    # the releases on the management cluster, for an autoscaler installed by hand (none).
+    assert after.cluster_reads == [
+        object_path(adopted.get(MD, "lab1-workers").plain),
+        "/api/v1/namespaces/default/secrets/lab1-kubeconfig",
+        EVERY_RELEASE,
+    ]
     assert record_of(after) == record_of(adopted)
     for resource in cluster_objects(after):
         assert resource.plain["metadata"]["name"] == adopted.get(resource.type, resource.name).plain["metadata"]["name"]
@@ -323,3 +335,123 @@ def test_a_namespace_other_than_default_is_imported_as_it_runs() -> None:
     namespace = run.get("kubernetes:core/v1:Namespace", "lab1-namespace")
     assert (namespace.import_id, namespace.ignore_changes) == ("clusters", ["metadata", "spec"])
     assert {r.import_id for r in cluster_objects(run)} >= {"clusters/lab1", "clusters/lab1-control-plane"}
+
+
+def _release_secret(release: dict[str, Any]) -> dict[str, Any]:
+    """A deployed release as Helm stores it: its JSON gzipped and base64-encoded, in a Secret's data."""
+    stored = base64.b64encode(gzip.compress(json.dumps(release).encode()))
+    return {"data": {"release": base64.b64encode(stored).decode()}}
+
+
+def _with_cilium(live: dict[str, dict[str, Any]], running_values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """lab1's kubeconfig Secret on the management cluster and, in lab1, Cilium's deployed release."""
+    return {
+        **live,
+        "/api/v1/namespaces/default/secrets/lab1-kubeconfig": {
+            "data": {"value": base64.b64encode(b"lab1's admin kubeconfig").decode()}
+        },
+        CILIUM_RELEASE: {"items": [_release_secret({"name": "cilium", "config": running_values})]},
+    }
+
+
+@pytest.mark.parametrize("adopt", [True, False], ids=["adopting", "adopt-off"])
+def test_a_cilium_value_set_by_hand_is_refused_before_the_run_that_would_drop_it(
+    adopted: harness.Run, adopt: bool
+) -> None:
+    """`helm install cilium --set kubeProxyReplacement=true --set ipam.mode=cluster-pool`: the run
+    with adopt off would upgrade the release to the program's values and drop both; each is named
+    before anything is sent, from the adoption run on."""
+    entry = taken_over_entry(adopt=adopt)
+    live = _with_cilium(
+        clusterctl_lab1(entry), {"kubeProxyReplacement": True, "ipam": {"mode": "cluster-pool"}, "k8sServicePort": 6443}
+    )
+    previous = {} if adopt else {RECORD_OUTPUT: record_of(adopted)}
+    with pytest.raises(CiliumValuesDroppedError) as refused:
+        harness.run_program({"workloadClusters": [entry]}, live_objects=live, previous_outputs=previous)
+    assert str(refused.value).split("\n    ")[1:] == [
+        "kubeProxyReplacement: running true, the program sets nothing",
+        'ipam.mode: running "cluster-pool", the program sets "kubernetes"',
+        "k8sServicePort: running 6443, the program sets nothing",
+    ]
+    assert "ciliumValues" in str(refused.value)
+
+
+def test_a_cilium_value_kept_in_the_entry_goes_with_the_programs(adopted: harness.Run) -> None:
+    kept = {"kubeProxyReplacement": True, "k8sServiceHost": "192.168.4.40"}
+    entry = taken_over_entry(ciliumValues=kept)
+    live = _with_cilium(clusterctl_lab1(entry), {**kept, "ipam": {"mode": "kubernetes"}})
+    previous = {RECORD_OUTPUT: record_of(adopted)}
+    run = harness.run_program({"workloadClusters": [entry]}, live_objects=live, previous_outputs=previous)
+    assert run.get(RELEASE, "lab1-cilium").plain["values"] == {
+        "ipam": {"mode": "kubernetes"},
+        "operator": {"replicas": 1},
+        **kept,
+    }
+
+
+def test_the_programs_own_cilium_values_cannot_be_kept_over_it() -> None:
+    entry = taken_over_entry(
+        ciliumValues={"ipam": {"mode": "cluster-pool"}, "operator": 2, "bpf": {"masquerade": True}}
+    )
+    assert workload_problems(entry) == [
+        "lab-mgmt:workloadClusters[0].ciliumValues.ipam.mode: is the program's own value for Cilium, not one to keep "
+        "beside it",
+        "lab-mgmt:workloadClusters[0].ciliumValues.operator: is the program's own value for Cilium, not one to keep "
+        "beside it",
+    ]
+
+
+def _with_hand_autoscaler(live: dict[str, dict[str, Any]], values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """`helm install cluster-autoscaler -n kube-system -f values.yaml` on the management cluster."""
+    release = {
+        "name": "cluster-autoscaler",
+        "namespace": "kube-system",
+        "chart": {"metadata": {"name": "cluster-autoscaler", "version": "9.59.0"}},
+        "config": {"cloudProvider": "clusterapi", "autoDiscovery": {"clusterName": "lab1"}, **values},
+    }
+    return {**live, EVERY_RELEASE: {"items": [_release_secret(release)]}}
+
+
+HAND_FLAGS = {"extraArgs": {"scale-down-unneeded-time": "5m", "balance-similar-node-groups": True, "v": 4}}
+
+
+@pytest.mark.parametrize("adopt", [True, False], ids=["adopting", "adopt-off"])
+def test_a_hand_installed_autoscalers_flags_are_named_before_it_goes(adopted: harness.Run, adopt: bool) -> None:
+    entry = taken_over_entry(adopt=adopt)
+    live = _with_hand_autoscaler(clusterctl_lab1(entry), HAND_FLAGS)
+    previous = {} if adopt else {RECORD_OUTPUT: record_of(adopted)}
+    with pytest.raises(HandMadeAutoscalerFlagsError) as refused:
+        harness.run_program({"workloadClusters": [entry]}, live_objects=live, previous_outputs=previous)
+    assert "installed by hand for lab1 (kube-system/cluster-autoscaler)" in str(refused.value)
+    assert str(refused.value).split("\n    ")[1:] == [
+        "scale-down-unneeded-time: running 5m, the program's release passes 10m (keep it with "
+        "autoscaler.scaleDownUnneededTime)",
+        "balance-similar-node-groups: running true, the program's release does not pass it (keep it with "
+        "autoscaler.extraArgs.balance-similar-node-groups)",
+        "v: running 4, the program's release does not pass it (keep it with autoscaler.extraArgs.v)",
+    ]
+
+
+def test_hand_set_flags_kept_in_the_entry_go_with_the_programs_release() -> None:
+    kept = {"scaleDownUnneededTime": "5m", "extraArgs": {"balance-similar-node-groups": True, "v": 4}}
+    entry = taken_over_entry(adopt=True, autoscaler=kept)
+    run = harness.run_program(
+        {"workloadClusters": [entry]}, live_objects=_with_hand_autoscaler(clusterctl_lab1(entry), HAND_FLAGS)
+    )
+    flags = run.get(RELEASE, "lab1-autoscaler").plain["values"]["extraArgs"]
+    assert (flags["scale-down-unneeded-time"], flags["balance-similar-node-groups"], flags["v"]) == ("5m", "true", "4")
+
+
+def test_an_autoscaler_for_another_cluster_or_the_programs_own_is_not_read_as_lab1s() -> None:
+    entry = taken_over_entry(adopt=True)
+    other = _with_hand_autoscaler(clusterctl_lab1(entry), {**HAND_FLAGS, "autoDiscovery": {"clusterName": "lab2"}})
+    harness.run_program({"workloadClusters": [entry]}, live_objects=other)
+
+
+def test_the_programs_own_flags_cannot_be_kept_beside_it() -> None:
+    entry = taken_over_entry(autoscaler={"extraArgs": {"scan-interval": "5s", "kube-client-qps": 5, "v": 4}})
+    assert workload_problems(entry) == [
+        "lab-mgmt:workloadClusters[0].autoscaler.extraArgs.scan-interval: has its own key: autoscaler.scanInterval",
+        "lab-mgmt:workloadClusters[0].autoscaler.extraArgs.kube-client-qps: is the program's own flag for "
+        "cluster-autoscaler, not one to keep beside it",
+    ]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from components import autoscaler_flags, cilium_values
 from components.settings.config import (
     BARE_SEMVER,
     CORES_RANGE,
@@ -95,12 +96,23 @@ class Workers:
 
 @dataclass(frozen=True)
 class AutoscalerTimings:
-    """cluster-autoscaler's flags of the same names, as Go durations (upstream's defaults)."""
+    """cluster-autoscaler's flags of the same names, as Go durations (upstream's defaults), and the
+    flags kept beside the program's (components.autoscaler_flags)."""
 
     scan_interval: str
     scale_down_unneeded_time: str
     scale_down_delay_after_add: str
     max_node_provision_time: str
+    extra_args: Mapping[str, str]
+
+    def flags(self) -> dict[str, str]:
+        """The four timings by flag."""
+        return {
+            "scan-interval": self.scan_interval,
+            "scale-down-unneeded-time": self.scale_down_unneeded_time,
+            "scale-down-delay-after-add": self.scale_down_delay_after_add,
+            "max-node-provision-time": self.max_node_provision_time,
+        }
 
 
 @dataclass(frozen=True)
@@ -146,6 +158,9 @@ class WorkloadCluster:
     adopt: bool
     """This run imports its running objects and Cilium's release as they are and declares only
     what clusterctl rendered (components.cluster_takeover); on for the adoption run only."""
+    cilium_values: Mapping[str, Any]
+    """Helm values for Cilium kept beside the program's (components.cilium_values): those an owner
+    set when installing it by hand, which the run with adopt off would otherwise drop."""
 
     @property
     def node_network(self) -> ipaddress.IPv4Network:
@@ -343,6 +358,7 @@ def _read_workload_cluster(e: _Entry, lab: LabNetwork) -> WorkloadCluster:
         protected=e.boolean("protected", default=True),
         taken_over=e.boolean("takenOver", default=False),
         adopt=e.boolean("adopt", default=False),
+        cilium_values=_read_cilium_values(e),
     )
     if len(name) > CLUSTER_NAME_MAX:
         e.fail(
@@ -355,6 +371,16 @@ def _read_workload_cluster(e: _Entry, lab: LabNetwork) -> WorkloadCluster:
     _check_taken_over(e, cluster)
     e.done()
     return cluster
+
+
+def _read_cilium_values(e: _Entry) -> Mapping[str, Any]:
+    value = e.raw("ciliumValues", {})
+    if not isinstance(value, dict):
+        e.fail("ciliumValues", f"{value!r} is not an object of Helm values (ciliumValues.kubeProxyReplacement: true)")
+        return {}
+    for path in cilium_values.programs_own(value):
+        e.fail(f"ciliumValues.{path}", "is the program's own value for Cilium, not one to keep beside it")
+    return value
 
 
 def _check_lab_hosts(e: _Entry, cluster: WorkloadCluster, lab: LabNetwork) -> None:
@@ -556,6 +582,24 @@ def _read_autoscaler_timings(e: _Entry) -> AutoscalerTimings:
         scale_down_unneeded_time=e.text("scaleDownUnneededTime", GO_DURATION, duration, default="10m"),
         scale_down_delay_after_add=e.text("scaleDownDelayAfterAdd", GO_DURATION, duration, default="10m"),
         max_node_provision_time=e.text("maxNodeProvisionTime", GO_DURATION, duration, default="15m"),
+        extra_args=_read_extra_args(e),
     )
     e.done()
     return timings
+
+
+def _read_extra_args(e: _Entry) -> Mapping[str, str]:
+    """autoscaler.extraArgs: flag -> value, as the chart passes them (`--flag=value`)."""
+    value = e.raw("extraArgs", {})
+    if not isinstance(value, dict):
+        e.fail("extraArgs", f"{value!r} is not an object of flags (extraArgs.balance-similar-node-groups: true)")
+        return {}
+    flags = {}
+    for flag, setting in value.items():
+        if isinstance(setting, (dict, list)) or setting is None:
+            e.fail(f"extraArgs.{flag}", f"{setting!r} is not a flag's value")
+        elif (why := autoscaler_flags.refused_to_keep(flag)) is not None:
+            e.fail(f"extraArgs.{flag}", why)
+        else:
+            flags[flag] = autoscaler_flags.flag_value(setting)
+    return flags

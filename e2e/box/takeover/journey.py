@@ -21,12 +21,15 @@ from e2e.box.workload import lab1_state, workload_box
 
 # The owner's values for the page's placeholders: the node's storage that takes backups (the
 # stand-in's `local`, as on a fresh Proxmox VE), Cilium's chart version W1's `helm list` shows,
-# and the autoscaler W1's `helm list -A` shows.
+# the autoscaler W1's `helm list -A` shows, and the one flag of its values that the program's
+# release would not pass (owners_lab.HAND_AUTOSCALER_VALUES).
 PLACEHOLDERS = {
     "<your backup storage>": "local",
     "<the running chart version>": workload_box.CILIUM_VERSION,
     "<its namespace>": owners_lab.HAND_AUTOSCALER[0],
     "<its release>": owners_lab.HAND_AUTOSCALER[1],
+    "<flag>": "balance-similar-node-groups",
+    "<its value>": "true",
 }
 # Step 7 lists what is left behind and step 8 converges one target at a time, in a window the
 # owner picks: the journey ends before them (the adoption box at the other site runs step 8).

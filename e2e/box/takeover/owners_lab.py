@@ -56,7 +56,8 @@ HAND_AUTOSCALER_VALUES = {
     "clusterAPIKubeconfigSecret": "lab1-kubeconfig",
     "autoDiscovery": {"clusterName": "lab1", "namespace": "default"},
     "image": {"tag": "v1.35.2"},
-    "extraArgs": {"scale-down-unneeded-time": "5m", "balance-similar-node-groups": True},
+    # One flag the program's release does not pass (docs/adoption.md W2 keeps it), one it passes alike.
+    "extraArgs": {"balance-similar-node-groups": True, "scale-down-unneeded-time": "10m"},
 }
 # ssh alone reads its keys and known hosts from the password database's home, not from HOME: the
 # laptop's are bound there, in a mount namespace of the line's own.

@@ -1,0 +1,73 @@
+"""cluster-autoscaler's command-line flags as the program's release passes them (the chart's
+`extraArgs`): its own, the four timings the entry sets (`workloadClusters[i].autoscaler`), the
+flags an owner keeps beside them (`autoscaler.extraArgs`), and those an autoscaler installed by
+hand runs with that the program's would not.
+
+Taking over a cluster, the owner uninstalls the autoscaler they installed by hand before the
+program installs its own (docs/adoption.md step 5): a flag of theirs that the program's release
+does not pass would be lost without a word, so each is named before that run, with the key that
+keeps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+# The clusterapi provider reads each MachineDeployment's /scale several times a main loop through a
+# client held at client-go's default 5 requests a second (burst 10): in the box one loop with one
+# MachineDeployment waited about 6 s on that limit, and scale-from-zero took 16 s from the pending
+# pod (kubernetes/autoscaler #6333; #6416 made these flags reach the provider's clients). A lab's
+# API servers take this from one client at ease.
+CLIENT_LIMITS = {"kube-client-qps": "30", "kube-client-burst": "60"}
+# Taints a new node carries only until it is initialized: Cluster API's until the Machine controller
+# has found it, Cilium's until its agent runs. As startup taints the autoscaler counts such a node as
+# not ready yet, instead of a ready node the pending pod cannot use, for which it added a second
+# node (the box, 1 -> 2 for one pod while the first worker was uninitialized; kubernetes/autoscaler
+# #7268). The chart repeats a flag for each key, up to its first `_`.
+STARTUP_TAINTS = ("node.cluster.x-k8s.io/uninitialized", "node.cilium.io/agent-not-ready")
+# The flags the entry's own keys set, by flag.
+TIMING_KEYS = {
+    "scan-interval": "scanInterval",
+    "scale-down-unneeded-time": "scaleDownUnneededTime",
+    "scale-down-delay-after-add": "scaleDownDelayAfterAdd",
+    "max-node-provision-time": "maxNodeProvisionTime",
+}
+# What the chart itself passes from its other values, never through extraArgs.
+CHART_FLAGS = ("cloud-provider", "namespace", "node-group-auto-discovery", "kubeconfig", "cloud-config")
+
+
+def program_flags(timings: Mapping[str, str], kept: Mapping[str, str]) -> dict[str, str]:
+    """The release's extraArgs: the timings (by flag), the program's own flags and those kept."""
+    return {
+        **timings,
+        **CLIENT_LIMITS,
+        **{f"startup-taint_{index}": taint for index, taint in enumerate(STARTUP_TAINTS, 1)},
+        **kept,
+    }
+
+
+def refused_to_keep(flag: str) -> str | None:
+    """Why `flag` may not be kept under autoscaler.extraArgs, or None."""
+    if flag in TIMING_KEYS:
+        return f"has its own key: autoscaler.{TIMING_KEYS[flag]}"
+    if flag in CLIENT_LIMITS or flag.split("_", 1)[0] == "startup-taint" or flag in CHART_FLAGS:
+        return "is the program's own flag for cluster-autoscaler, not one to keep beside it"
+    return None
+
+
+def dropped(hand_made: Mapping[str, Any], flags: Mapping[str, str]) -> Iterator[str]:
+    """Each flag of a hand-installed release's extraArgs that `flags` does not pass as it is, with
+    the key that would keep it."""
+    for flag, value in (hand_made.get("extraArgs") or {}).items():
+        running = flag_value(value)
+        if flags.get(flag) == running:
+            continue
+        key = f"autoscaler.{TIMING_KEYS[flag]}" if flag in TIMING_KEYS else f"autoscaler.extraArgs.{flag}"
+        passes = f"passes {flags[flag]}" if flag in flags else "does not pass it"
+        yield f"{flag}: running {running}, the program's release {passes} (keep it with {key})"
+
+
+def flag_value(value: Any) -> str:
+    """A value as the chart writes it on the command line (`--flag=value`): true, not True."""
+    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -1,0 +1,77 @@
+"""Cilium's Helm values: the program's own, the ones an owner keeps beside them
+(`workloadClusters[i].ciliumValues`), and what a release running with other values would lose.
+
+A taken-over cluster's Cilium was installed by hand; the run with adopt off upgrades the release to
+the values declared here, and Helm drops every value the owner set that is not among them
+(docs/adoption.md, W6). So the values that run would drop are named before it, each by its path
+(`kubeProxyReplacement: running true, the program sets nothing`), and a value kept in the entry
+is sent with the program's.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+PROGRAM: dict[str, Any] = {
+    # Pod addresses come from each Node's podCIDR, which kube-controller-manager carves out of the
+    # Cluster's pod CIDR (clusterNetwork.pods): the one setting that says which range pods use.
+    "ipam": {"mode": "kubernetes"},
+    # The chart's two replicas are kept on different nodes: on a cluster whose only node is its
+    # control plane, the second one stays Pending, and cluster-autoscaler adds a worker for it,
+    # forever (spec, "Phase 1 continued").
+    "operator": {"replicas": 1},
+}
+_ABSENT = object()
+
+
+def leaves(values: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Each value that is not a mapping, by its dotted path (`ipam.mode`); a list is one value."""
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from leaves(value, f"{path}.")
+        else:
+            yield path, value
+
+
+def programs_own(kept: Mapping[str, Any]) -> list[str]:
+    """The paths of `kept` that the program sets itself, or that hold one it sets."""
+    own = [path for path, _ in leaves(PROGRAM)]
+    return [
+        path
+        for path, _ in leaves(kept)
+        if any(path == mine or mine.startswith(f"{path}.") or path.startswith(f"{mine}.") for mine in own)
+    ]
+
+
+def declared(kept: Mapping[str, Any]) -> dict[str, Any]:
+    """The values the release is given: the program's, and those the entry keeps."""
+    merged = copy.deepcopy(PROGRAM)
+    for path, value in leaves(kept):
+        *parents, last = path.split(".")
+        node = merged
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = copy.deepcopy(value)
+    return merged
+
+
+def dropped(running: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
+    """Each value the owner set on the running release (`helm get values`) that `values` would not
+    keep as it is, as `path: running X, the program sets Y`."""
+    found = []
+    for path, value in leaves(running):
+        node: Any = values
+        for key in path.split("."):
+            node = node.get(key, _ABSENT) if isinstance(node, Mapping) else _ABSENT
+        if node != value:
+            shown = "nothing" if node is _ABSENT else _shown(node)
+            found.append(f"{path}: running {_shown(value)}, the program sets {shown}")
+    return found
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value)
