@@ -311,11 +311,6 @@ def lay_out(
     cluster.kubectl("apply", "-f", "-", stdin=workload_kubeconfig_secret("lab1", lab1_kubeconfig))
 
 
-def lay_out_lab1(cluster: ControlPlane) -> None:
-    """What the box's lab1 holds: the inspector's RBAC, which its weekly script applies there too."""
-    cluster.kubectl("apply", "-f", "-", stdin=INSPECTOR_RBAC)
-
-
 def snapshot(cluster: ControlPlane, kinds: list[str] = SNAPSHOT_KINDS) -> dict[str, list[str]]:
     """kind/namespace/name -> [uid, resourceVersion] of every object of `kinds`."""
     listed = json.loads(cluster.kubectl("get", ",".join(kinds), "-A", "-o", "json").stdout)
