@@ -8,7 +8,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import adoption
+from components import adoption, cilium_values
 from components.charts import LocalChart
 
 NAMESPACE = "kube-system"
@@ -24,8 +24,8 @@ class Cilium(pulumi.ComponentResource):
 
     Adopting (`adopt`), the release that Helm installed from the laptop is imported as
     `kube-system/cilium` with chart, version and values as they run (components.adoption); the
-    first run after it upgrades the release to `values` where they differ (docs/adoption.md): the
-    program's and those the entry keeps (components.cilium_values)."""
+    first run after it upgrades the release to its values where they differ (docs/adoption.md): the
+    program's and those the entry keeps (`kept`, components.cilium_values)."""
 
     release: kubernetes.helm.v3.Release
 
@@ -35,7 +35,7 @@ class Cilium(pulumi.ComponentResource):
         chart: LocalChart,
         *,
         workload: kubernetes.Provider,
-        values: Mapping[str, Any],
+        kept: Mapping[str, Any],
         adopt: bool,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -46,7 +46,7 @@ class Cilium(pulumi.ComponentResource):
             chart=chart.file_name,
             version=chart.version,
             namespace=NAMESPACE,
-            values=dict(values),
+            values=cilium_values.declared(kept),
             timeout=RELEASE_TIMEOUT_SECONDS,
             opts=pulumi.ResourceOptions.merge(
                 pulumi.ResourceOptions(parent=self, provider=workload),

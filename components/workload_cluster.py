@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import adoption, cilium_values, cluster_takeover, hand_made_clusters, rollouts, waits
+from components import adoption, cluster_takeover, hand_made_clusters, rollouts, waits
 from components.charts import WorkloadCharts
 from components.cilium import Cilium
 from components.cluster_autoscaler import ClusterAutoscaler
@@ -86,14 +86,8 @@ class WorkloadCluster(pulumi.ComponentResource):
             last_names=last_names,
         )
         admin_kubeconfig = self._admin_access(cluster, management)
-        Cilium(
-            name,
-            charts.cilium,
-            workload=self.provider,
-            values=cilium_values.declared(cluster.cilium_values),
-            adopt=cluster.adopt,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+        child = pulumi.ResourceOptions(parent=self)
+        Cilium(name, charts.cilium, workload=self.provider, kept=cluster.cilium_values, adopt=cluster.adopt, opts=child)
         ClusterAutoscaler(
             cluster,
             charts.autoscaler,
