@@ -243,7 +243,7 @@ def left_by_the_owner(
     def running() -> Any:
         items = (get(mgmt, "machines") or {}).get("items", [])
         with_nodes = [m for m in items if m.get("status", {}).get("nodeRef")]
-        all_running = all(m["status"].get("phase") == "Running" for m in items)
+        all_running = all(m.get("status", {}).get("phase") == "Running" for m in items)
         return with_nodes if len(with_nodes) == machines and all_running else None
 
     until(f"{machines} Machines Running with their Nodes", running)
