@@ -16,7 +16,6 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import autoscaler_flags
 from components.charts import LocalChart
 from components.settings import WorkloadCluster
 
@@ -75,7 +74,6 @@ class ClusterAutoscaler(pulumi.ComponentResource):
 
 
 def _values(cluster: WorkloadCluster, image_tag: str, digest: pulumi.Output[str]) -> dict[str, object]:
-    timings = cluster.autoscaler
     return {
         "cloudProvider": "clusterapi",
         "clusterAPIMode": "kubeconfig-incluster",
@@ -89,6 +87,6 @@ def _values(cluster: WorkloadCluster, image_tag: str, digest: pulumi.Output[str]
         "image": {"tag": image_tag},
         # A Role, not a ClusterRole: with one namespace to discover in, it watches only that one.
         "rbac": {"clusterScoped": False, "additionalRules": [MACHINE_TEMPLATE_RULE]},
-        "extraArgs": autoscaler_flags.program_flags(timings.flags(), timings.extra_args),
+        "extraArgs": cluster.autoscaler.flags(),
         "podAnnotations": {KUBECONFIG_DIGEST_ANNOTATION: digest},
     }

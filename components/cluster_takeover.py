@@ -180,7 +180,7 @@ def refuse_dropped_autoscaler_flags(cluster: WorkloadCluster, kubeconfig: str) -
     """Raises while a cluster-autoscaler installed by hand for this cluster passes a flag that the
     program's release would not: uninstalled before the program's is installed (docs/adoption.md
     step 5), it would go without a word (components.autoscaler_flags)."""
-    flags = autoscaler_flags.program_flags(cluster.autoscaler.flags(), cluster.autoscaler.extra_args)
+    flags = cluster.autoscaler.flags()
     for release in _deployed(kubeconfig, EVERY_RELEASE):
         config = release.get("config") or {}
         if (

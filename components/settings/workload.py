@@ -106,13 +106,15 @@ class AutoscalerTimings:
     extra_args: Mapping[str, str]
 
     def flags(self) -> dict[str, str]:
-        """The four timings by flag."""
-        return {
+        """Every flag the program's release passes (its extraArgs): the four timings, the program's
+        own flags and those kept."""
+        timings = {
             "scan-interval": self.scan_interval,
             "scale-down-unneeded-time": self.scale_down_unneeded_time,
             "scale-down-delay-after-add": self.scale_down_delay_after_add,
             "max-node-provision-time": self.max_node_provision_time,
         }
+        return autoscaler_flags.program_flags(timings, self.extra_args)
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
-PAGE = Path(__file__).resolve().parents[3] / "docs" / "adoption.md"
+from e2e.engine.cli import REPO
+
+PAGE = REPO / "docs" / "adoption.md"
 ON_THE_NODE = "# on the Proxmox node"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 STEP = re.compile(r"^##+ +(.+?) *$", re.MULTILINE)

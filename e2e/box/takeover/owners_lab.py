@@ -25,6 +25,7 @@ database's home instead, finds the laptop's keys there, bound in a mount namespa
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -45,7 +46,7 @@ from e2e.standins.proxmox import node_shell
 
 # The owner's clusterctl.yaml at the lab's values, with the workers lab1 runs today: more than one,
 # within the shipped entry's minSize..maxSize.
-SITE = clusterctl_lab1.Site(**{**clusterctl_lab1.SITES["lab"].__dict__, "workers": 2})
+SITE = dataclasses.replace(clusterctl_lab1.SITES["lab"], workers=2)
 # The autoscaler the owner installed by hand, and their values file for it (the spec's chart and
 # image, in the management cluster in kubeconfig-incluster mode, as the program's own).
 HAND_AUTOSCALER = ("kube-system", "cluster-autoscaler")

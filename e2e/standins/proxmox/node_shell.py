@@ -59,11 +59,9 @@ class NodeShell:
     bin: Path
     unknown: list[str] = field(default_factory=list)
     backups: list[str] = field(default_factory=list)
-    typed: list[list[str]] = field(default_factory=list)
 
     def run(self, argv: list[str]) -> tuple[int, str, str]:
         """One command as the node runs it: (exit status, stdout, stderr)."""
-        self.typed.append(argv)
         handlers: dict[tuple[str, str], Callable[[list[str]], str]] = {
             ("qm", "config"): self._qm_config,
             ("qm", "set"): self._qm_set,
