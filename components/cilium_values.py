@@ -22,7 +22,12 @@ PROGRAM: dict[str, Any] = {
     # The chart's two replicas are kept on different nodes: on a cluster whose only node is its
     # control plane, the second one stays Pending, and cluster-autoscaler adds a worker for it,
     # forever (spec, "Phase 1 continued").
-    "operator": {"replicas": 1},
+    # A budget lets cluster-autoscaler evict the operator from a worker it scales down: without one,
+    # cluster-autoscaler 1.35 keeps a node with a kube-system pod for an hour
+    # (--blocking-system-pod-distruption-timeout), and a cluster made with a worker running, or
+    # taken over, may have its operator on one (docs/operations.md, "Scaling: what you set, what the
+    # autoscaler owns").
+    "operator": {"replicas": 1, "podDisruptionBudget": {"enabled": True}},
 }
 _ABSENT = object()
 

@@ -29,9 +29,11 @@ def test_the_cilium_chart_has_the_agent_and_an_operator_of_two_replicas_by_defau
     chart = chart_repo_standin.cilium_chart("1.18.4")
     files = _files(chart)
     assert yaml.safe_load(files["cilium/Chart.yaml"])["version"] == "1.18.4"
-    assert yaml.safe_load(files["cilium/values.yaml"]) == {"operator": {"replicas": 2}}
+    assert yaml.safe_load(files["cilium/values.yaml"]) == {
+        "operator": {"replicas": 2, "podDisruptionBudget": {"enabled": False, "maxUnavailable": 1}}
+    }
     kinds = {}
-    for text in chart.templates:
+    for text in chart.templates[:2]:
         filled = text.replace("{{ .Values.operator.replicas }}", "2")
         obj = yaml.safe_load(filled.replace("{{ .Release.Namespace }}", "kube-system"))
         kinds[obj["kind"], obj["metadata"]["name"]] = obj
@@ -44,6 +46,13 @@ def test_the_cilium_chart_has_the_agent_and_an_operator_of_two_replicas_by_defau
     assert pod["tolerations"][0]["key"] == "node-role.kubernetes.io/control-plane"
     [anti] = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti["topologyKey"] == "kubernetes.io/hostname"
+    # The operator's budget, as upstream's: only when enabled, selecting the operator's pods.
+    budget = chart.templates[2]
+    assert budget.startswith("{{- if .Values.operator.podDisruptionBudget.enabled }}\n")
+    filled = budget.replace("{{ .Values.operator.podDisruptionBudget.maxUnavailable }}", "1")
+    body = yaml.safe_load(filled.split("\n", 1)[1].rsplit("{{- end }}", 1)[0].replace("{{ .Release.Namespace }}", "x"))
+    assert body["kind"] == "PodDisruptionBudget"
+    assert body["spec"]["selector"]["matchLabels"] == operator["spec"]["selector"]["matchLabels"]
     # The same bytes every time: the index's digest is the served archive's.
     assert chart.archive() == chart_repo_standin.cilium_chart("1.18.4").archive()
 

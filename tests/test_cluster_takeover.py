@@ -17,6 +17,7 @@ import pytest
 import yaml
 from test_settings import PREFIX, problems
 
+from components import cilium_values
 from components.adoption import OBJECT_INPUTS, RELEASE_INPUTS
 from components.cluster_takeover import (
     CILIUM_RELEASE,
@@ -383,8 +384,7 @@ def test_a_cilium_value_kept_in_the_entry_goes_with_the_programs(adopted: harnes
     previous = {RECORD_OUTPUT: record_of(adopted)}
     run = harness.run_program({"workloadClusters": [entry]}, live_objects=live, previous_outputs=previous)
     assert run.get(RELEASE, "lab1-cilium").plain["values"] == {
-        "ipam": {"mode": "kubernetes"},
-        "operator": {"replicas": 1},
+        **cilium_values.PROGRAM,
         **kept,
     }
 

@@ -215,7 +215,10 @@ def test_cilium_is_installed_inside_the_cluster_once_its_control_plane_is_initia
         "kube-system",
         "cilium",
     )
-    assert cilium.plain["values"] == {"ipam": {"mode": "kubernetes"}, "operator": {"replicas": 1}}
+    assert cilium.plain["values"] == {
+        "ipam": {"mode": "kubernetes"},
+        "operator": {"replicas": 1, "podDisruptionBudget": {"enabled": True}},
+    }
     # Its provider's kubeconfig is read from the Secret whose id waits on the Cluster, which the
     # engine holds until ControlPlaneInitialized (test_the_cluster_is_done_when_...).
     assert lab1.get(K8S_PROVIDER, "lab1-kubernetes").plain["kubeconfig"] == harness.WORKLOAD_KUBECONFIG

@@ -233,8 +233,10 @@ def serve(
 # Deployment `cilium-operator`, with upstream's default of two operator replicas
 # (`.Values.operator.replicas`) that may not share a Node (upstream's required anti-affinity by
 # hostname) and a toleration of the control plane's taint: on a cluster with one Node a second
-# replica stays Pending. The datapath itself cannot run here: nothing routes pod traffic.
-CILIUM_VALUES = "operator:\n  replicas: 2\n"
+# replica stays Pending; and upstream's PodDisruptionBudget `cilium-operator`, made only when
+# `.Values.operator.podDisruptionBudget.enabled` (off by default), with its `maxUnavailable`. The
+# datapath itself cannot run here: nothing routes pod traffic.
+CILIUM_VALUES = "operator:\n  replicas: 2\n  podDisruptionBudget:\n    enabled: false\n    maxUnavailable: 1\n"
 CILIUM_AGENT = """apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -282,9 +284,25 @@ spec:
 """
 
 
+CILIUM_OPERATOR_BUDGET = """{{- if .Values.operator.podDisruptionBudget.enabled }}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: cilium-operator
+  namespace: {{ .Release.Namespace }}
+  labels: {io.cilium/app: operator, name: cilium-operator, app.kubernetes.io/part-of: cilium}
+spec:
+  maxUnavailable: {{ .Values.operator.podDisruptionBudget.maxUnavailable }}
+  selector: {matchLabels: {io.cilium/app: operator, name: cilium-operator}}
+{{- end }}
+"""
+
+
 def cilium_chart(version: str) -> Chart:
     """The chart `cilium` at `version` (which its images are tagged with, as upstream's appVersion)."""
-    return Chart("cilium", version, templates=(CILIUM_AGENT, CILIUM_OPERATOR), values=CILIUM_VALUES)
+    return Chart(
+        "cilium", version, templates=(CILIUM_AGENT, CILIUM_OPERATOR, CILIUM_OPERATOR_BUDGET), values=CILIUM_VALUES
+    )
 
 
 # CAPMOX's release asset `cluster-template.yaml`, which the program fetches from
