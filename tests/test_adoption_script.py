@@ -29,9 +29,9 @@ def test_every_fence_is_a_command_or_what_a_tool_prints() -> None:
 def test_the_journey_types_the_takeover_in_the_pages_order() -> None:
     steps = [block.step.split(".")[0] for block in JOURNEY]
     assert steps[0] == "1"
-    assert steps[-1] == "W6"
+    assert steps[-1] == "W7"
     assert [step for i, step in enumerate(steps) if step != steps[i - 1] or i == 0] == [
-        *("1", "2", "W1", "W2", "3", "4", "5", "6", "W6"),
+        *("1", "2", "W1", "W2", "3", "4", "5", "6", "W6", "W7"),
     ]
     # The two gated adoption runs: the check before each `up`.
     lines = [line for block in JOURNEY for line in block.lines]

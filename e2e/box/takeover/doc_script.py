@@ -8,6 +8,7 @@ mocks tests check that the page reads as a script at all (tests/test_adoption_sc
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 from e2e.engine.cli import REPO
@@ -19,9 +20,10 @@ STEP = re.compile(r"^##+ +(.+?) *$", re.MULTILINE)
 PLACEHOLDER = re.compile(r"<[a-z][^<>\n]*>")
 # The tools the page has the owner type, by where: what the journey must provide, and no other.
 LAPTOP_TOOLS = frozenset(
-    ("pulumi", "ssh", "kubectl", "helm", "mkdir", ".venv/bin/python", "diff", "grep", "sort", "tr", "echo")
+    ("pulumi", "ssh", "kubectl", "helm", "mkdir", "chmod", ".venv/bin/python", "diff", "grep", "sort", "tr", "echo")
 )
 NODE_TOOLS = frozenset(("qm", "vzdump", "grep"))
+COMMAND_SEPARATORS = frozenset(("|", ";", "&&", "||", "<(", "("))
 
 
 @dataclass(frozen=True)
@@ -67,11 +69,15 @@ def blocks(text: str | None = None, *, until: str | None = None) -> list[Block]:
 
 
 def tools(block: Block) -> set[str]:
-    """The first word of each command of a block's pipelines and process substitutions."""
+    """The first word of each command of a block's pipelines, lists and process substitutions,
+    read as the shell reads them (a quoted `;` or `|` starts nothing)."""
     used = set()
     for line in block.lines:
-        for part in re.split(r"\||<\(|;|&&", line):
-            words = part.strip().split()
-            if words and not words[0].startswith("#"):
-                used.add(words[0])
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.commenters = ""
+        starts_command = True
+        for token in lexer:
+            if starts_command and not token.startswith("#"):
+                used.add(token)
+            starts_command = token in COMMAND_SEPARATORS
     return used

@@ -11,7 +11,8 @@
   `configs/cluster-autoscaler/values.yaml` (`kube-system/cluster-autoscaler`);
 - the owner's laptop: the repository's folder (the engine's project) with `Pulumi.lab.yaml` as
   shipped and the stack `lab` made by the README's first run, the admin kubeconfigs where the
-  owner keeps them (`~/.kube/lab-mgmt.kubeconfig`, `~/.kube/lab1.kubeconfig`), the owner's SSH key
+  owner keeps them (`~/.kube/lab-mgmt.kubeconfig`, `~/.kube/lab1.kubeconfig`), the inspector's
+  read-only ones as its weekly `make-kubeconfig.sh` left them (inspector.py), the owner's SSH key
   and the VM's host key known; and the Proxmox node's own `qm` and `vzdump`
   (e2e/standins/proxmox/node_shell.py).
 
@@ -38,6 +39,7 @@ import yaml
 
 from e2e.box import box as whole_box
 from e2e.box import playbook_vm
+from e2e.box.takeover import inspector
 from e2e.box.workload import clusterctl_lab1, lab1_box
 from e2e.engine.cli import REPO, built_bin
 from e2e.engine.control_plane import ControlPlane
@@ -168,4 +170,8 @@ def running(base: Path) -> Iterator[OwnersLab]:
         )
         _laptop_files(lab)
         lab.made["hand_autoscaler"] = _hand_autoscaler(lab)
+        # The inspector's files as this week's refresh left them (lab1's RBAC applied there once).
+        for cluster in inspector.CONTEXTS:
+            admin = f"~/.kube/{cluster}.kubeconfig"
+            inspector.mint_old_file(lab, box.engine.project, cluster, admin, apply_rbac=cluster == "lab1")
         yield lab

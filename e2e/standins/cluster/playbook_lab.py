@@ -199,6 +199,8 @@ def capi_providers_yaml(capmox_data: dict[str, str]) -> str:
     return yaml.safe_dump_all(documents)
 
 
+# The inspector's rbac.yaml: the built-in `view` (pods, logs, events, PodDisruptionBudgets) and
+# Cluster API's, the operator's and k3s's groups, nodes and namespaces.
 INSPECTOR_RBAC = f"""apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {{name: {INSPECTOR}}}
@@ -218,6 +220,13 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata: {{name: {INSPECTOR}}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {INSPECTOR}}}
+subjects:
+- {{kind: ServiceAccount, name: {INSPECTOR}, namespace: kube-system}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {INSPECTOR}-view}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}}
 subjects:
 - {{kind: ServiceAccount, name: {INSPECTOR}, namespace: kube-system}}
 """

@@ -41,8 +41,10 @@ HEARTBEAT_SECONDS = 10
 # Pod's service account volume projects (the pod runner's autoscaler reads it). And the garbage collector:
 # pulumi-kubernetes deletes in the foreground, and only the collector lifts that finalizer, so
 # without it a deleted object (the CAPMOX Secret a token rotation replaces) stays, and the run waits.
+# And the built-in `view`, `edit` and `admin` roles filled in from their aggregated parts: the
+# owner's inspector's role is bound to `view`.
 CONTROLLERS = (
-    *("serviceaccount-token-controller", "serviceaccount-controller"),
+    *("serviceaccount-token-controller", "serviceaccount-controller", "clusterrole-aggregation-controller"),
     *("deployment-controller", "replicaset-controller", "garbage-collector-controller"),
     "root-ca-certificate-publisher-controller",
 )
