@@ -25,7 +25,6 @@ STARTED_FIRST = (
     "test_box_takeover.takeover",
     "test_box_faults.never_ready",
     "conftest.lab1_box-lab",
-    "test_box_lab1_takeover.lab1-other",
     "test_box_whole_adoption.adoption-other",
     "test_box_faults.ssh",
     "conftest.lab1_box-other",

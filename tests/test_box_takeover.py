@@ -1,9 +1,9 @@
 """The owner's takeover, word for word (issue 40; e2e/box/takeover/journey.py): the lab as its owner
 runs it today (the playbook's management cluster, lab1 made with clusterctl running two workers,
 Cilium and a cluster-autoscaler installed by hand), and docs/adoption.md's commands typed on it as
-they stand, with Pulumi.lab.yaml as shipped, from the backup of step 1 to W6's zero-change
-preview. The owner must find nothing rebooted, restarted or replaced, and nothing written to
-lab1's objects before W6."""
+they stand, with Pulumi.lab.yaml as shipped, from the backup of step 1 to W7's read-only
+kubeconfigs. The owner must find nothing rebooted, restarted or replaced, nothing written to
+lab1's objects before W6, and the inspector answering before and after."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from e2e.box.takeover import doc_script, journey
+from components.readonly_access import ACCOUNT
+from e2e.box.takeover import doc_script, inspector, journey, scaling
 from e2e.box.workload import lab1_box, lab1_state
 from e2e.engine.control_plane import CLUSTER_API_USER, PROVIDERS_USER
 from e2e.engine.netns import in_new_netns
+from e2e.standins.cluster import playbook_lab
 
 pytestmark = pytest.mark.engine
 LINES = [line for block in doc_script.blocks(until=journey.UNTIL) for line in block.lines]
@@ -107,3 +109,66 @@ def test_the_stand_ins_knew_every_request(takeover: Any) -> None:
     problems = {key: value for key, value in takeover.items() if key.endswith(("_unknown", "_errors")) and value}
     assert problems == {}
     assert takeover["lab1_problems"] == {"workload": [], "autoscaler_runner": []}
+
+
+def _account(name: str) -> str:
+    return f"system:serviceaccount:kube-system:{name}"
+
+
+def test_before_the_takeover_the_inspector_answers_through_the_old_accounts_files(takeover: Any) -> None:
+    """All but the VM of its map: the old role, as the spec's rbac.yaml has it, reads no group of
+    infrastructure.cluster.x-k8s.io, so ProxmoxMachines (and their VM ids) are refused to it."""
+    found = takeover["inspector_before"]
+    problems = inspector.problems(found)
+    refused = [problem for problem in problems if inspector.VM_MAP in problem]
+    assert len(refused) == 1
+    assert "Forbidden" in refused[0]
+    assert [problem for problem in problems if problem not in refused and not problem.startswith("the map:")] == []
+    assert {cluster: result["who"] for cluster, result in found.items()} == dict.fromkeys(
+        inspector.CONTEXTS, _account(playbook_lab.INSPECTOR)
+    )
+    assert len(inspector.machine_map(found)) == 2  # the workers, each with its Node and VM
+
+
+def test_after_w7_the_inspector_answers_through_the_programs_accounts(takeover: Any) -> None:
+    found = takeover["inspector_after"]
+    assert inspector.problems(found) == []
+    assert {cluster: result["who"] for cluster, result in found.items()} == dict.fromkeys(
+        inspector.CONTEXTS, _account(ACCOUNT)
+    )
+    # The same Machines on the same Nodes as before, each with its VM's id now.
+    nodes = [(machine, node) for machine, node, _ in inspector.machine_map(takeover["inspector_before"])]
+    assert [(machine, node) for machine, node, _ in inspector.machine_map(found)] == nodes
+
+
+def test_the_programs_cilium_gives_its_operator_a_budget_the_autoscaler_can_evict_through(takeover: Any) -> None:
+    def budgets(found: dict[str, Any]) -> str:
+        return str(found["lab1"]["reads"]["get poddisruptionbudgets -A"]["stdout"])
+
+    assert "cilium-operator" not in budgets(takeover["inspector_before"])
+    assert "cilium-operator" in budgets(takeover["inspector_after"])
+
+
+def _by_the_autoscaler(writes: list[dict[str, Any]]) -> bool:
+    """Whether the MachineDeployment's spec was written, and by the program's autoscaler through
+    /scale alone (Cluster API's manager writes its status meanwhile)."""
+    to_spec = [write for write in writes if write["subresource"] != "status"]
+    return bool(to_spec) and all(
+        write["user"] == "system:serviceaccount:default:lab1-autoscaler" and write["subresource"] == "scale"
+        for write in to_spec
+    )
+
+
+def test_after_the_takeover_the_programs_autoscaler_scales_lab1_up_to_max_size(takeover: Any) -> None:
+    scaled = takeover["scaling"]
+    assert scaled["before"] == {"replicas": 2, "machines": 2, "ready_workers": 2}
+    assert _by_the_autoscaler(scaled["up"]["writes"]), scaled["up"]["writes"]
+    assert scaled["up"]["no_changes"]["rc"] == 0, scaled["up"]["no_changes"]
+
+
+def test_then_with_the_box_timings_it_scales_lab1_down_to_min_size(takeover: Any) -> None:
+    scaled = takeover["scaling"]
+    assert [done["rc"] for done in scaled["timings"]] == [0] * len(scaling.TIMINGS)
+    assert scaled["timings_up"]["rc"] == 0, scaled["timings_up"]
+    assert _by_the_autoscaler(scaled["down"]["writes"]), scaled["down"]["writes"]
+    assert scaled["down"]["no_changes"]["rc"] == 0, scaled["down"]["no_changes"]

@@ -3,7 +3,10 @@ owner runs it (owners_lab.py), every `sh` block of docs/adoption.md before step 
 stands, in the page's order (doc_script.py), on the laptop or on the node as the block says, with
 PLACEHOLDERS filled in; the first line that fails ends the journey there. Nothing the page does
 not say is done between its lines. Around it, what the owner must find as it was: the VM's power
-and k3s's files, lab1's objects and what Cluster API made from them, and who wrote to them when.
+and k3s's files, lab1's objects and what Cluster API made from them, and who wrote to them when;
+and the inspector's checks answering through its files before (the old account's) and after
+(the program's, written by W7). Then the program's autoscaler scales the lab1 it took over
+(scaling.py).
 
     in_new_netns("takeover.journey.owners_takeover", root, addresses=lab1_box.ADDRESSES, timeout=...)
 """
@@ -16,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box import box_adoption, observed
-from e2e.box.takeover import doc_script, owners_lab
+from e2e.box.takeover import doc_script, inspector, owners_lab, scaling
 from e2e.box.workload import lab1_state, workload_box
 
 # The owner's values for the page's placeholders: the node's storage that takes backups (the
@@ -67,15 +70,21 @@ def owners_takeover(root: str) -> dict[str, Any]:
         out["setup_seconds"] = round(time.monotonic() - began, 1)
         try:
             out["before"] = _lab(lab)
+            out["inspector_before"] = inspector.checks(lab)
             out["typed"] = _typed(lab)
+            typed_until = len(lab.box.cluster.audit())
             out["after"] = _lab(lab)
+            out["inspector_after"] = inspector.checks(lab)
             start = out["typed"][0]["audit_mark"]
             w6 = next((entry["audit_mark"] for entry in out["typed"] if entry["step"].startswith("W6")), None)
             out["writes_before_w6"] = lab1_state.writes(lab.box.cluster, start, until=w6)
-            out["writes_from_w6"] = lab1_state.writes(lab.box.cluster, w6) if w6 is not None else []
+            out["writes_from_w6"] = lab1_state.writes(lab.box.cluster, w6, until=typed_until) if w6 is not None else []
             out["backups"] = lab.node_shell.backups
             out["node_unknown"] = lab.node_shell.unknown
             out["seconds"] = round(time.monotonic() - began, 1)
+            if all(entry["rc"] == 0 for entry in out["typed"]):
+                out["scaling"] = scaling.up_and_down(lab)
+                out["scaling"]["seconds"] = round(time.monotonic() - began - out["seconds"], 1)
         except Exception:  # what happened so far is the test's to read
             out["failed"] = traceback.format_exc()
         out |= {**observed.standin_problems(lab.box), "lab1_problems": lab.parts.problems()}

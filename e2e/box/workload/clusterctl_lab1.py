@@ -1,6 +1,6 @@
-"""lab1 as clusterctl left it (issue 31's starting point; e2e/box/workload/lab1_takeover.py runs it): on the
-workload box (e2e/box/workload/workload_box.py) with the real Cluster API core and the providers Ready, the
-owner's steps with the real tools (`left_by_the_owner`):
+"""lab1 as clusterctl left it (the owner's journey starts from it: e2e/box/takeover/owners_lab.py): on a
+management cluster with the real Cluster API core and the providers Ready, the owner's steps with
+the real tools (`left_by_the_owner`):
 
     clusterctl generate cluster lab1 --from cluster-template.yaml --kubernetes-version v1.35.9 \\
         --target-namespace default --config clusterctl.yaml > lab1.yaml
@@ -115,8 +115,7 @@ class Site:
         return "".join(f"{key}: {json.dumps(value)}\n" for key, value in variables.items())
 
 
-# The lab's values (Pulumi.lab.yaml's lab1 entry; the template's own defaults for the sizes), and
-# another site with other addresses, ranges, node, template, bridge, disk and a smaller machine.
+# The lab's values (Pulumi.lab.yaml's lab1 entry; the template's own defaults for the sizes).
 SITES = {
     "lab": Site(
         endpoint=LAB1_ADDRESS,
@@ -133,28 +132,7 @@ SITES = {
         cores=4,
         memory_mib=16384,
     ),
-    "other": Site(
-        endpoint="10.20.30.40",
-        node_ip_ranges=("10.20.30.100-10.20.30.109", "10.20.30.120/29"),
-        gateway="10.20.30.1",
-        ip_prefix=25,
-        dns_servers=("10.20.30.1",),
-        source_node="pv2-3",
-        template_vmid=9105,
-        bridge="vmbr1",
-        boot_volume_device="virtio0",
-        boot_volume_gb=40,
-        sockets=1,
-        cores=2,
-        memory_mib=6144,
-    ),
 }
-
-
-def addresses(site: str) -> list[str]:
-    """What the scenario's network namespace must hold: the management cluster's and lab1's
-    control-plane endpoint."""
-    return [workload_box.ADDRESSES[0], SITES[site].endpoint]
 
 
 def _tool(variable: str, binary: str, base: Path, *args: str) -> subprocess.CompletedProcess[str]:

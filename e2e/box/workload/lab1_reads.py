@@ -1,4 +1,4 @@
-"""What the lab1 scenarios (lab1_autoscaling.py, lab1_takeover.py) read, and how they wait: both
+"""What the lab1 scenarios (lab1_autoscaling.py, the owner's journey's scaling) read, and how they wait: both
 clusters through their APIs (`Lab`), the audit logs (who wrote what, who was refused), the CLI's runs, the autoscaler's
 process from /proc and from inside its namespaces, and the Cluster API objects a step leaves. Each
 function returns plain data for the tests (tests/test_box_lab1_*.py) to assert on.
