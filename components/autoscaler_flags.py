@@ -20,12 +20,14 @@ from typing import Any
 # pod (kubernetes/autoscaler #6333; #6416 made these flags reach the provider's clients). A lab's
 # API servers take this from one client at ease.
 CLIENT_LIMITS = {"kube-client-qps": "30", "kube-client-burst": "60"}
-# Taints a new node carries only until it is initialized: Cluster API's until the Machine controller
-# has found it, Cilium's until its agent runs. As startup taints the autoscaler counts such a node as
-# not ready yet, instead of a ready node the pending pod cannot use, for which it added a second
-# node (the box, 1 -> 2 for one pod while the first worker was uninitialized; kubernetes/autoscaler
-# #7268). The chart repeats a flag for each key, up to its first `_`.
-STARTUP_TAINTS = ("node.cluster.x-k8s.io/uninitialized", "node.cilium.io/agent-not-ready")
+# The taint a new node carries only until it is initialized: Cluster API's, until the Machine
+# controller has found it. As a startup taint the autoscaler counts such a node as not ready yet,
+# instead of a ready node the pending pod cannot use, for which it added a second node (the box,
+# 1 -> 2 for one pod while the first worker was uninitialized; kubernetes/autoscaler #7268).
+# Cilium's `node.cilium.io/agent-not-ready` is not among them: Cilium removes it but never puts it
+# on a node, and CAPMOX's template registers nodes with no taint (templates/cluster-template.yaml),
+# so the flag for it would be inert. The chart repeats a flag for each key, up to its first `_`.
+STARTUP_TAINTS = ("node.cluster.x-k8s.io/uninitialized",)
 # The flags the entry's own keys set, by flag.
 TIMING_KEYS = {
     "scan-interval": "scanInterval",

@@ -266,7 +266,6 @@ def test_the_autoscaler_reads_lab1_through_its_kubeconfig_secret_with_the_rule_t
         "kube-client-burst": "60",
         # A node still uninitialized is not one the pending pod fits on yet (#7268).
         "startup-taint_1": "node.cluster.x-k8s.io/uninitialized",
-        "startup-taint_2": "node.cilium.io/agent-not-ready",
     }
 
 
@@ -290,7 +289,6 @@ def test_the_autoscaler_timings_are_settings(lab1: harness.Run) -> None:
         "kube-client-qps": "30",
         "kube-client-burst": "60",
         "startup-taint_1": "node.cluster.x-k8s.io/uninitialized",
-        "startup-taint_2": "node.cilium.io/agent-not-ready",
     }
     assert {name for _, name in harness.changed(lab1, run)} == {"lab1-autoscaler"}
 
