@@ -12,9 +12,11 @@ SCRIPTS := $(wildcard components/scripts/*.sh) $(shell find e2e -name '*.sh')
 
 check: lint test
 
+# --no-compile: pip would byte-compile every module of every package (pulumi_kubernetes alone has
+# thousands the program never imports); Python compiles what is imported, once, on first use.
 venv:
 	test -x $(PY) || python3 -m venv .venv
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile -r requirements-dev.txt
 
 $(VENV):
 	$(MAKE) venv
