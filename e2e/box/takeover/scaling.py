@@ -18,7 +18,7 @@ from e2e.box.workload.lab1_reads import DEMAND, LAB1, demand, get, scales, until
 
 # The shipped Pulumi.lab.yaml's lab1 bounds.
 MIN_SIZE, MAX_SIZE = 0, 3
-TIMINGS = {"scaleDownUnneededTime": "10s", "scaleDownDelayAfterAdd": "5s"}
+TIMINGS = {"scanInterval": "2s", "scaleDownUnneededTime": "10s", "scaleDownDelayAfterAdd": "5s"}
 BOUND_SECONDS = 300.0
 
 
