@@ -88,10 +88,10 @@ def test_a_test_with_a_box_of_its_own_is_in_no_group(collected: list[dict[str, A
 def test_the_scenarios_start_in_the_order_that_keeps_the_cores_busy(collected: list[dict[str, Any]]) -> None:
     groups = [group for group in dict.fromkeys(row["group"] for row in collected) if group is not None]
     assert groups[:4] == [
-        "test_box_takeover.takeover",
-        "test_box_whole_adoption.adoption-other",
         "conftest.whole_box_lifecycle",
-        "conftest.lab1_box-lab",
+        "test_box_faults.not_injected",
+        "test_box_takeover.takeover",
+        "test_box_faults.never_ready",
     ]
     last_fault = max(index for index, row in enumerate(collected) if row["module"] == "test_box_faults")
     first_short = min(index for index, row in enumerate(collected) if row["module"] == "test_real_engine")
