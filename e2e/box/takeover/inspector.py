@@ -4,9 +4,9 @@ laptop through whichever kubeconfigs sit where it reads them, before the takeove
 `capi-readonly` account's 7-day tokens) and after it (the program's read-only accounts, written
 there by docs/adoption.md's W7).
 
-    files = inspector.mint_old_files(lab)   # make-kubeconfig.sh's, for lab-mgmt and lab1
-    found = inspector.checks(lab)            # {"lab-mgmt": {...}, "lab1": {...}}
-    inspector.problems(found)                # [] when every check answered as the spec says
+    inspector.mint_old_file(lab, project, "lab1", "~/.kube/lab1.kubeconfig", apply_rbac=True)
+    found = inspector.checks(lab)   # {"lab-mgmt": {...}, "lab1": {...}}
+    inspector.problems(found)       # [] when every check answered as the spec says
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def kubeconfig(server: str, ca_data: str, context: str, token: str) -> str:
     )
 
 
-def mint_old_file(lab: Laptop, project: Path, cluster: str, admin: str, *, apply_rbac: bool) -> Path:
+def mint_old_file(lab: Laptop, project: Path, cluster: str, admin: str, *, apply_rbac: bool) -> None:
     """make-kubeconfig.sh NAME --admin-kubeconfig ... [--apply-rbac]: the inspector's RBAC applied
     where asked, a 7-day token of `capi-readonly` and the file written where the inspector reads."""
     if apply_rbac:
@@ -100,7 +100,6 @@ def mint_old_file(lab: Laptop, project: Path, cluster: str, admin: str, *, apply
         kubeconfig(cluster_entry["server"], cluster_entry["certificate-authority-data"], CONTEXTS[cluster], token)
     )
     path.chmod(0o600)
-    return path
 
 
 def checks(lab: Laptop) -> dict[str, dict[str, Any]]:
