@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from components.kubeconfig import token_kubeconfig
 from e2e.standins.cluster import playbook_lab
 
 # Where the inspector reads, in the owner's repository (the laptop's project folder), and the
@@ -65,20 +66,6 @@ class Laptop(Protocol):
     def laptop(self, line: str) -> dict[str, Any]: ...
 
 
-def kubeconfig(server: str, ca_data: str, context: str, token: str) -> str:
-    """A token kubeconfig naming one context, as make-kubeconfig.sh writes it."""
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": context, "cluster": {"server": server, "certificate-authority-data": ca_data}}],
-            "users": [{"name": context, "user": {"token": token}}],
-            "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
-            "current-context": context,
-        }
-    )
-
-
 def mint_old_file(lab: Laptop, project: Path, cluster: str, admin: str, *, apply_rbac: bool) -> None:
     """make-kubeconfig.sh NAME --admin-kubeconfig ... [--apply-rbac]: the inspector's RBAC applied
     where asked, a 7-day token of `capi-readonly` and the file written where the inspector reads."""
@@ -97,7 +84,7 @@ def mint_old_file(lab: Laptop, project: Path, cluster: str, admin: str, *, apply
     path = project / FOLDER / f"{cluster}.kubeconfig"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
-        kubeconfig(cluster_entry["server"], cluster_entry["certificate-authority-data"], CONTEXTS[cluster], token)
+        token_kubeconfig(cluster_entry["server"], cluster_entry["certificate-authority-data"], token, CONTEXTS[cluster])
     )
     path.chmod(0o600)
 

@@ -14,10 +14,12 @@ import time
 from typing import Any
 
 from e2e.box.takeover.owners_lab import OwnersLab
+from e2e.box.workload import lab1_sites
 from e2e.box.workload.lab1_reads import DEMAND, LAB1, demand, get, scales, until
 
 # The shipped Pulumi.lab.yaml's lab1 bounds.
-MIN_SIZE, MAX_SIZE = 0, 3
+BOUNDS = lab1_sites.declared("lab")["workers"]
+MIN_SIZE, MAX_SIZE = BOUNDS["minSize"], BOUNDS["maxSize"]
 TIMINGS = {"scanInterval": "2s", "scaleDownUnneededTime": "10s", "scaleDownDelayAfterAdd": "5s"}
 BOUND_SECONDS = 300.0
 
