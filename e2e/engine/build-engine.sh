@@ -110,10 +110,15 @@ build_cli() {
 # left to stop there (a stand-in file would make it overwrite that mapping with an empty one).
 # Where this departs from the Makefile, and why:
 # - the proxy refuses three versions go.mod names: pulumi-language-dotnet v3.106.2 (imported by the
-#   generator alone: it gets the archive of v3.107.1; the plugin's go.mod drops it), a fluxcd/pkg/ssa
+#   generator alone, for the .NET SDK that `schema` never writes: it gets a stand-in module, below;
+#   the plugin's go.mod drops it), a fluxcd/pkg/ssa
 #   pseudo-version whose ssa/ tree equals tag ssa/v0.72.0 (served), and pulumi pkg/sdk v3.243.0 and
 #   v3.244.0 (the plugin takes v3.245.0, the nearest served; k8s.io/*, client-go, Helm v3.20.2, grpc
 #   and fluxcd stay at go.mod's versions);
+# - the generator is built on the plugin's module graph (the same versions of every module), so
+#   that the plugin's build finds most of its packages compiled already: the real .NET generator
+#   (v3.107.1) requires pulumi v3.246.0 and newer golang.org/x modules, which made the two graphs
+#   differ under golang.org/x/sys and compiled everything twice (1345 s for this lane, cold);
 # - sdk/v4 is the proxy's v4.32.0 in place of the monorepo's ../sdk;
 # - the Kubernetes swagger files (the Makefile's KUBE_VERSION v1.36.1 and the eight older ones the
 #   generator merges in) come from the k8s.io/kubernetes modules at those tags, which the proxy serves.
@@ -124,7 +129,8 @@ FLUXCD_SSA_PSEUDO=github.com/fluxcd/pkg/ssa@v0.71.1-0.20260424094917-4f94dc68041
 build_kubernetes_plugin() {
   local out="$cache/pulumi-resource-kubernetes-v$KUBERNETES_PLUGIN_VERSION/bin" src provider cmd specs v mapping_sum
   local started=$SECONDS
-  local archives=("pulumi-kubernetes-v$KUBERNETES_PLUGIN_VERSION-provider.tar.gz" pulumi-language-dotnet-v3.107.1.tar.gz)
+  local archive="pulumi-kubernetes-v$KUBERNETES_PLUGIN_VERSION-provider.tar.gz"
+  local dotnet=github.com/pulumi/pulumi-dotnet/pulumi-language-dotnet/v3
   local sdk_pin="github.com/pulumi/pulumi-kubernetes/sdk/v4@v$KUBERNETES_PLUGIN_VERSION"
   local version_flag="-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$KUBERNETES_PLUGIN_VERSION"
   if [ "$(pinned pulumi-kubernetes)" != "$KUBERNETES_PLUGIN_VERSION" ]; then
@@ -133,25 +139,25 @@ build_kubernetes_plugin() {
   fi
   if [ -x "$out/pulumi-resource-kubernetes" ]; then
     say "pulumi-resource-kubernetes v$KUBERNETES_PLUGIN_VERSION: cached"
-  elif ! have_archives "${archives[@]}"; then
-    out="$(released_plugin kubernetes "$KUBERNETES_PLUGIN_VERSION" "${archives[0]} (and ${archives[1]})")"
+  elif ! have_archives "$archive"; then
+    out="$(released_plugin kubernetes "$KUBERNETES_PLUGIN_VERSION" "$archive")"
   else
     src="$cache/src/pulumi-kubernetes-v$KUBERNETES_PLUGIN_VERSION"
     provider="$src/kubernetes/provider" cmd="$src/kubernetes/provider/cmd/pulumi-resource-kubernetes"
     specs="$provider/pkg/gen/openapi-specs"
     rm -rf "$src" && mkdir -p "$src/gen" "$out"
-    unpack "${archives[0]}" "$src/kubernetes"
-    unpack "${archives[1]}" "$src/pulumi-dotnet"
+    unpack "$archive" "$src/kubernetes"
+    write_dotnet_codegen_standin "$src/dotnet-codegen"
     mkdir -p "$specs"
     for v in $KUBERNETES_SWAGGER_VERSIONS; do
       cp "$(module_dir "k8s.io/kubernetes@v$v")/api/openapi-spec/swagger.json" "$specs/swagger-v$v.json"
     done
     mapping_sum="$(sha256sum <"$cmd/terraform-mapping.json")"
-    cp "$provider/go.mod" "$src/go.mod.tag" && cp "$provider/go.sum" "$src/go.sum.tag"
     say "pulumi-gen-kubernetes v$KUBERNETES_PLUGIN_VERSION: building, then generating schema.json"
     (cd "$provider" && go mod edit -dropreplace=github.com/pulumi/pulumi-kubernetes/sdk/v4 -require="$sdk_pin" \
-      -replace=github.com/pulumi/pulumi-dotnet/pulumi-language-dotnet/v3="$src/pulumi-dotnet/pulumi-language-dotnet" \
-      -replace="$FLUXCD_SSA_PSEUDO=github.com/fluxcd/pkg/ssa@v0.72.0" &&
+      -replace="$FLUXCD_SSA_PSEUDO=github.com/fluxcd/pkg/ssa@v0.72.0" \
+      -require=github.com/pulumi/pulumi/pkg/v3@v3.245.0 -require=github.com/pulumi/pulumi/sdk/v3@v3.245.0 \
+      -replace="$dotnet=$src/dotnet-codegen" &&
       go build -trimpath -ldflags "$version_flag" -o "$src/gen/pulumi-gen-kubernetes" ./cmd/pulumi-gen-kubernetes)
     "$src/gen/pulumi-gen-kubernetes" schema "$specs/swagger-v1.36.1.json" "$src/kubernetes" >"$src/gen/schema.log" 2>&1 || true
     if ! grep -q 'terraform.json: no such file' "$src/gen/schema.log" || [ ! -s "$cmd/schema.json" ] ||
@@ -160,11 +166,7 @@ build_kubernetes_plugin() {
       cat "$src/gen/schema.log" >&2
       return 1
     fi
-    cp "$src/go.mod.tag" "$provider/go.mod" && cp "$src/go.sum.tag" "$provider/go.sum"
-    (cd "$provider" && go mod edit -dropreplace=github.com/pulumi/pulumi-kubernetes/sdk/v4 -require="$sdk_pin" \
-      -droprequire=github.com/pulumi/pulumi-dotnet/pulumi-language-dotnet/v3 \
-      -replace="$FLUXCD_SSA_PSEUDO=github.com/fluxcd/pkg/ssa@v0.72.0" \
-      -require=github.com/pulumi/pulumi/pkg/v3@v3.245.0 -require=github.com/pulumi/pulumi/sdk/v3@v3.245.0)
+    (cd "$provider" && go mod edit -droprequire="$dotnet" -dropreplace="$dotnet")
     # The Makefile's `go generate`: the schema and the terraform mapping embedded with the version set.
     (cd "$cmd" && VERSION="$KUBERNETES_PLUGIN_VERSION" go run ./generate.go)
     say "pulumi-resource-kubernetes v$KUBERNETES_PLUGIN_VERSION: building (about 8 minutes cold on 2 cores)"
@@ -276,6 +278,42 @@ func SkipRequiredProvidersVersion() GenerateProgramOption { return func() {} }
 
 func GenerateProgram(*pcl.Program, ...GenerateProgramOption) (map[string][]byte, hcl.Diagnostics, error) {
 	return nil, nil, errors.New("lab-mgmt build: HCL example conversion is not available in this plugin build")
+}
+GO
+}
+
+# pulumi-gen-kubernetes's .NET SDK writer, which `schema` never calls: the two functions it imports,
+# on the pulumi version the plugin takes, so that the generator's module graph is the plugin's.
+write_dotnet_codegen_standin() {
+  mkdir -p "$1/codegen"
+  printf 'module %s\n\ngo 1.24\n\nrequire github.com/pulumi/pulumi/pkg/v3 v3.245.0\n' \
+    github.com/pulumi/pulumi-dotnet/pulumi-language-dotnet/v3 >"$1/go.mod"
+  cat >"$1/codegen/standin.go" <<'GO'
+// Package codegen stands in for pulumi-language-dotnet's SDK generator in pulumi-gen-kubernetes,
+// which the lab-mgmt build runs only to write schema.json; the .NET SDK is never generated.
+package codegen
+
+import (
+	"errors"
+
+	"github.com/pulumi/pulumi/pkg/v3/codegen/schema"
+)
+
+var errNoDotnet = errors.New("lab-mgmt build: the .NET SDK generator is not available in this generator build")
+
+type LanguageResource struct {
+	*schema.Resource
+
+	Name    string
+	Package string
+}
+
+func LanguageResources(string, *schema.Package) (map[string]LanguageResource, error) {
+	return nil, errNoDotnet
+}
+
+func GeneratePackage(string, *schema.Package, map[string][]byte, map[string]string) (map[string][]byte, error) {
+	return nil, errNoDotnet
 }
 GO
 }
