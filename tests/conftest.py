@@ -15,15 +15,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # The order in which the scenarios start, by xdist group (`make test-engine` runs them side by
 # side; tests of no group listed here start last, in collection order). The suite is bound by the
 # CPU of two cores, so what matters is that no core idles and that the heaviest scenarios do not
-# all run at once: each of the two fault scenarios that wait out a one-minute bound starts beside
-# the longest ones (with three workers: the journey 315 s, the whole adoption 277 s, the lifecycle
+# all run at once: the fault scenario that waits out two one-minute bounds starts beside the
+# longest ones (with three workers: the journey 315 s, the whole adoption 277 s, the lifecycle
 # 248 s, lab1 217 s), and the many short tests, which keep the CPU busy, come last. Started
 # longest first, the three heaviest together, the suite took 13 min 0 s against 12 min 36 s.
 STARTED_FIRST = (
     "conftest.whole_box_lifecycle",
-    "test_box_faults.not_injected",
+    "test_box_faults.bounds",
     "test_box_takeover.takeover",
-    "test_box_faults.never_ready",
     "conftest.lab1_box-lab",
     "test_box_whole_adoption.adoption-other",
     "test_box_faults.ssh",

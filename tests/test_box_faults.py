@@ -50,13 +50,8 @@ def api_down(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.fixture(scope="module")
-def never_ready(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    return _scenario(tmp_path_factory, "provider_never_ready")
-
-
-@pytest.fixture(scope="module")
-def not_injected(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    return _scenario(tmp_path_factory, "webhooks_never_injected")
+def bounds(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _scenario(tmp_path_factory, "bounds_waited_out")
 
 
 @pytest.fixture(scope="module")
@@ -225,64 +220,18 @@ READY_PROVIDERS = [
 ]
 
 
-def test_a_provider_cr_never_ready_fails_the_up_at_the_setting_s_bound_naming_the_cr(never_ready: Any) -> None:
-    assert never_ready["setting"]["rc"] == 0, never_ready["setting"]
-    run = never_ready["not_ready"]
-    _failed(
-        run,
-        NEVER_READY_CR,
-        f'::{NEVER_READY_CR}" was successfully created, but the Kubernetes API server reported that it failed to '
-        "fully initialize or become live: timed out waiting for the condition",
-    )
-    # providerReadyTimeoutMinutes 1, not the default 15: the CLI's own clock on the CR when it failed.
-    [waited] = re.findall(rf"{NEVER_READY_CR} creating \((\d+)s\) error:", run["output"])
-    assert 60 <= int(waited) < 120, waited
-
-
-def test_after_the_provider_timeout_the_state_lists_everything_made(never_ready: Any) -> None:
-    run = never_ready["not_ready"]
-    made = {"mgmt-vm", "mgmt-host-ready", "mgmt-k3s-install", "mgmt-read-kubeconfig", *WEBHOOK_WAITS}
-    crs = {"mgmt-core-cluster-api", "mgmt-bootstrap-kubeadm", "mgmt-controlplane-kubeadm", "mgmt-ipam-in-cluster"}
-    # The CR that timed out is in the state too: it was created, only never Ready, and the next
-    # run updates it rather than creating it again.
-    assert made | ON_THE_CLUSTER | crs | {NEVER_READY_CR} <= set(run["state"]["resources"])
-    assert sorted(never_ready["reconciled_while_withheld"]) == sorted(READY_PROVIDERS)
-    assert run["pve"] == ONE_VM
-    assert len(run["installs"]) == 1
-
-
-def test_with_the_provider_ready_the_next_up_converges_updating_only_that_cr(never_ready: Any) -> None:
-    run = never_ready["released"]
-    _converged(run)
-    assert never_ready["reconciled_once_released"] == ["InfrastructureProvider/proxmox@v0.9.1"]
-    changed = {
-        step["urn"].rsplit("::", 1)[1]: step["op"] for step in run["steps"] if step["op"] not in {"same", "read"}
-    }
-    assert changed == {NEVER_READY_CR: "update"}
-    assert run["ssh_sessions"] == []
-    assert run["pve_writes"] == []
-    # The kubernetes plugin updates a CR by two patches: its field managers put right, then the apply.
-    assert run["k8s_writes"] == [["patch", "infrastructureproviders", "proxmox"]] * 2
-    assert never_ready["provider_versions"] == {
-        "capiCoreVersion": "v1.12.11",
-        "capiBootstrapVersion": "v1.12.11",
-        "capiControlPlaneVersion": "v1.12.11",
-        "capmoxVersion": "v0.9.1",
-        "ipamInClusterVersion": "v1.1.1",
-    }
-    assert never_ready["no_changes"]["rc"] == 0, never_ready["no_changes"]["output"][-4000:]
-    for key in STANDIN_RECORDS:
-        assert never_ready[key] == [], key
-
-
 def _sent(admission: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What the program sent provider CRs, dry runs too, whatever the API server answered."""
     return [write for write in admission if write["user"] == PROGRAM_USER and write["resource"].endswith("providers")]
 
 
-def test_webhooks_never_given_their_ca_bundle_fail_the_up_at_the_wait_s_bound_sending_no_cr(not_injected: Any) -> None:
-    assert not_injected["setting"]["rc"] == 0, not_injected["setting"]
-    run = not_injected["not_injected"]
+def _changed(run: dict[str, Any]) -> dict[str, str]:
+    return {step["urn"].rsplit("::", 1)[1]: step["op"] for step in run["steps"] if step["op"] not in {"same", "read"}}
+
+
+def test_webhooks_never_given_their_ca_bundle_fail_the_up_at_the_wait_s_bound_sending_no_cr(bounds: Any) -> None:
+    assert [setting["rc"] for setting in bounds["settings"]] == [0, 0], bounds["settings"]
+    run = bounds["not_injected"]
     # While it waits, the CLI shows what for; then each wait names its resource and the timeout.
     assert "{.webhooks[0].clientConfig.caBundle} selected nothing" in run["output"]
     for wait in WEBHOOK_WAITS:
@@ -295,7 +244,7 @@ def test_webhooks_never_given_their_ca_bundle_fail_the_up_at_the_wait_s_bound_se
         # operatorWebhookTimeoutMinutes 1, not the default 5: the CLI's own clock on each wait.
         [waited] = re.findall(rf"{wait} creating \((\d+)s\) error:", run["output"])
         assert 60 <= int(waited) < 120, (wait, waited)
-    withheld = not_injected["withheld"]
+    withheld = bounds["withheld"]
     assert withheld["injected"] == []
     assert withheld["reviews"] == []
     assert _sent(withheld["admission"]) == []
@@ -305,34 +254,73 @@ def test_webhooks_never_given_their_ca_bundle_fail_the_up_at_the_wait_s_bound_se
     assert len(run["installs"]) == 1
 
 
-def test_with_the_bundles_injected_the_next_up_sends_the_crs_and_converges(not_injected: Any) -> None:
-    run = not_injected["released"]
-    _converged(run)
-    # The waits that timed out are in the state: this run waits again (the bundles are there now),
-    # then creates the CRs.
-    changed = {
-        step["urn"].rsplit("::", 1)[1]: step["op"] for step in run["steps"] if step["op"] not in {"same", "read"}
-    }
-    assert changed == {
+def test_with_the_bundles_injected_the_next_up_sends_the_crs_after_them(bounds: Any) -> None:
+    """The waits that timed out are in the state: the next run waits again (the bundles are there
+    now), then creates every CR, each reviewed by the operator's webhooks."""
+    run = bounds["not_ready"]
+    assert _changed(run) == {
         **dict.fromkeys(WEBHOOK_WAITS, "update"),
         **dict.fromkeys(scenarios.PROVIDER_CR_RESOURCES, "create"),
     }
     assert run["ssh_sessions"] == []
-    injected = [write for write in not_injected["admission"] if write["user"] == INJECTOR_USER]
+    injected = [write for write in bounds["admission"] if write["user"] == INJECTOR_USER]
     assert sorted(write["name"] for write in injected) == sorted(admission_webhook_standin.CONFIGURATION_NAMES.values())
-    sent = _sent(not_injected["admission"])
+    sent = _sent(bounds["admission"])
     # Server-side apply creates each CR by a patch, answered 201.
     assert sorted((write["resource"], write["name"]) for write in sent if write["code"] == 201) == sorted(
         (f"{kind.lower()}s", name) for kind, (_, name, _) in playbook_lab.PROVIDERS.items()
     )
     filled_in = max(write["answered"] for write in injected)
     assert all(write["received"] > filled_in for write in sent), (sent, injected)
-    assert {(review["kind"], review["operation"]) for review in not_injected["reviews"]} == {
+    assert {(review["kind"], review["operation"]) for review in bounds["reviews"]} == {
         (kind, "CREATE") for kind in playbook_lab.PROVIDERS
     }
-    assert not_injected["no_changes"]["rc"] == 0, not_injected["no_changes"]["output"][-4000:]
+
+
+def test_a_provider_cr_never_ready_fails_the_up_at_the_setting_s_bound_naming_the_cr(bounds: Any) -> None:
+    run = bounds["not_ready"]
+    _failed(
+        run,
+        NEVER_READY_CR,
+        f'::{NEVER_READY_CR}" was successfully created, but the Kubernetes API server reported that it failed to '
+        "fully initialize or become live: timed out waiting for the condition",
+    )
+    # providerReadyTimeoutMinutes 1, not the default 15: the CLI's own clock on the CR when it failed.
+    [waited] = re.findall(rf"{NEVER_READY_CR} creating \((\d+)s\) error:", run["output"])
+    assert 60 <= int(waited) < 120, waited
+
+
+def test_after_the_provider_timeout_the_state_lists_everything_made(bounds: Any) -> None:
+    run = bounds["not_ready"]
+    made = {"mgmt-vm", "mgmt-host-ready", "mgmt-k3s-install", "mgmt-read-kubeconfig", *WEBHOOK_WAITS}
+    crs = {"mgmt-core-cluster-api", "mgmt-bootstrap-kubeadm", "mgmt-controlplane-kubeadm", "mgmt-ipam-in-cluster"}
+    # The CR that timed out is in the state too: it was created, only never Ready, and the next
+    # run updates it rather than creating it again.
+    assert made | ON_THE_CLUSTER | crs | {NEVER_READY_CR} <= set(run["state"]["resources"])
+    assert sorted(bounds["reconciled_while_withheld"]) == sorted(READY_PROVIDERS)
+    assert run["pve"] == ONE_VM
+    assert len(run["installs"]) == 1
+
+
+def test_with_the_provider_ready_the_next_up_converges_updating_only_that_cr(bounds: Any) -> None:
+    run = bounds["released"]
+    _converged(run)
+    assert bounds["reconciled_once_released"] == ["InfrastructureProvider/proxmox@v0.9.1"]
+    assert _changed(run) == {NEVER_READY_CR: "update"}
+    assert run["ssh_sessions"] == []
+    assert run["pve_writes"] == []
+    # The kubernetes plugin updates a CR by two patches: its field managers put right, then the apply.
+    assert run["k8s_writes"] == [["patch", "infrastructureproviders", "proxmox"]] * 2
+    assert bounds["provider_versions"] == {
+        "capiCoreVersion": "v1.12.11",
+        "capiBootstrapVersion": "v1.12.11",
+        "capiControlPlaneVersion": "v1.12.11",
+        "capmoxVersion": "v0.9.1",
+        "ipamInClusterVersion": "v1.1.1",
+    }
+    assert bounds["no_changes"]["rc"] == 0, bounds["no_changes"]["output"][-4000:]
     for key in STANDIN_RECORDS:
-        assert not_injected[key] == [], key
+        assert bounds[key] == [], key
 
 
 def test_ctrl_c_twice_stops_the_up_and_leaves_the_step_pending(interrupted: Any) -> None:

@@ -58,12 +58,12 @@ def collected(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 def test_the_tests_of_one_box_scenario_share_one_group(collected: list[dict[str, Any]]) -> None:
     groups: dict[str, set[str]] = {}
     for row in collected:
-        for fixture in ("adoption", "takeover", "ssh", "never_ready", "whole_box_lifecycle", "lab1_box"):
+        for fixture in ("adoption", "takeover", "ssh", "bounds", "whole_box_lifecycle", "lab1_box"):
             if fixture in row["fixtures"] and row["group"] is not None:
                 groups.setdefault(f"{row['module']}.{fixture}", set()).add(row["group"])
     # One group each; the site-parametrized adoption's is named after its one site.
     assert groups["test_box_faults.ssh"] == {"test_box_faults.ssh"}
-    assert groups["test_box_faults.never_ready"] == {"test_box_faults.never_ready"}
+    assert groups["test_box_faults.bounds"] == {"test_box_faults.bounds"}
     assert groups["test_box_takeover.takeover"] == {"test_box_takeover.takeover"}
     assert groups["test_box_whole_adoption.adoption"] == {"test_box_whole_adoption.adoption-other"}
     # xdist reads a node id ending in `]` as a parameter, not a group: every name ends otherwise.
@@ -87,11 +87,10 @@ def test_a_test_with_a_box_of_its_own_is_in_no_group(collected: list[dict[str, A
 
 def test_the_scenarios_start_in_the_order_that_keeps_the_cores_busy(collected: list[dict[str, Any]]) -> None:
     groups = [group for group in dict.fromkeys(row["group"] for row in collected) if group is not None]
-    assert groups[:4] == [
+    assert groups[:3] == [
         "conftest.whole_box_lifecycle",
-        "test_box_faults.not_injected",
+        "test_box_faults.bounds",
         "test_box_takeover.takeover",
-        "test_box_faults.never_ready",
     ]
     last_fault = max(index for index, row in enumerate(collected) if row["module"] == "test_box_faults")
     first_short = min(index for index, row in enumerate(collected) if row["module"] == "test_real_engine")

@@ -10,10 +10,11 @@ a network namespace of its own (tests/test_box_faults.py):
   against another host key at the VM's address; then a k3s upgrade whose session dies between the
   installer's new binary and its restart of k3s;
 - `api_server_down`: k3s's API server going down after the k3s steps, as the Helm releases begin;
-- `provider_never_ready`: the operator never making the InfrastructureProvider Ready, so that
-  `pulumi up` hits its bound (providerReadyTimeoutMinutes) on that CR;
-- `webhooks_never_injected`: cert-manager's CA injector never filling in the operator's webhook
-  configurations, so that `pulumi up` hits its bound waiting on them, having sent no provider CR;
+- `bounds_waited_out`: cert-manager's CA injector never filling in the operator's webhook
+  configurations, so that `pulumi up` hits its bound waiting on them (operatorWebhookTimeoutMinutes),
+  having sent no provider CR; then, in the same box, the operator never making the
+  InfrastructureProvider Ready, so that the next `pulumi up` hits its bound
+  (providerReadyTimeoutMinutes) on that CR;
 - `interrupted`: `pulumi up` interrupted with SIGINT mid-run, then the pending operation cleared as
   docs/troubleshooting.md says.
 """
@@ -238,40 +239,29 @@ def api_server_down(root: str) -> dict[str, Any]:
         return {"down": down, "stopped": len(stopped), "recovered": recovered, "again": again, **standin_problems(box)}
 
 
-def provider_never_ready(root: str) -> dict[str, Any]:
-    """With providerReadyTimeoutMinutes at its least, the first up while the operator never makes
-    the InfrastructureProvider Ready, and what the operator made Ready by then; then Ready
-    released, the run after it, what the operator made Ready since, the stack's providerVersions
-    and the zero-change preview. The whole scenario timed."""
+def bounds_waited_out(root: str) -> dict[str, Any]:
+    """The two bounds a first `pulumi up` can wait out, in one box, with operatorWebhookTimeoutMinutes
+    and providerReadyTimeoutMinutes at their least: the first up while the CA injector withholds
+    both of the operator's webhook configurations and the operator never makes the
+    InfrastructureProvider Ready, which waits out the webhooks' bound having sent no provider CR;
+    then the bundles released, the run after it, which sends the CRs and waits out the provider's
+    bound on that one; then Ready released, the run after it, and the zero-change preview. Around
+    each, what the injector wrote, what the webhook server reviewed, the program's writes to the
+    webhook configurations and the CRs, and what the operator made Ready. The whole scenario timed."""
     started = time.monotonic()
     base = Path(root)
     with running(base) as box:
-        setting = scenarios._step(box.engine, ("config", "set", "providerReadyTimeoutMinutes", PROVIDER_READY_MINUTES))
-        box.operator.withhold(*NEVER_READY)
-        result: dict[str, Any] = {"setting": setting, "not_ready": _run(box, base)}
-        result["reconciled_while_withheld"] = _reconciled_since(box, 0)
-        box.operator.release(*NEVER_READY)
-        result["released"] = _run(box, base)
-        result["reconciled_once_released"] = _reconciled_since(box, len(result["reconciled_while_withheld"]))
-        result["provider_versions"] = box.engine.outputs().get("providerVersions")
-        result["no_changes"] = observe(box, "preview", "--expect-no-changes")
-        result.update(standin_problems(box))
-    return {**result, "seconds": round(time.monotonic() - started, 1)}
-
-
-def webhooks_never_injected(root: str) -> dict[str, Any]:
-    """With operatorWebhookTimeoutMinutes at its least, the first up while the CA injector withholds
-    both of the operator's webhook configurations,
-    with what the injector wrote, what the webhook server reviewed and which provider CRs the
-    program sent by then; then both released, the run after it, the same records of it and the
-    zero-change preview. The whole scenario timed."""
-    started = time.monotonic()
-    base = Path(root)
-    with running(base) as box:
-        setting = scenarios._step(box.engine, ("config", "set", "operatorWebhookTimeoutMinutes", WEBHOOK_MINUTES))
+        settings = [
+            scenarios._step(box.engine, ("config", "set", key, minutes))
+            for key, minutes in (
+                ("operatorWebhookTimeoutMinutes", WEBHOOK_MINUTES),
+                ("providerReadyTimeoutMinutes", PROVIDER_READY_MINUTES),
+            )
+        ]
         for configuration in admission_webhook_standin.CONFIGURATION_NAMES.items():
             box.injector.withhold(*configuration)
-        result: dict[str, Any] = {"setting": setting, "not_injected": _run(box, base)}
+        box.operator.withhold(*NEVER_READY)
+        result: dict[str, Any] = {"settings": settings, "not_injected": _run(box, base)}
         result["withheld"] = {
             "injected": list(box.injector.injected),
             "reviews": list(box.webhook.reviews),
@@ -279,10 +269,15 @@ def webhooks_never_injected(root: str) -> dict[str, Any]:
         }
         for configuration in admission_webhook_standin.CONFIGURATION_NAMES.items():
             box.injector.release(*configuration)
-        result["released"] = _run(box, base)
+        result["not_ready"] = _run(box, base)
         result["injected"] = box.injector.injected
         result["reviews"] = box.webhook.reviews
         result["admission"] = _admission(box)
+        result["reconciled_while_withheld"] = _reconciled_since(box, 0)
+        box.operator.release(*NEVER_READY)
+        result["released"] = _run(box, base)
+        result["reconciled_once_released"] = _reconciled_since(box, len(result["reconciled_while_withheld"]))
+        result["provider_versions"] = box.engine.outputs().get("providerVersions")
         result["no_changes"] = observe(box, "preview", "--expect-no-changes")
         result.update(standin_problems(box))
     return {**result, "seconds": round(time.monotonic() - started, 1)}
