@@ -1,17 +1,18 @@
 """The PROGRAM's lab1 in the box (tests/test_box_lab1_*.py; issue 30's scenario): on the workload box
-(e2e/box/workload/workload_box.py) with the real Cluster API core, the program (box_program.py) declares a
-workload cluster in its stack file as an owner edits it, at one of lab1_sites.SITES (the lab's own
-lab1, or another site's), and each step goes through the real CLI: the first `pulumi up` (the
-cluster at 0 workers, Cilium once the Cluster is ControlPlaneInitialized, cluster-autoscaler from
-the real chart 9.59.0 whose Pod the pod runner runs as the real binary); then demand in lab1 that
-fits nowhere, which the real autoscaler meets 0 -> 1 -> 3 (maxSize; the pod more than that stays
-pending, the autoscaler's event saying why), 3 -> 4 once maxSize is raised, and, once the demand is
-gone, 4 -> 0; a rotated
-lab1 kubeconfig; a worker sizing change; and, last, the controls (lab1_controls.py): without the
-proxmoxmachinetemplates rule, no scale-from-zero; without its contract label, the ProxmoxCluster
-cannot be resolved. Between steps, a `pulumi up --expect-no-changes` that writes nothing (after the
-first up, a zero-change preview too). Every write is read from the API servers' audit logs; the
-scale-up and scale-down are recorded as a timeline.
+(e2e/box/workload/workload_box.py) with the real Cluster API core, the program (box_program.py)
+declares a workload cluster in its stack file as an owner edits it, at one of lab1_sites.SITES (the
+lab's own lab1, or another site's), and each step goes through the real CLI: the first `pulumi up`
+(the cluster at 0 workers, Cilium once the Cluster is ControlPlaneInitialized, cluster-autoscaler
+from the real chart 9.59.0 whose Pod the pod runner runs as the real binary); then demand in lab1
+that fits nowhere, which the real autoscaler meets 0 -> 1 -> 3 (maxSize; the pod more than that
+stays pending, the autoscaler's event saying why), 3 -> 4 once maxSize is raised, and, once the
+demand is gone, 4 -> 0; between 0 -> 1 and the rest, lab1's Kubernetes upgrade with the worker
+running (lab1_rollouts.py); a rotated lab1 kubeconfig; a worker sizing change; and, last, the
+controls (lab1_controls.py): without the proxmoxmachinetemplates rule, no scale-from-zero; without
+its contract label, the ProxmoxCluster cannot be resolved. Between steps, a `pulumi up
+--expect-no-changes` that writes nothing (after the first up, a zero-change preview too). Every
+write is read from the API servers' audit logs; the scale-up and scale-down are recorded as a
+timeline.
 
 Along the way it records what the real Cluster API core and the real autoscaler did beneath the
 program: the operator stand-in's real CRDs, the webhook's defaulting, the Cluster -> MachineSet ->
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box.scenarios import WRITES, _lab_secrets, _readme_first_run, _set_all, _step
-from e2e.box.workload import lab1_controls, workload_box
+from e2e.box.workload import lab1_controls, lab1_rollouts, workload_box
 from e2e.box.workload.lab1_reads import (
     DEMAND,
     Lab,
@@ -43,7 +44,6 @@ from e2e.box.workload.lab1_reads import (
     kubeconfig_secret,
     managers,
     mounted_kubeconfig,
-    names,
     process,
     run,
     scales,
@@ -55,8 +55,6 @@ from e2e.engine.cli import Engine, declare_workload_clusters
 from e2e.engine.control_plane import ADMIN_USER, OPERATOR_USER, ControlPlane
 from e2e.standins.cluster import pod_runner
 
-# The sizing change the scenario makes to the workers.
-RESIZE_BY_MIB = 2048
 # One demand pod fills three quarters of a worker's cpu: one fits a worker beside Cilium's agent
 # (100m), two never do, and none fits the control plane, whose taint it does not tolerate.
 DEMAND_SHARE_OF_CPU = 0.75
@@ -194,6 +192,10 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     worker["lease_later"] = get(
         mgmt, "lease", worker["node"]["metadata"]["name"], namespace="kube-node-lease", kubeconfig=lab1
     )
+    # lab1's Kubernetes upgrade with that worker running and its demand on it (lab1_rollouts.py).
+    out["upgrade"] = lab1_rollouts.upgrade(engine, mgmt, lab, cluster, entry, manager_log=box.manager.log)
+    mark("Kubernetes upgrade")
+    out["no_change"].append(_no_change(engine, mgmt, cluster, "upgrade"))
     # One demand pod more than maxSize workers hold: the autoscaler stops at maxSize and says why
     # on the pod left over (docs/troubleshooting.md quotes it).
     audit_mark, step_began, max_size = len(mgmt.audit()), time.monotonic(), entry["workers"]["maxSize"]
@@ -248,7 +250,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     _rotate(engine, mgmt, cluster, lab1_plane=lab1_plane, runner=runner, out=out)
     mark("kubeconfig rotation")
     # 7. A worker sizing change: a new template, the MachineDeployment repointed, the old deleted.
-    _resize(engine, mgmt, cluster, entry["workers"]["memoryMib"] + RESIZE_BY_MIB, out)
+    lab1_rollouts.resize(engine, mgmt, cluster, entry["workers"]["memoryMib"] + lab1_rollouts.RESIZE_BY_MIB, out)
     mark("worker sizing change")
     out["no_change"].append(_no_change(engine, mgmt, cluster, "sizing change"))
     # 8. The controls: without the rule, scale-from-zero does not happen; without the contract
@@ -348,29 +350,6 @@ def _the_first_worker(mgmt: ControlPlane, cluster: Workload, lab: Lab, lab1: Pat
         ),
         "lease": get(mgmt, "lease", node["metadata"]["name"], namespace="kube-node-lease", kubeconfig=lab1),
     }
-
-
-def _resize(engine: Engine, mgmt: ControlPlane, cluster: Workload, memory_mib: int, out: dict[str, Any]) -> None:
-    ns = cluster.namespace
-    sets_before = names(mgmt, "machinesets", ns)
-    out["resize_config"] = _step(
-        engine, ("config", "set", "--path", "workloadClusters[0].workers.memoryMib", str(memory_mib))
-    )
-    audit_mark = len(mgmt.audit())
-    out["resize_preview"] = run(engine, mgmt, "preview")
-    out["resize"] = run(engine, mgmt, "up")
-    out["resize_writes"] = [
-        [e["verb"], e["objectRef"]["resource"], e["objectRef"].get("name", ""), e["requestReceivedTimestamp"]]
-        for e in mgmt.audit()[audit_mark:]
-        if e["user"]["username"] == ADMIN_USER
-        and e["verb"] in WRITES
-        and e["objectRef"].get("resource") in ("proxmoxmachinetemplates", "machinedeployments")
-        and "dryRun=All" not in e.get("requestURI", "")
-    ]
-    new_sets = until("a new MachineSet", lambda: sorted(set(names(mgmt, "machinesets", ns)) - set(sets_before)) or None)
-    out["machinesets"] = {"before": sets_before, "new": new_sets}
-    out["md_resized"] = get(mgmt, "machinedeployment", cluster.workers, namespace=ns)
-    out["templates"] = names(mgmt, "proxmoxmachinetemplates", ns)
 
 
 def _rotate(

@@ -121,6 +121,7 @@ def run(engine: Engine, mgmt: ControlPlane, action: str, *args: str) -> dict[str
         **{"action": " ".join((action, *args)), "rc": done.rc, "seconds": round(time.monotonic() - began, 1)},
         "summary": done.summary(),
         "changed": [s for s in done.steps() if s["op"] not in ("same", "read")],
+        "warnings": done.diagnostics("warning"),
         "writes": writes,
         "error": done.output[-5000:] if done.rc else "",
         "order": _order(done.events),

@@ -1,0 +1,133 @@
+"""What rolls lab1's machines, two steps of the program's lab1 scenario (lab1_autoscaling.py): a worker
+sizing change at 0 workers (a new template, the MachineDeployment repointed, the old template
+deleted), and lab1's Kubernetes upgrade with a worker running (issue 41; docs/operations.md,
+"Upgrading a workload cluster's Kubernetes"): the entry's kubernetesVersion and templateVmId set as
+the owner sets them, the preview naming the rollout, one `pulumi up`; then the real
+MachineDeployment controller replaces the worker (a new one first, maxSurge 1), Cluster API drains
+the old one through lab1's API, lab1's Deployment controller makes the evicted demand pod again and
+the real scheduler puts it on the new worker. Sampled until every worker runs the new version and
+the demand is running again: the counts as a timeline, the MachineDeployment's writes (the
+autoscaler must make none), the Machines and Nodes before and after.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from e2e.box.scenarios import WRITES, _step
+from e2e.box.workload.lab1_reads import Lab, Workload, get, names, run, scales, until
+from e2e.engine.cli import Engine
+from e2e.engine.control_plane import ADMIN_USER, ControlPlane
+
+# The sizing change the scenario makes to the workers.
+RESIZE_BY_MIB = 2048
+
+# The next patch release, and the template VM an owner builds for it (image-builder), one up from
+# the entry's: a version bump needs its template, whose images the new nodes boot.
+UPGRADE_TO = "v1.35.10"
+TEMPLATE_STEP = 1
+
+
+def _workers(mgmt: ControlPlane, lab: Lab, cluster: Workload) -> dict[str, Any]:
+    """The worker Machines (name, version, node) and lab1's worker Nodes (name, kubelet version)."""
+    selector = f"cluster.x-k8s.io/deployment-name={cluster.workers}"
+    machines = get(mgmt, "machines", namespace=cluster.namespace, selector=selector)
+    nodes = lab.get(lab.lab1, "/api/v1/nodes") or {"items": []}
+    return {
+        "machines": sorted(
+            [m["metadata"]["name"], m["spec"].get("version"), (m.get("status", {}).get("nodeRef") or {}).get("name")]
+            for m in machines["items"]
+        ),
+        "nodes": sorted(
+            [n["metadata"]["name"], n["status"]["nodeInfo"]["kubeletVersion"]]
+            for n in nodes["items"]
+            if "node-role.kubernetes.io/control-plane" not in n["metadata"]["labels"]
+        ),
+    }
+
+
+def _rolled(mgmt: ControlPlane, lab: Lab, cluster: Workload, before: dict[str, Any]) -> bool:
+    """Every worker at the new version on a Node of its own, none of the old left, and the demand
+    running on the new ones (a pod bound to a deleted Node still says Running until it is gone)."""
+    now = _workers(mgmt, lab, cluster)
+    nodes = {name for name, _ in now["nodes"]}
+    return (
+        bool(now["machines"])
+        and all(version == UPGRADE_TO and node for _, version, node in now["machines"])
+        and [version for _, version in now["nodes"]] == [UPGRADE_TO] * len(now["machines"])
+        and not {name for name, _ in before["nodes"]} & nodes
+        and all(pod[1] in nodes and pod[2] == "Running" for pod in _pods(lab))
+    )
+
+
+# What the Cluster API manager says of a worker it deletes without draining it: the box's
+# KubeadmControlPlane stand-in makes no control-plane Machines, and with none Cluster API neither
+# drains a Node nor deletes it (isDeleteNodeAllowed in
+# internal/controllers/machine/machine_controller.go).
+NOT_DRAINED = "Skipping deletion of Kubernetes Node associated with Machine as it is not allowed"
+
+
+def upgrade(
+    engine: Engine, mgmt: ControlPlane, lab: Lab, cluster: Workload, entry: dict[str, Any], *, manager_log: Path
+) -> dict[str, Any]:
+    before = _workers(mgmt, lab, cluster)
+    out: dict[str, Any] = {"before": before, "pods_before": _pods(lab)}
+    out["config"] = [
+        _step(engine, ("config", "set", "--path", "workloadClusters[0].kubernetesVersion", UPGRADE_TO)),
+        _step(
+            engine,
+            ("config", "set", "--path", "workloadClusters[0].templateVmId", str(entry["templateVmId"] + TEMPLATE_STEP)),
+        ),
+    ]
+    out["preview"] = run(engine, mgmt, "preview")
+    audit_mark, began = len(mgmt.audit()), time.monotonic()
+    out["up"] = run(engine, mgmt, "up")
+    out["timeline"] = lab.watch("the workers at " + UPGRADE_TO, lambda _: _rolled(mgmt, lab, cluster, before), began)
+    out["seconds"] = round(time.monotonic() - began, 1)
+    out["after"] = _workers(mgmt, lab, cluster)
+    out["pods_after"] = _pods(lab)
+    out["md_writes"] = scales(mgmt, audit_mark, cluster)
+    old = {name for name, _, _ in before["machines"]}
+    out["not_drained"] = sorted(
+        {
+            (line.split('cause="', 1)[1].split('"', 1)[0] if 'cause="' in line else "")
+            for line in manager_log.read_text(errors="replace").splitlines()
+            if NOT_DRAINED in line and any(f'Machine="{cluster.namespace}/{name}"' in line for name in old)
+        }
+    )
+    kcp = get(mgmt, "kubeadmcontrolplane", f"{cluster.name}-control-plane", namespace=cluster.namespace)
+    out["control_plane"] = {"spec": kcp["spec"]["version"], "status": kcp.get("status", {}).get("version")}
+    return out
+
+
+def _pods(lab: Lab) -> list[list[str]]:
+    """The demand's pods: name, node, phase."""
+    return sorted(
+        [p["metadata"]["name"], p["spec"].get("nodeName", ""), p.get("status", {}).get("phase", "")]
+        for p in lab.demand_pods()
+    )
+
+
+def resize(engine: Engine, mgmt: ControlPlane, cluster: Workload, memory_mib: int, out: dict[str, Any]) -> None:
+    ns = cluster.namespace
+    sets_before = names(mgmt, "machinesets", ns)
+    out["resize_config"] = _step(
+        engine, ("config", "set", "--path", "workloadClusters[0].workers.memoryMib", str(memory_mib))
+    )
+    audit_mark = len(mgmt.audit())
+    out["resize_preview"] = run(engine, mgmt, "preview")
+    out["resize"] = run(engine, mgmt, "up")
+    out["resize_writes"] = [
+        [e["verb"], e["objectRef"]["resource"], e["objectRef"].get("name", ""), e["requestReceivedTimestamp"]]
+        for e in mgmt.audit()[audit_mark:]
+        if e["user"]["username"] == ADMIN_USER
+        and e["verb"] in WRITES
+        and e["objectRef"].get("resource") in ("proxmoxmachinetemplates", "machinedeployments")
+        and "dryRun=All" not in e.get("requestURI", "")
+    ]
+    new_sets = until("a new MachineSet", lambda: sorted(set(names(mgmt, "machinesets", ns)) - set(sets_before)) or None)
+    out["machinesets"] = {"before": sets_before, "new": new_sets}
+    out["md_resized"] = get(mgmt, "machinedeployment", cluster.workers, namespace=ns)
+    out["templates"] = names(mgmt, "proxmoxmachinetemplates", ns)
