@@ -6,7 +6,9 @@ ControlPlaneInitialized) and the real cluster-autoscaler; demand that fits nowhe
 controllers; between the steps the program plans nothing and writes nothing; a rotated lab1
 kubeconfig restarts the autoscaler at the next `pulumi up`; a Kubernetes upgrade with a worker
 running replaces it through the real MachineDeployment controller, its demand rescheduled, the
-autoscaler writing nothing; a worker sizing change is a new template and a new MachineSet; and the
+autoscaler writing nothing; two faults in the scaling path, lab1's API server down and a Machine
+that never becomes a Node, each read as docs/troubleshooting.md says and each ending converged;
+a worker sizing change is a new template and a new MachineSet; and the
 control: without the proxmoxmachinetemplates rule no scale-from-zero, while the autoscaler's main
 loop waits for the templates it is refused. What the Cluster API core and the autoscaler's process
 did beneath: tests/test_box_lab1_cluster_api.py and tests/test_box_lab1_autoscaler.py. Selected with
@@ -80,7 +82,7 @@ def test_between_steps_nothing_is_planned_and_nothing_written(lab1_box: Any) -> 
         "upgrade",
         "1 -> 3",
         "3 -> 4",
-        "4 -> 0",
+        "4 -> 0 and the faults",
         "sizing change",
     ]
     first = lab1_box["no_change"][0]
@@ -189,6 +191,65 @@ def test_a_kubernetes_upgrade_is_named_at_preview_then_rolls_the_running_worker(
     assert [w["subresource"] for w in upgrade["md_writes"] if w["user"] == account] == ["scale", "scale"]
     # The box's control plane takes the version as the KubeadmControlPlane says it.
     assert upgrade["control_plane"] == {"spec": lab1_rollouts.UPGRADE_TO, "status": lab1_rollouts.UPGRADE_TO}
+
+
+def test_with_lab1_unreachable_the_autoscaler_exits_until_lab1_is_back_then_stays_up(lab1_box: Any) -> None:
+    """docs/troubleshooting.md, "The autoscaler cannot reach lab1", quotes what it said."""
+    fault = lab1_box["unreachable"]
+    refused = f"dial tcp {fault['endpoint']}: connect: connection refused"
+    first, *restarts, last = fault["said"]
+    print(
+        f"exited {fault['exited_in']} s after lab1's API server was stopped; down {fault['down_for']} s;",
+        f"reached again {fault['reached_again_in']} s after it was back",
+        *fault["pods"],
+        sep="\n",
+    )
+    for said in fault["said"]:
+        print("---", *said[-3:], sep="\n")
+    # Its leader lease lives in lab1: refused its renewal, it exits.
+    assert any(refused in line and "leases/cluster-autoscaler" in line for line in first)
+    assert any(line.startswith("F") and line.endswith("lost master") for line in first)
+    # Each restart while lab1 did not answer exits at once, naming lab1's address.
+    assert restarts
+    for said in restarts:
+        [fatal] = [line for line in said if line.startswith("F")]
+        assert "Failed to get nodes from apiserver" in fatal
+        assert refused in fatal
+    # Back, the next one stays up and writes its status in lab1 at its first scan.
+    assert not any(line.startswith("F") for line in last)
+    assert set(fault["runner_events"]) == {"exited", "started"}
+    assert fault["runner_events"][-1] == "started"
+    before, after = fault["status_written"]
+    assert before != after
+
+
+def test_a_machine_that_never_becomes_a_node_holds_the_scale_up_until_its_cause_is_gone(lab1_box: Any) -> None:
+    """docs/troubleshooting.md, "A Machine never becomes a Node", quotes what the box printed."""
+    fault, account = lab1_box["never_a_node"], _account(lab1_box)
+    held = fault["held"]
+    print(held["machines"], held["proxmox_machines"], *held["autoscaler_lines"], sep="\n")
+    said = lab1_reads.conditions(held["proxmox_machine"])["VirtualMachineProvisioned"]
+    config = f"nodes/{held['proxmox_machine']['spec']['sourceNode']}/qemu-server/{fault['template']}.conf"
+    assert (said["status"], said["reason"]) == ("False", "CloningFailed")
+    assert said["message"] == f"unable to find vm template: 500 Configuration file '{config}' does not exist"
+    # The Machine waits for its infrastructure, with no Node; the autoscaler counts it as the
+    # worker on its way and adds no other while the scans go by.
+    assert held["machine"]["status"]["phase"] == "Provisioning"
+    assert "nodeRef" not in held["machine"]["status"]
+    assert held["sample"] | {"pending": 1} == {
+        "replicas": 1,
+        "machines": 1,
+        "machines_with_node": 0,
+        "nodes": 0,
+        "pending": 1,
+        "scheduled": 0,
+    }
+    # The template back, the same Machine became the Node the demand runs on; one scale up from
+    # the autoscaler for it all, one down once the demand was gone.
+    assert [w["subresource"] for w in fault["scaled_up"] if w["user"] == account] == ["scale"]
+    assert [w["subresource"] for w in fault["scaled_down"] if w["user"] == account] == ["scale"]
+    last = {key: value for _, key, value in fault["back_to_zero"]}
+    assert (last["replicas"], last["machines"], last["nodes"]) == (0, 0, 0)
 
 
 def test_a_worker_sizing_change_is_a_new_template_repointed_then_the_old_deleted(lab1_box: Any) -> None:

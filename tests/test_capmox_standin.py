@@ -1,6 +1,8 @@
 """The CAPMOX stand-in (e2e/standins/workload/capmox.py) gives each machine a VM of its own: in one
 reconcile pass over several new ProxmoxMachines (a 1 -> 3 scale-up), each gets its own VMID,
-providerID and address from the pool, lowest free first, as the IPAM provider hands them out."""
+providerID and address from the pool, lowest free first, as the IPAM provider hands them out. A
+clone from a template the Proxmox node no longer has fails as CAPMOX reports it, once, and the
+pass after the template is back clones."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from e2e.standins.workload import capmox
 from e2e.standins.workload.objects import CORE, INFRASTRUCTURE, Record
 
 NAMESPACE = "default"
+TEMPLATE = 9000
 
 
 class Objects:
@@ -64,13 +67,13 @@ def _worker(name: str) -> list[dict[str, Any]]:
         "ProxmoxMachine",
         INFRASTRUCTURE,
         name,
-        {"sourceNode": "pv1-1", **sizing},
+        {"sourceNode": "pv1-1", "templateID": TEMPLATE, **sizing},
         ownerReferences=[{"kind": "Machine", "apiVersion": CORE, "name": name}],
     )
     return [machine, proxmox_machine]
 
 
-def test_machines_provisioned_in_one_pass_get_a_vm_and_an_address_each() -> None:
+def _lab1(*workers: str) -> Objects:
     cluster = _object(
         "Cluster",
         CORE,
@@ -84,11 +87,13 @@ def test_machines_provisioned_in_one_pass_get_a_vm_and_an_address_each() -> None
         "lab1",
         {"ipv4Config": {"addresses": ["192.168.4.41", "192.168.4.42-192.168.4.45"]}},
     )
-    api = Objects(
-        [cluster, proxmox_cluster, *_worker("lab1-workers-a"), *_worker("lab1-workers-b"), *_worker("lab1-workers-c")]
-    )
+    return Objects([cluster, proxmox_cluster, *(o for name in workers for o in _worker(name))])
 
-    capmox.reconcile_machines(api, Record(), destroy=lambda _: None)  # type: ignore[arg-type]
+
+def test_machines_provisioned_in_one_pass_get_a_vm_and_an_address_each() -> None:
+    api = _lab1("lab1-workers-a", "lab1-workers-b", "lab1-workers-c")
+
+    capmox.reconcile_machines(api, Record(), lambda _: None, missing_templates=())  # type: ignore[arg-type]
 
     vms = [
         (o["spec"]["virtualMachineID"], o["spec"]["providerID"], o["status"]["addresses"][0]["address"])
@@ -97,3 +102,25 @@ def test_machines_provisioned_in_one_pass_get_a_vm_and_an_address_each() -> None
     assert [vmid for vmid, _, _ in vms] == [100, 101, 102]
     assert [address for _, _, address in vms] == ["192.168.4.41", "192.168.4.42", "192.168.4.43"]
     assert len({provider_id for _, provider_id, _ in vms}) == 3
+
+
+def test_a_clone_from_a_missing_template_fails_as_capmox_says_until_the_template_is_back() -> None:
+    api, record = _lab1("lab1-workers-a"), Record()
+
+    for _ in range(2):
+        capmox.reconcile_machines(api, record, lambda _: None, missing_templates={TEMPLATE})  # type: ignore[arg-type]
+
+    [machine] = api.items("proxmoxmachines", INFRASTRUCTURE)
+    said = {c["type"]: (c["status"], c["reason"], c["message"]) for c in machine["status"]["conditions"]}
+    message = "unable to find vm template: 500 Configuration file 'nodes/pv1-1/qemu-server/9000.conf' does not exist"
+    assert said["VirtualMachineProvisioned"] == ("False", "CloningFailed", message)
+    assert said["Ready"] == ("False", "CloningFailed", f"* VirtualMachineProvisioned: {message}")
+    assert "virtualMachineID" not in machine["spec"]
+    assert "initialization" not in machine["status"]
+    assert [entry["what"] for entry in record.timeline] == [f"clone failed: {message}"]
+
+    capmox.reconcile_machines(api, record, lambda _: None, missing_templates=())  # type: ignore[arg-type]
+
+    [machine] = api.items("proxmoxmachines", INFRASTRUCTURE)
+    assert machine["status"]["initialization"] == {"provisioned": True}
+    assert {c["type"]: c["status"] for c in machine["status"]["conditions"]}["Ready"] == "True"

@@ -20,9 +20,9 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,14 @@ class ControlPlane:
     root: Path
     address: str
     port: int = 6443
+    outage: Callable[[], AbstractContextManager[None]] | None = field(default=None, compare=False, repr=False)
+
+    def apiserver_stopped(self) -> AbstractContextManager[None]:
+        """For the block, its kube-apiserver stopped (clients are refused); started again on the
+        same data afterwards, and ready before the block's exit returns."""
+        if self.outage is None:
+            raise RuntimeError(f"{self.server}: not started by control_plane.running, it cannot be stopped")
+        return self.outage()
 
     @property
     def server(self) -> str:
@@ -223,33 +231,42 @@ def running(
         stdout=etcd_log,
         stderr=subprocess.STDOUT,
     )
-    apiserver = subprocess.Popen(
-        [
-            str(bin_dir / "kube-apiserver"),
-            f"--etcd-servers=http://{address}:2379",
-            f"--bind-address={bind_address or address}",
-            f"--advertise-address={address}",
-            f"--secure-port={port}",
-            *tls,
-            f"--token-auth-file={root / 'tokens.csv'}",
-            "--authorization-mode=RBAC",
-            "--service-cluster-ip-range=10.43.0.0/16",
-            f"--service-account-issuer={server}",
-            f"--service-account-key-file={root / 'sa.pub'}",
-            f"--service-account-signing-key-file={root / 'sa.key'}",
-            f"--audit-policy-file={root / 'audit-policy.yaml'}",
-            f"--audit-log-path={root / 'audit.log'}",
-            "--audit-log-mode=blocking",
-        ],
-        stdout=apiserver_log,
-        stderr=subprocess.STDOUT,
-    )
+    apiserver_argv = [
+        str(bin_dir / "kube-apiserver"),
+        f"--etcd-servers=http://{address}:2379",
+        f"--bind-address={bind_address or address}",
+        f"--advertise-address={address}",
+        f"--secure-port={port}",
+        *tls,
+        f"--token-auth-file={root / 'tokens.csv'}",
+        "--authorization-mode=RBAC",
+        "--service-cluster-ip-range=10.43.0.0/16",
+        f"--service-account-issuer={server}",
+        f"--service-account-key-file={root / 'sa.pub'}",
+        f"--service-account-signing-key-file={root / 'sa.key'}",
+        f"--audit-policy-file={root / 'audit-policy.yaml'}",
+        f"--audit-log-path={root / 'audit.log'}",
+        "--audit-log-mode=blocking",
+    ]
+    apiserver = subprocess.Popen(apiserver_argv, stdout=apiserver_log, stderr=subprocess.STDOUT)
     processes = {"etcd": etcd, "kube-apiserver": apiserver}
     logs = [etcd_log, apiserver_log]
+
+    @contextmanager
+    def outage() -> Iterator[None]:
+        _stop(processes["kube-apiserver"])
+        try:
+            yield
+        finally:
+            processes["kube-apiserver"] = subprocess.Popen(
+                apiserver_argv, stdout=apiserver_log, stderr=subprocess.STDOUT
+            )
+            _wait_ready(server, processes, root)
+
     try:
         _wait_ready(server, processes, root)
         ca = pki.ca if pki else root / "pki" / "apiserver.crt"
-        cluster = ControlPlane(bin_dir, root, address, port)
+        cluster = ControlPlane(bin_dir, root, address, port, outage)
         for user, token in TOKENS.items():
             cluster.kubeconfig_of(user).write_text(kubeconfig_text(server, ca, user, token))
         controller_log = (root / "kube-controller-manager.log").open("wb")
@@ -283,10 +300,14 @@ def running(
         yield cluster
     finally:
         for process in reversed(processes.values()):
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            _stop(process)
         for log in logs:
             log.close()
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()

@@ -7,7 +7,8 @@ from the real chart 9.59.0 whose Pod the pod runner runs as the real binary); th
 that fits nowhere, which the real autoscaler meets 0 -> 1 -> 3 (maxSize; the pod more than that
 stays pending, the autoscaler's event saying why), 3 -> 4 once maxSize is raised, and, once the
 demand is gone, 4 -> 0; between 0 -> 1 and the rest, lab1's Kubernetes upgrade with the worker
-running (lab1_rollouts.py); a rotated lab1 kubeconfig; a worker sizing change; and, last, the
+running (lab1_rollouts.py); at 0, two faults in the scaling path (lab1_faults.py: lab1's API server
+down, a Machine that never becomes a Node); a rotated lab1 kubeconfig; a worker sizing change; and, last, the
 controls (lab1_controls.py): without the proxmoxmachinetemplates rule, no scale-from-zero; without
 its contract label, the ProxmoxCluster cannot be resolved. Between steps, a `pulumi up
 --expect-no-changes` that writes nothing (after the first up, a zero-change preview too). Every
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box.scenarios import WRITES, _lab_secrets, _readme_first_run, _set_all, _step
-from e2e.box.workload import lab1_controls, lab1_rollouts, workload_box
+from e2e.box.workload import lab1_controls, lab1_faults, lab1_rollouts, workload_box
 from e2e.box.workload.lab1_reads import (
     DEMAND,
     Lab,
@@ -242,7 +243,15 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     out["timelines"] = timelines
     out["nodes_after"] = [n["metadata"]["name"] for n in get(mgmt, "nodes", kubeconfig=lab1)["items"]]
     mark("4 -> 0")
-    out["no_change"].append(_no_change(engine, mgmt, cluster, "4 -> 0"))
+    # Two faults in the scaling path at 0 workers, each gone again and back at 0 (lab1_faults.py);
+    # the zero-change run after them is the one after the scale-down too.
+    out["unreachable"] = lab1_faults.unreachable(mgmt, lab, lab1_plane, runner)
+    mark("lab1 unreachable")
+    out["never_a_node"] = lab1_faults.never_a_node(
+        mgmt, lab, box.standins, runner, lab1=lab1, demand=lambda: _demand(lab1, mgmt, 1, worker_cpus)
+    )
+    mark("a Machine that never becomes a Node")
+    out["no_change"].append(_no_change(engine, mgmt, cluster, "4 -> 0 and the faults"))
     out["managers_at_0"] = managers(mgmt, cluster)
     # 6. lab1's kubeconfig rotated where Cluster API keeps it (the KCP stand-in writes the Secret
     # from its control plane's admin kubeconfig): the next up restarts the autoscaler. Before the

@@ -11,6 +11,10 @@ of its two kinds at infrastructure.cluster.x-k8s.io/v1alpha2:
   ipv4Config, then status.initialization.provisioned=true, status.addresses (InternalIP and
   Hostname), vmStatus, proxmoxNode and the conditions Ready and VirtualMachineProvisioned. On
   deletion the kubelet stand-in's Node goes (the VM is destroyed) and the finalizer is cleared.
+  A template the Proxmox node no longer has (`missing_templates`, a scenario's fault) fails the
+  clone as CAPMOX reports it: VirtualMachineProvisioned False, reason CloningFailed, with the
+  error its Proxmox client returns, and Ready summarising it; the Machine stays Provisioning, and
+  the next pass after the template is back clones.
 
 What it does not know it refuses, naming the field: IPv6, zones, a credentials reference, an
 externally managed control plane, a machine without sockets, cores, memory or boot disk size.
@@ -20,16 +24,17 @@ from __future__ import annotations
 
 import ipaddress
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
-from e2e.standins.workload.objects import CORE, INFRASTRUCTURE, Client, Record, conditions, ident, need, owner
+from e2e.standins.workload.objects import CORE, INFRASTRUCTURE, Client, Record, conditions, ident, need, now, owner
 
 CLUSTER_FINALIZER = "proxmoxcluster.infrastructure.cluster.x-k8s.io"
 MACHINE_FINALIZER = "proxmoxmachine.infrastructure.cluster.x-k8s.io"
 UNKNOWN_CLUSTER_FIELDS = ("ipv6Config", "zoneConfig", "credentialsRef", "externalManagedControlPlane")
 UNKNOWN_MACHINE_FIELDS = ("ipv6Config", "templateSelector", "target")
 FIRST_VMID = 100
+PROVISIONED = "VirtualMachineProvisioned"
 
 
 def reconcile_clusters(client: Client, record: Record) -> None:
@@ -54,8 +59,11 @@ def reconcile_clusters(client: Client, record: Record) -> None:
         record.did("provisioned", ident(item))
 
 
-def reconcile_machines(client: Client, record: Record, destroy: Callable[[dict[str, Any]], None]) -> None:
-    """`destroy(machine)` takes a deleted ProxmoxMachine's VM away (its Node, in the workload cluster)."""
+def reconcile_machines(
+    client: Client, record: Record, destroy: Callable[[dict[str, Any]], None], missing_templates: Collection[int]
+) -> None:
+    """`destroy(machine)` takes a deleted ProxmoxMachine's VM away (its Node, in the workload cluster);
+    a clone from one of `missing_templates` fails."""
     machines = client.items("proxmoxmachines", INFRASTRUCTURE)
     for item in machines:
         meta = item["metadata"]
@@ -81,6 +89,10 @@ def reconcile_machines(client: Client, record: Record, destroy: Callable[[dict[s
         )
         if proxmox_cluster is None:
             raise KeyError(f"{ident(cluster)}'s ProxmoxCluster is gone")
+        template = int(need(item, "spec.templateID"))
+        if template in missing_templates:
+            _clone_failed(client, record, item, template)
+            continue
         _provision(client, record, item, proxmox_cluster, machines)
 
 
@@ -118,7 +130,7 @@ def _provision(
         "vmStatus": "ready",
         "bootstrapDataProvided": True,
         "proxmoxNode": nodes[0],
-        "conditions": _conditions(item, {"Ready": "Ready", "VirtualMachineProvisioned": "VirtualMachineProvisioned"}),
+        "conditions": _conditions(item, {"Ready": "Ready", PROVISIONED: PROVISIONED}),
     }
     client.patch(item, {"status": status}, status=True)
     # The pass read the machines once: what this one took goes into that list too, so that the next
@@ -127,6 +139,34 @@ def _provision(
     spec |= {"providerID": provider_id, "virtualMachineID": vmid}
     item["status"] = {**(item.get("status") or {}), "addresses": status["addresses"]}
     record.did(f"provisioned VM {vmid} on {nodes[0]} at {address} as {provider_id}", ident(item))
+
+
+def _clone_failed(client: Client, record: Record, item: dict[str, Any], template: int) -> None:
+    """What CAPMOX v0.9.0 reports when the clone's template is gone: its Proxmox client (go-proxmox
+    v0.6.0) reads the template's status, Proxmox VE answers 500 with the reason in the status line,
+    which the client returns as the error (proxmox.go handleResponse), wrapped by CloneVM
+    (pkg/proxmox/goproxmox/api_client.go) and set on the condition by reconcileVirtualMachine
+    (internal/service/vmservice/vm.go); Ready is the summary of that one condition (pkg/scope/machine.go)."""
+    config = f"nodes/{need(item, 'spec.sourceNode')}/qemu-server/{template}.conf"
+    message = f"unable to find vm template: 500 Configuration file '{config}' does not exist"
+    said = {c["type"]: c for c in (item.get("status") or {}).get("conditions", [])}
+    if said.get(PROVISIONED, {}).get("message") == message:
+        return  # CAPMOX keeps the condition's time while it retries
+    failed = {
+        "status": "False",
+        "reason": "CloningFailed",
+        "observedGeneration": item["metadata"]["generation"],
+        "lastTransitionTime": now(),
+    }
+    status = {
+        "conditions": [
+            {"type": PROVISIONED, "message": message, **failed},
+            {"type": "Ready", "message": f"* {PROVISIONED}: {message}", **failed},
+            *conditions(item["metadata"]["generation"], {"Paused": "NotPaused"}),
+        ]
+    }
+    client.patch(item, {"status": status}, status=True)
+    record.did(f"clone failed: {message}", ident(item))
 
 
 def size(item: dict[str, Any]) -> dict[str, str]:

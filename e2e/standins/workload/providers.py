@@ -18,6 +18,7 @@ from typing import Any
 
 from e2e.engine import control_plane
 from e2e.engine.control_plane import PROVIDERS_USER, ControlPlane
+from e2e.engine.kube_api import UnreachableError
 from e2e.standins.cluster.controller_loop import looping
 from e2e.standins.workload import capmox, kubeadm, kubelet
 from e2e.standins.workload.objects import Client, Record
@@ -37,6 +38,8 @@ class WorkloadStandIns:
     """The Node each workload control plane registered, by `namespace/cluster`."""
     started_in: dict[str, float] = field(default_factory=dict)
     """Seconds each workload control plane took to answer, by `namespace/cluster`."""
+    missing_templates: set[int] = field(default_factory=set)
+    """Template VMIDs taken off the Proxmox node (a scenario's fault): a clone from one fails."""
 
 
 @contextmanager
@@ -64,7 +67,9 @@ def running(mgmt: ControlPlane, root: Path, *, interval: float = 1.0) -> Iterato
                 client, standins.record, standins.running, start, standins.control_plane_nodes
             ),
             "KubeadmConfigs": lambda: kubeadm.reconcile_configs(client, standins.record),
-            "ProxmoxMachines": lambda: capmox.reconcile_machines(client, standins.record, destroy),
+            "ProxmoxMachines": lambda: capmox.reconcile_machines(
+                client, standins.record, destroy, standins.missing_templates
+            ),
             "kubelets": lambda: kubelet.reconcile(
                 client, standins.record, standins.running, standins.registered, standins.control_plane_nodes
             ),
@@ -74,6 +79,10 @@ def running(mgmt: ControlPlane, root: Path, *, interval: float = 1.0) -> Iterato
             for doing, part in parts.items():
                 try:
                     part()
+                except UnreachableError as down:
+                    # A kubelet or a controller whose API server does not answer tries again at its
+                    # next pass; a scenario that stops one reads when.
+                    standins.record.did(f"cannot reconcile {doing}: {down}", "unreachable")
                 except (KeyError, ValueError, RuntimeError) as refused:
                     message = f"cannot reconcile {doing}: {refused}"
                     if message not in standins.record.errors:

@@ -1,0 +1,175 @@
+"""Two faults in lab1's scaling path, run in the program's lab1 scenario (lab1_autoscaling.py) at 0
+workers with the real autoscaler running, each read where docs/troubleshooting.md sends the owner,
+and each ending converged once its cause is gone:
+
+- `unreachable`: lab1's API server stopped, as when its control-plane VM or the VIP is down. The
+  autoscaler keeps its leader lease in lab1: it cannot renew it, exits, and each restart exits at
+  once while lab1 does not answer; what each process said. Once the server is back, the next
+  restart stays up and reaches lab1 (it writes its status ConfigMap there).
+- `never_a_node`: the template the workers are cloned from taken off the Proxmox node (the CAPMOX
+  stand-in's `missing_templates`), then demand at 0 workers. The autoscaler adds one Machine, whose
+  clone fails as CAPMOX reports it; the Machine stays Provisioning without a Node, and the
+  autoscaler counts it as the worker on its way, adding no other, for `maxNodeProvisionTime`.
+  With the template back, the clone is retried, the Machine becomes a Node and the demand runs;
+  with the demand gone, the group goes back to 0.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from e2e.box.workload.lab1_reads import DEMAND, Lab, conditions, get, scales, until
+from e2e.engine.control_plane import ControlPlane
+from e2e.standins.cluster import pod_runner
+from e2e.standins.workload.objects import owner
+from e2e.standins.workload.providers import WorkloadStandIns
+
+STATUS_CONFIGMAP = "cluster-autoscaler-status"
+MAIN_LOOP = "Starting main loop"
+# Scans the autoscaler begins after the clone has failed, each adding nothing, before the
+# template comes back.
+SCANS_HELD = 1
+
+
+def _log(runner: pod_runner.PodRunner) -> tuple[dict[str, Any], Path]:
+    """The running autoscaler's start event and its log."""
+    [*_, started] = [e for e in runner.events if e["event"] == "started"]
+    return started, runner.folder / started["log"]
+
+
+def _lines(log: Path) -> list[str]:
+    return log.read_text(errors="replace").splitlines()
+
+
+def _status_written(lab: Lab) -> str | None:
+    """The resourceVersion of the autoscaler's status ConfigMap in lab1 (it writes it every scan)."""
+    found = lab.get(lab.lab1, f"/api/v1/configmaps?fieldSelector=metadata.name%3D{STATUS_CONFIGMAP}") or {}
+    items: list[dict[str, Any]] = found.get("items", [])
+    return items[0]["metadata"]["resourceVersion"] if items else None
+
+
+def _said(runner: pod_runner.PodRunner, event: dict[str, Any], endpoint: str) -> list[str]:
+    """The lines of that process's log that are errors naming `endpoint`, or fatal."""
+    lines = _lines(runner.folder / event["log"])
+    return [line for line in lines if line.startswith("F") or (line.startswith("E") and endpoint in line)]
+
+
+def unreachable(mgmt: ControlPlane, lab: Lab, lab1_plane: ControlPlane, runner: pod_runner.PodRunner) -> dict[str, Any]:
+    """lab1's API server stopped until the autoscaler has exited and a restart of it has failed
+    too, then started again; what each of its processes said, and the first scan that reached
+    lab1 afterwards."""
+    endpoint = f"{lab1_plane.address}:{lab1_plane.port}"
+    running, _ = _log(runner)
+    written_before = until("the autoscaler's status ConfigMap in lab1", lambda: _status_written(lab))
+    events = len(runner.events)
+
+    def exits() -> list[dict[str, Any]]:
+        return [e for e in runner.events[events:] if e["event"] == "exited"]
+
+    stopped = time.monotonic()  # kube-apiserver stops listening at once, then drains for seconds
+    with lab1_plane.apiserver_stopped():
+        until("the autoscaler exits", exits)
+        exited_in = round(time.monotonic() - stopped, 1)
+        until("a restart of it exits too", lambda: len(exits()) >= 2)
+        deployment = get(mgmt, "deployment", lab.cluster.autoscaler, namespace=lab.cluster.namespace)
+        pods = mgmt.kubectl("get", "pods", "-n", lab.cluster.namespace).stdout.splitlines()
+    back = time.monotonic()
+    written = until(
+        "the autoscaler writes its status ConfigMap in lab1 again",
+        lambda: (now := _status_written(lab)) not in (None, written_before) and now,
+    )
+    processes = [running, *(e for e in runner.events[events:] if e["event"] == "started")]
+    return {
+        "endpoint": endpoint,
+        "exited_in": exited_in,
+        "down_for": round(back - stopped, 1),
+        "reached_again_in": round(time.monotonic() - back, 1),
+        "status_written": [written_before, written],
+        "deployment_status": deployment["status"],
+        "pods": [line for line in pods if line.startswith(("NAME", lab.cluster.autoscaler))],
+        "runner_events": [e["event"] for e in runner.events[events:]],
+        "said": [_said(runner, started, endpoint) for started in processes],
+    }
+
+
+def _current_template(mgmt: ControlPlane, lab: Lab) -> int:
+    """The template VMID the MachineDeployment's workers are cloned from now."""
+    namespace = lab.cluster.namespace
+    deployment = get(mgmt, "machinedeployment", lab.cluster.workers, namespace=namespace)
+    infrastructure = deployment["spec"]["template"]["spec"]["infrastructureRef"]["name"]
+    template = get(mgmt, "proxmoxmachinetemplate", infrastructure, namespace=namespace)
+    return int(template["spec"]["template"]["spec"]["templateID"])
+
+
+def never_a_node(
+    mgmt: ControlPlane,
+    lab: Lab,
+    standins: WorkloadStandIns,
+    runner: pod_runner.PodRunner,
+    *,
+    lab1: Path,
+    demand: Callable[[], None],
+) -> dict[str, Any]:
+    """`lab1` is lab1's admin kubeconfig; `demand()` asks for one worker's worth."""
+    cluster = lab.cluster
+    template = _current_template(mgmt, lab)
+    _, log = _log(runner)
+    audit_mark, began = len(mgmt.audit()), time.monotonic()
+    standins.missing_templates.add(template)
+    try:
+        demand()
+        failed = until(
+            "a worker's clone failed",
+            lambda: next(
+                (
+                    m
+                    for m in get(mgmt, "proxmoxmachines", namespace=cluster.namespace)["items"]
+                    if conditions(m).get("VirtualMachineProvisioned", {}).get("reason") == "CloningFailed"
+                ),
+                None,
+            ),
+        )
+        failed_in = round(time.monotonic() - began, 1)
+        from_line = len(_lines(log))
+        until(
+            f"{SCANS_HELD} scans of the autoscaler after the clone failed",
+            lambda: sum(MAIN_LOOP in line for line in _lines(log)[from_line:]) >= SCANS_HELD,
+        )
+        held = {
+            "sample": lab.sample(),
+            "machines": mgmt.kubectl("get", "machines", "-n", cluster.namespace).stdout,
+            "proxmox_machines": mgmt.kubectl("get", "proxmoxmachines", "-n", cluster.namespace).stdout,
+            "machine": get(
+                mgmt, "machine", owner(failed, "Machine", "cluster.x-k8s.io") or "", namespace=cluster.namespace
+            ),
+            "proxmox_machine": get(mgmt, "proxmoxmachine", failed["metadata"]["name"], namespace=cluster.namespace),
+            "autoscaler_lines": [line for line in _lines(log)[from_line:] if "upcoming" in line.lower()][:6],
+            "seconds": round(time.monotonic() - began, 1),
+        }
+    finally:
+        standins.missing_templates.discard(template)
+    back = time.monotonic()
+    timeline = lab.watch(
+        "the template back: the Machine becomes a Node and the demand runs",
+        lambda s: s["scheduled"] == s["nodes"] == s["replicas"] == 1,
+        back,
+    )
+    scaled_up = scales(mgmt, audit_mark, cluster)
+    audit_mark, gone = len(mgmt.audit()), time.monotonic()
+    mgmt.kubectl_as(lab1, "delete", "deployment", DEMAND, "--wait=false").check_returncode()
+    down = lab.watch(
+        "the demand gone: back to 0", lambda s: s["replicas"] == 0 and s["machines"] == 0 and s["nodes"] == 0, gone
+    )
+    return {
+        "template": template,
+        "failed": failed,
+        "failed_in": failed_in,
+        "held": held,
+        "after_template_back": timeline,
+        "scaled_up": scaled_up,
+        "scaled_down": scales(mgmt, audit_mark, cluster),
+        "back_to_zero": down,
+    }
