@@ -1,17 +1,16 @@
-"""Two faults in lab1's scaling path, run in the program's lab1 scenario (lab1_autoscaling.py) at 0
-workers with the real autoscaler running, each read where docs/troubleshooting.md sends the owner,
-and each ending converged once its cause is gone:
+"""Two faults in lab1's scaling path, run in the program's lab1 scenario (lab1_autoscaling.py) with
+the real autoscaler running, each read where docs/troubleshooting.md sends the owner, and each
+ending converged once its cause is gone:
 
 - `unreachable`: lab1's API server stopped, as when its control-plane VM or the VIP is down. The
   autoscaler keeps its leader lease in lab1: it cannot renew it, exits, and each restart exits at
   once while lab1 does not answer; what each process said. Once the server is back, the next
   restart stays up and reaches lab1 (it writes its status ConfigMap there).
 - `never_a_node`: the template the workers are cloned from taken off the Proxmox node (the CAPMOX
-  stand-in's `missing_templates`), then demand at 0 workers. The autoscaler adds one Machine, whose
-  clone fails as CAPMOX reports it; the Machine stays Provisioning without a Node, and the
-  autoscaler counts it as the worker on its way, adding no other, for `maxNodeProvisionTime`.
-  With the template back, the clone is retried, the Machine becomes a Node and the demand runs;
-  with the demand gone, the group goes back to 0.
+  stand-in's `missing_templates`) while the autoscaler adds a worker for a pending pod. The new
+  Machine's clone fails as CAPMOX reports it; the Machine stays Provisioning without a Node, and
+  the autoscaler counts it as the worker on its way, adding no other, for `maxNodeProvisionTime`.
+  With the template back, the clone is retried, and the Machine becomes the Node the pod runs on.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from e2e.box.workload.lab1_reads import DEMAND, Lab, conditions, get, scales, until
+from e2e.box.workload.lab1_reads import Lab, conditions, get, scales, until
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import pod_runner
 from e2e.standins.workload.objects import owner
@@ -109,18 +108,17 @@ def never_a_node(
     lab: Lab,
     standins: WorkloadStandIns,
     runner: pod_runner.PodRunner,
-    *,
-    lab1: Path,
-    demand: Callable[[], None],
+    scale_up: Callable[[], None],
 ) -> dict[str, Any]:
-    """`lab1` is lab1's admin kubeconfig; `demand()` asks for one worker's worth."""
+    """The workers' template gone from the Proxmox node while `scale_up()` makes the autoscaler
+    add a worker; what the owner reads while it is, then the template back."""
     cluster = lab.cluster
     template = _current_template(mgmt, lab)
     _, log = _log(runner)
     audit_mark, began = len(mgmt.audit()), time.monotonic()
     standins.missing_templates.add(template)
     try:
-        demand()
+        scale_up()
         failed = until(
             "a worker's clone failed",
             lambda: next(
@@ -138,13 +136,12 @@ def never_a_node(
             f"{SCANS_HELD} scans of the autoscaler after the clone failed",
             lambda: sum(MAIN_LOOP in line for line in _lines(log)[from_line:]) >= SCANS_HELD,
         )
+        machine = owner(failed, "Machine", "cluster.x-k8s.io") or ""
+        listed = mgmt.kubectl("get", "machines", "-n", cluster.namespace).stdout.splitlines()
         held = {
             "sample": lab.sample(),
-            "machines": mgmt.kubectl("get", "machines", "-n", cluster.namespace).stdout,
-            "proxmox_machines": mgmt.kubectl("get", "proxmoxmachines", "-n", cluster.namespace).stdout,
-            "machine": get(
-                mgmt, "machine", owner(failed, "Machine", "cluster.x-k8s.io") or "", namespace=cluster.namespace
-            ),
+            "machines": [line for line in listed if line.startswith(("NAME", machine))],
+            "machine": get(mgmt, "machine", machine, namespace=cluster.namespace),
             "proxmox_machine": get(mgmt, "proxmoxmachine", failed["metadata"]["name"], namespace=cluster.namespace),
             "autoscaler_lines": [line for line in _lines(log)[from_line:] if "upcoming" in line.lower()][:6],
             "seconds": round(time.monotonic() - began, 1),
@@ -154,22 +151,14 @@ def never_a_node(
     back = time.monotonic()
     timeline = lab.watch(
         "the template back: the Machine becomes a Node and the demand runs",
-        lambda s: s["scheduled"] == s["nodes"] == s["replicas"] == 1,
+        lambda s: s["pending"] == 0 and s["machines_with_node"] == s["machines"] == s["nodes"] == s["replicas"],
         back,
-    )
-    scaled_up = scales(mgmt, audit_mark, cluster)
-    audit_mark, gone = len(mgmt.audit()), time.monotonic()
-    mgmt.kubectl_as(lab1, "delete", "deployment", DEMAND, "--wait=false").check_returncode()
-    down = lab.watch(
-        "the demand gone: back to 0", lambda s: s["replicas"] == 0 and s["machines"] == 0 and s["nodes"] == 0, gone
     )
     return {
         "template": template,
-        "failed": failed,
+        "machine": machine,
         "failed_in": failed_in,
         "held": held,
         "after_template_back": timeline,
-        "scaled_up": scaled_up,
-        "scaled_down": scales(mgmt, audit_mark, cluster),
-        "back_to_zero": down,
+        "scaled": scales(mgmt, audit_mark, cluster),
     }
