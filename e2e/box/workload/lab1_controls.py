@@ -76,7 +76,7 @@ def without_the_template_rule(
     )
     crash = runner.events[events:]
     log = runner.folder / restarted["log"]
-    until("the restarted autoscaler refused the templates", lambda: _refusals(_lines(log)))
+    until("the restarted autoscaler refused the templates", lambda: _refusals(log_lines(log)))
     pod = until(
         "the Pod's status with the restart",
         lambda: (
@@ -91,12 +91,12 @@ def without_the_template_rule(
         "the demand pod Unschedulable",
         lambda: any(conditions(p).get("PodScheduled", {}).get("reason") == "Unschedulable" for p in lab.demand_pods()),
     )
-    pending_from = len(_lines(log))
+    pending_from = len(log_lines(log))
     until(
         f"{CONTROL_REFUSALS} refused retries of the templates once the demand is pending",
-        lambda: len(_refusals(_lines(log)[pending_from:])) >= CONTROL_REFUSALS,
+        lambda: len(_refusals(log_lines(log)[pending_from:])) >= CONTROL_REFUSALS,
     )
-    lines, now = _lines(log), lab.sample()
+    lines, now = log_lines(log), lab.sample()
     loops = [index for index, line in enumerate(lines) if MAIN_LOOP in line]
     return {
         "role": role["metadata"]["name"],
@@ -114,7 +114,8 @@ def without_the_template_rule(
     }
 
 
-def _lines(log: Path) -> list[str]:
+def log_lines(log: Path) -> list[str]:
+    """A process's log, line by line, as far as it is written."""
     return log.read_text(errors="replace").splitlines()
 
 
@@ -154,7 +155,7 @@ def without_contract_labels(mgmt: ControlPlane, manager: ClusterApiManager) -> d
     mgmt.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": second}))
     said = until(
         "the manager refuses the unlabelled CRD",
-        lambda: [line for line in _lines(manager.log) if CONTRACT_ERROR in line and UNLABELLED in line],
+        lambda: [line for line in log_lines(manager.log) if CONTRACT_ERROR in line and UNLABELLED in line],
     )
     infra = conditions(get(mgmt, "cluster", UNLABELLED)).get("InfrastructureReady", {})
     return {"log": said[0], "condition": f"{infra.get('reason', '')}: {infra.get('message', '')}"}

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from e2e.box.workload.lab1_controls import MAIN_LOOP, log_lines
 from e2e.box.workload.lab1_reads import Lab, conditions, get, scales, until
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import pod_runner
@@ -27,7 +28,6 @@ from e2e.standins.workload.objects import owner
 from e2e.standins.workload.providers import WorkloadStandIns
 
 STATUS_CONFIGMAP = "cluster-autoscaler-status"
-MAIN_LOOP = "Starting main loop"
 # Scans the autoscaler begins after the clone has failed, each adding nothing, before the
 # template comes back.
 SCANS_HELD = 1
@@ -39,10 +39,6 @@ def _log(runner: pod_runner.PodRunner) -> tuple[dict[str, Any], Path]:
     return started, runner.folder / started["log"]
 
 
-def _lines(log: Path) -> list[str]:
-    return log.read_text(errors="replace").splitlines()
-
-
 def _status_written(lab: Lab) -> str | None:
     """The resourceVersion of the autoscaler's status ConfigMap in lab1 (it writes it every scan)."""
     found = lab.get(lab.lab1, f"/api/v1/configmaps?fieldSelector=metadata.name%3D{STATUS_CONFIGMAP}") or {}
@@ -52,7 +48,7 @@ def _status_written(lab: Lab) -> str | None:
 
 def _said(runner: pod_runner.PodRunner, event: dict[str, Any], endpoint: str) -> list[str]:
     """The lines of that process's log that are errors naming `endpoint`, or fatal."""
-    lines = _lines(runner.folder / event["log"])
+    lines = log_lines(runner.folder / event["log"])
     return [line for line in lines if line.startswith("F") or (line.startswith("E") and endpoint in line)]
 
 
@@ -131,10 +127,10 @@ def never_a_node(
             ),
         )
         failed_in = round(time.monotonic() - began, 1)
-        from_line = len(_lines(log))
+        from_line = len(log_lines(log))
         until(
             f"{SCANS_HELD} scans of the autoscaler after the clone failed",
-            lambda: sum(MAIN_LOOP in line for line in _lines(log)[from_line:]) >= SCANS_HELD,
+            lambda: sum(MAIN_LOOP in line for line in log_lines(log)[from_line:]) >= SCANS_HELD,
         )
         machine = owner(failed, "Machine", "cluster.x-k8s.io") or ""
         listed = mgmt.kubectl("get", "machines", "-n", cluster.namespace).stdout.splitlines()
@@ -143,7 +139,7 @@ def never_a_node(
             "machines": [line for line in listed if line.startswith(("NAME", machine))],
             "machine": get(mgmt, "machine", machine, namespace=cluster.namespace),
             "proxmox_machine": get(mgmt, "proxmoxmachine", failed["metadata"]["name"], namespace=cluster.namespace),
-            "autoscaler_lines": [line for line in _lines(log)[from_line:] if "upcoming" in line.lower()][:6],
+            "autoscaler_lines": [line for line in log_lines(log)[from_line:] if "upcoming" in line.lower()][:6],
             "seconds": round(time.monotonic() - began, 1),
         }
     finally:
