@@ -6,9 +6,9 @@ ControlPlaneInitialized) and the real cluster-autoscaler; demand that fits nowhe
 controllers; between the steps the program plans nothing and writes nothing; a rotated lab1
 kubeconfig restarts the autoscaler at the next `pulumi up`; a Kubernetes upgrade with a worker
 running replaces it through the real MachineDeployment controller, its demand rescheduled, the
-autoscaler writing nothing; two faults in the scaling path, a Machine that never becomes a Node
-(at 3 -> 4) and lab1's API server down (at 0), each read as docs/troubleshooting.md says and each
-ending converged;
+autoscaler writing nothing; three faults in the scaling path, an annotation edited by hand (at 3),
+a Machine that never becomes a Node (at 3 -> 4) and lab1's API server down (at 0), each read as
+docs/troubleshooting.md says and each ending converged;
 a worker sizing change is a new template and a new MachineSet; and the
 control: without the proxmoxmachinetemplates rule no scale-from-zero, while the autoscaler's main
 loop waits for the templates it is refused. What the Cluster API core and the autoscaler's process
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from e2e.box.workload import lab1_controls, lab1_reads, lab1_rollouts
+from e2e.box.workload import lab1_controls, lab1_faults, lab1_reads, lab1_rollouts
 
 pytestmark = pytest.mark.engine
 
@@ -192,6 +192,33 @@ def test_a_kubernetes_upgrade_is_named_at_preview_then_rolls_the_running_worker(
     assert [w["subresource"] for w in upgrade["md_writes"] if w["user"] == account] == ["scale", "scale"]
     # The box's control plane takes the version as the KubeadmControlPlane says it.
     assert upgrade["control_plane"] == {"spec": lab1_rollouts.UPGRADE_TO, "status": lab1_rollouts.UPGRADE_TO}
+
+
+def test_an_annotation_edited_by_hand_stops_a_refreshed_run_until_taken_off(lab1_box: Any) -> None:
+    """docs/troubleshooting.md, "`pulumi preview` shows a change after the autoscaler scaled"."""
+    edit, workers = lab1_box["edited_by_hand"], lab1_reads.Workload.of(lab1_box["entry"]).workers
+    print("plain preview:", edit["plain_preview"]["summary"], "\nwith --refresh:", *edit["refreshed_preview"]["errors"])
+    # The state's object is what pulumi-kubernetes diffs against: the edit is not seen.
+    assert edit["hand"] != edit["declared"]
+    assert edit["plain_preview"]["rc"] == 0, edit["plain_preview"]["error"]
+    # Read into the state, the program's apply would take the field from kubectl's manager, which
+    # it does not force: the preview stops, naming both and the field.
+    refreshed = edit["refreshed_preview"]
+    assert refreshed["rc"] != 0
+    assert any(
+        "server-side apply field conflict" in error
+        and 'conflict with "kubectl-annotate"' in error
+        and f".metadata.annotations.{lab1_faults.MIN_SIZE}" in error
+        and f"default/{workers}" in error
+        for error in refreshed["errors"]
+    ), refreshed["errors"]
+    # Taken off by hand, the setting is written back by the refreshed up, to that object alone.
+    assert edit["taken_off"] is None
+    up = edit["refreshed_up"]
+    assert up["rc"] == 0, up["error"]
+    assert [step["urn"].rsplit("::", 1)[-1] for step in up["changed"] if step["op"] == "update"] == [workers]
+    assert {tuple(write) for write in up["writes"]} == {("patch", "machinedeployments", workers)}
+    assert edit["after"] == edit["declared"]
 
 
 def test_with_lab1_unreachable_the_autoscaler_exits_until_lab1_is_back_then_stays_up(lab1_box: Any) -> None:

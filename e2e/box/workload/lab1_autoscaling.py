@@ -7,9 +7,9 @@ from the real chart 9.59.0 whose Pod the pod runner runs as the real binary); th
 that fits nowhere, which the real autoscaler meets 0 -> 1 -> 3 (maxSize; the pod more than that
 stays pending, the autoscaler's event saying why), 3 -> 4 once maxSize is raised, and, once the
 demand is gone, 4 -> 0; between 0 -> 1 and the rest, lab1's Kubernetes upgrade with the worker
-running (lab1_rollouts.py); two faults in the scaling path (lab1_faults.py): the fourth worker's
-Machine never becoming a Node while its template is gone, and lab1's API server down at 0; a
-rotated lab1 kubeconfig; a worker sizing change; and, last, the
+running (lab1_rollouts.py); three faults in the scaling path (lab1_faults.py): an annotation edited
+by hand at 3, the fourth worker's Machine never becoming a Node while its template is gone, and
+lab1's API server down at 0; a rotated lab1 kubeconfig; a worker sizing change; and, last, the
 controls (lab1_controls.py): without the proxmoxmachinetemplates rule, no scale-from-zero; without
 its contract label, the ProxmoxCluster cannot be resolved. Between steps, a `pulumi up
 --expect-no-changes` that writes nothing (after the first up, a zero-change preview too). Every
@@ -221,6 +221,9 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     mark("1 -> 3")
     out["managers_at_3"] = managers(mgmt, cluster)
     out["no_change"].append(_no_change(engine, mgmt, cluster, "1 -> 3"))
+    # After the scale, an annotation edited by hand: what the runs show of it (lab1_faults.py).
+    out["edited_by_hand"] = lab1_faults.edited_by_hand(engine, mgmt, cluster)
+    mark("an annotation edited by hand")
     # The fault's cause gone: one worker more allowed, and the pod left over gets it, once the
     # second fault's is gone too: the workers' template was taken off the Proxmox node meanwhile,
     # and the new worker's Machine waits without a Node until it is back (lab1_faults.py).

@@ -1,7 +1,12 @@
-"""Two faults in lab1's scaling path, run in the program's lab1 scenario (lab1_autoscaling.py) with
+"""Three faults in lab1's scaling path, run in the program's lab1 scenario (lab1_autoscaling.py) with
 the real autoscaler running, each read where docs/troubleshooting.md sends the owner, and each
 ending converged once its cause is gone:
 
+- `edited_by_hand`: after a scale, the MachineDeployment's min-size annotation edited with
+  kubectl. A plain preview does not see it (pulumi-kubernetes diffs the settings against the
+  state's object); a preview with `--refresh` stops on the server-side apply conflict with
+  kubectl's field manager. The hand edit taken off (`kubectl annotate <key>-`, which drops
+  kubectl's claim with the field), `up --refresh` writes the setting back.
 - `unreachable`: lab1's API server stopped, as when its control-plane VM or the VIP is down. The
   autoscaler keeps its leader lease in lab1: it cannot renew it, exits, and each restart exits at
   once while lab1 does not answer; what each process said. Once the server is back, the next
@@ -21,13 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box.workload.lab1_controls import MAIN_LOOP, log_lines
-from e2e.box.workload.lab1_reads import Lab, conditions, get, scales, until
+from e2e.box.workload.lab1_reads import Lab, Workload, conditions, get, run, scales, until
+from e2e.engine.cli import Engine
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import pod_runner
 from e2e.standins.workload.objects import owner
 from e2e.standins.workload.providers import WorkloadStandIns
 
 STATUS_CONFIGMAP = "cluster-autoscaler-status"
+MIN_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
 # Scans the autoscaler begins after the clone has failed, each adding nothing, before the
 # template comes back.
 SCANS_HELD = 1
@@ -37,6 +44,37 @@ def _log(runner: pod_runner.PodRunner) -> tuple[dict[str, Any], Path]:
     """The running autoscaler's start event and its log."""
     [*_, started] = [e for e in runner.events if e["event"] == "started"]
     return started, runner.folder / started["log"]
+
+
+def edited_by_hand(engine: Engine, mgmt: ControlPlane, cluster: Workload) -> dict[str, Any]:
+    """The min-size annotation raised by one with kubectl, then the owner's runs: a plain preview,
+    one with `--refresh`, the hand edit taken off as docs/troubleshooting.md says, and `up --refresh`."""
+
+    def min_size() -> str | None:
+        deployment = get(mgmt, "machinedeployment", cluster.workers, namespace=cluster.namespace)
+        value: str | None = deployment["metadata"]["annotations"].get(MIN_SIZE)
+        return value
+
+    def annotate(value: str) -> None:
+        mgmt.kubectl("-n", cluster.namespace, "annotate", "--overwrite", "machinedeployment", cluster.workers, value)
+
+    declared = min_size() or ""
+    hand = str(int(declared) + 1)
+    annotate(f"{MIN_SIZE}={hand}")
+    plain = run(engine, mgmt, "preview", "--expect-no-changes")
+    refreshed = engine.run("preview", "--refresh")
+    annotate(f"{MIN_SIZE}-")
+    taken_off = min_size()
+    written_back = run(engine, mgmt, "up", "--refresh")
+    return {
+        "declared": declared,
+        "hand": hand,
+        "plain_preview": plain,
+        "refreshed_preview": {"rc": refreshed.rc, "errors": refreshed.diagnostics("error")},
+        "taken_off": taken_off,
+        "refreshed_up": written_back,
+        "after": min_size(),
+    }
 
 
 def _status_written(lab: Lab) -> str | None:
