@@ -107,7 +107,6 @@ def unreachable(mgmt: ControlPlane, lab: Lab, lab1_plane: ControlPlane, runner: 
         until("the autoscaler exits", exits)
         exited_in = round(time.monotonic() - stopped, 1)
         until("a restart of it exits too", lambda: len(exits()) >= 2)
-        deployment = get(mgmt, "deployment", lab.cluster.autoscaler, namespace=lab.cluster.namespace)
         pods = mgmt.kubectl("get", "pods", "-n", lab.cluster.namespace).stdout.splitlines()
     back = time.monotonic()
     written = until(
@@ -121,7 +120,6 @@ def unreachable(mgmt: ControlPlane, lab: Lab, lab1_plane: ControlPlane, runner: 
         "down_for": round(back - stopped, 1),
         "reached_again_in": round(time.monotonic() - back, 1),
         "status_written": [written_before, written],
-        "deployment_status": deployment["status"],
         "pods": [line for line in pods if line.startswith(("NAME", lab.cluster.autoscaler))],
         "runner_events": [e["event"] for e in runner.events[events:]],
         "said": [_said(runner, started, endpoint) for started in processes],
@@ -178,7 +176,6 @@ def never_a_node(
             "machine": get(mgmt, "machine", machine, namespace=cluster.namespace),
             "proxmox_machine": get(mgmt, "proxmoxmachine", failed["metadata"]["name"], namespace=cluster.namespace),
             "autoscaler_lines": [line for line in log_lines(log)[from_line:] if "upcoming" in line.lower()][:6],
-            "seconds": round(time.monotonic() - began, 1),
         }
     finally:
         standins.missing_templates.discard(template)
@@ -190,7 +187,6 @@ def never_a_node(
     )
     return {
         "template": template,
-        "machine": machine,
         "failed_in": failed_in,
         "held": held,
         "after_template_back": timeline,

@@ -3,11 +3,12 @@ sizing change at 0 workers (a new template, the MachineDeployment repointed, the
 deleted), and lab1's Kubernetes upgrade with a worker running (issue 41; docs/operations.md,
 "Upgrading a workload cluster's Kubernetes"): the entry's kubernetesVersion and templateVmId set as
 the owner sets them, the preview naming the rollout, one `pulumi up`; then the real
-MachineDeployment controller replaces the worker (a new one first, maxSurge 1), Cluster API drains
-the old one through lab1's API, lab1's Deployment controller makes the evicted demand pod again and
-the real scheduler puts it on the new worker. Sampled until every worker runs the new version and
-the demand is running again: the counts as a timeline, the MachineDeployment's writes (the
-autoscaler must make none), the Machines and Nodes before and after.
+MachineDeployment controller replaces the worker (a new one first, maxSurge 1) and deletes the old
+one, undrained in the box (its control plane has no Machines: NOT_DRAINED), so the demand pod comes
+back through lab1's pod garbage collector and the real scheduler puts it on a new worker. Sampled
+until every worker runs the new version and the demand is running again: the counts as a
+timeline, the MachineDeployment's writes (the autoscaler's among them), the Machines and Nodes
+before and after.
 """
 
 from __future__ import annotations
