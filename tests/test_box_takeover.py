@@ -46,7 +46,7 @@ def test_the_lab_starts_as_its_owner_runs_it(takeover: Any) -> None:
     made = takeover["made"]
     assert made["hand_autoscaler"]["rc"] == 0, made["hand_autoscaler"]
     assert made["site"]["workers"] == 2
-    assert len(made["machines"]) == 2  # the workers'
+    assert len(made["machines"]) == 3  # the control plane's and the workers'
     assert [release["name"] for release in made["helm_list"]] == ["cilium"]
 
 
@@ -84,7 +84,7 @@ def test_no_machineset_machine_or_node_of_lab1_was_replaced(takeover: Any) -> No
         }
 
     before = identities(takeover["before"])
-    assert len([name for name in before if name.startswith("machines/")]) == 2
+    assert len([name for name in before if name.startswith("machines/")]) == 3  # the control plane's and 2 workers'
     assert identities(takeover["after"]) == before
 
 
@@ -127,7 +127,7 @@ def test_before_the_takeover_the_inspector_answers_through_the_old_accounts_file
     assert {cluster: result["who"] for cluster, result in found.items()} == dict.fromkeys(
         inspector.CONTEXTS, _account(playbook_lab.INSPECTOR)
     )
-    assert len(inspector.machine_map(found)) == 2  # the workers, each with its Node and VM
+    assert len(inspector.machine_map(found)) == 3  # the control plane and 2 workers, each with its Node and VM
 
 
 def test_after_w7_the_inspector_answers_through_the_programs_accounts(takeover: Any) -> None:

@@ -214,9 +214,8 @@ def left_by_the_owner(
     out["helm"] = _cilium(box, base, lab1)
     mark("helm install cilium")
 
-    # The workers' Machines; the control plane stand-in runs lab1's control plane as a Node, not
-    # as a Machine (e2e/standins/workload/).
-    machines, nodes = site.workers, 1 + site.workers
+    # The control plane's Machine and the workers'.
+    machines = nodes = 1 + site.workers
 
     def running() -> Any:
         items = (get(mgmt, "machines") or {}).get("items", [])

@@ -69,6 +69,9 @@ TIMINGS = {"scaleDownUnneededTime": "5s", "scaleDownDelayAfterAdd": "5s"}
 # the box's pod runner, through its settings, 1 s and every 2 s.
 BACKOFF_SECONDS = 1.0
 SECRET_SYNC_SECONDS = 2.0
+# The workers' Machines, by their MachineDeployment's name; the control plane's, by Cluster API's label.
+WORKERS = "cluster.x-k8s.io/deployment-name={}"
+CONTROL_PLANE = "cluster.x-k8s.io/control-plane"
 # Each log's start (the autoscaler's startup lines), for the tests to read.
 LOG_HEAD_CHARS = 60_000
 
@@ -189,6 +192,9 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
         out["reaction"] = round(at + float("0." + first["at"][20:26]) - wall, 1)
     mark("0 -> 1")
     out["worker"] = worker = _the_first_worker(mgmt, cluster, lab, lab1)
+    # Read here, not at the first up: the Machine controller finds the control plane's Node once its
+    # cache of lab1 connects, which it retries with a backoff (about 25 s after the Node registered).
+    out["control_machine"] = _running_machine(mgmt, cluster, CONTROL_PLANE)
     out["no_change"].append(_no_change(engine, mgmt, cluster, "0 -> 1"))
     # The worker's kubelet renews its lease meanwhile.
     worker["lease_later"] = get(
@@ -330,20 +336,17 @@ def _the_first_autoscaler(mgmt: ControlPlane, cluster: Workload, runner: pod_run
     }
 
 
+def _running_machine(mgmt: ControlPlane, cluster: Workload, selector: str) -> dict[str, Any] | None:
+    """The first Machine of `selector` (with the cluster's workers' name for `{}`) Running with its nodeRef."""
+    machines = get(mgmt, "machines", namespace=cluster.namespace, selector=selector.format(cluster.workers))["items"]
+    running = [m for m in machines if m.get("status", {}).get("phase") == "Running" and m["status"].get("nodeRef")]
+    return running[0] if running else None
+
+
 def _the_first_worker(mgmt: ControlPlane, cluster: Workload, lab: Lab, lab1: Path) -> dict[str, Any]:
     """The chain the real MachineSet and Machine controllers made for the first worker, the Node
     the kubelet stand-in registered, the demand pod the real scheduler placed on it."""
-    machine = until(
-        "a worker Machine Running with its nodeRef",
-        lambda: next(
-            (
-                m
-                for m in get(mgmt, "machines", namespace=cluster.namespace)["items"]
-                if m.get("status", {}).get("phase") == "Running" and m["status"].get("nodeRef")
-            ),
-            None,
-        ),
-    )
+    machine = until("a worker Machine Running with its nodeRef", lambda: _running_machine(mgmt, cluster, WORKERS))
     node = until(
         "the worker Node without Cluster API's uninitialized taint",
         lambda: (

@@ -229,7 +229,7 @@ def managers(mgmt: ControlPlane, cluster: Workload) -> dict[str, list[str]]:
 
 def cluster_api_writes(mgmt: ControlPlane) -> dict[str, dict[str, Any]]:
     """Every write to a cluster.x-k8s.io group, by "user verb resource[/subresource]": how many,
-    the first one's response code, and which mutating webhooks changed the first one."""
+    their response codes (each once), and which mutating webhooks changed the first one."""
     writes: dict[str, dict[str, Any]] = {}
     for event in mgmt.audit():
         ref = event.get("objectRef", {})
@@ -239,15 +239,17 @@ def cluster_api_writes(mgmt: ControlPlane) -> dict[str, dict[str, Any]]:
             continue
         resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
         key = f"{event['user']['username']} {event['verb']} {resource}"
+        code = event.get("responseStatus", {}).get("code")
         if key in writes:
             writes[key]["count"] += 1
+            writes[key]["codes"] = sorted({*writes[key]["codes"], code})
             continue
         mutated = [
             json.loads(value)["webhook"]
             for name, value in (event.get("annotations") or {}).items()
             if name.startswith("mutation.webhook.admission.k8s.io/") and json.loads(value).get("mutated")
         ]
-        writes[key] = {"count": 1, "code": event.get("responseStatus", {}).get("code"), "mutated_by": mutated}
+        writes[key] = {"count": 1, "codes": [code], "mutated_by": mutated}
     return writes
 
 

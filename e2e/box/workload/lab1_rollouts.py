@@ -3,12 +3,11 @@ sizing change at 0 workers (a new template, the MachineDeployment repointed, the
 deleted), and lab1's Kubernetes upgrade with a worker running (issue 41; docs/operations.md,
 "Upgrading a workload cluster's Kubernetes"): the entry's kubernetesVersion and templateVmId set as
 the owner sets them, the preview naming the rollout, one `pulumi up`; then the real
-MachineDeployment controller replaces the worker (a new one first, maxSurge 1) and deletes the old
-one, undrained in the box (its control plane has no Machines: NOT_DRAINED), so the demand pod comes
-back through lab1's pod garbage collector and the real scheduler puts it on a new worker. Sampled
-until every worker runs the new version and the demand is running again: the counts as a
-timeline, the MachineDeployment's writes (the autoscaler's among them), the Machines and Nodes
-before and after.
+MachineDeployment controller replaces the worker (a new one first, maxSurge 1), and the real Machine
+controller drains the old one (DELETION: the demand pod evicted, made again and placed by the real
+scheduler on the new worker) before it deletes it and its Node. Sampled until every worker runs
+the new version and the demand is running again: the counts as a timeline, the MachineDeployment's
+writes (the autoscaler's among them), the Machines and Nodes before and after.
 """
 
 from __future__ import annotations
@@ -49,10 +48,9 @@ def _workers(mgmt: ControlPlane, lab: Lab, cluster: Workload) -> dict[str, Any]:
     }
 
 
-def _rolled(mgmt: ControlPlane, lab: Lab, cluster: Workload, before: dict[str, Any]) -> bool:
+def _rolled(now: dict[str, Any], lab: Lab, before: dict[str, Any]) -> bool:
     """Every worker at the new version on a Node of its own, none of the old left, and the demand
     running on the new ones (a pod bound to a deleted Node still says Running until it is gone)."""
-    now = _workers(mgmt, lab, cluster)
     nodes = {name for name, _ in now["nodes"]}
     return (
         bool(now["machines"])
@@ -63,11 +61,11 @@ def _rolled(mgmt: ControlPlane, lab: Lab, cluster: Workload, before: dict[str, A
     )
 
 
-# What the Cluster API manager says of a worker it deletes without draining it: the box's
-# KubeadmControlPlane stand-in makes no control-plane Machines, and with none Cluster API neither
-# drains a Node nor deletes it (isDeleteNodeAllowed in
-# internal/controllers/machine/machine_controller.go).
-NOT_DRAINED = "Skipping deletion of Kubernetes Node associated with Machine as it is not allowed"
+# What the Cluster API manager logs as it deletes a worker (reconcileDelete and drainNode in
+# internal/controllers/machine/machine_controller.go), in its order: the Node drained (its pods
+# evicted), then, once the VM is gone, the Node deleted.
+DELETION = ("Draining Node", "Drain completed", "Deleting Node")
+CONTROL_PLANE_MACHINES = "cluster.x-k8s.io/control-plane"
 
 
 def upgrade(
@@ -85,21 +83,29 @@ def upgrade(
     out["preview"] = run(engine, mgmt, "preview")
     audit_mark, began = len(mgmt.audit()), time.monotonic()
     out["up"] = run(engine, mgmt, "up")
-    out["timeline"] = lab.watch("the workers at " + UPGRADE_TO, lambda _: _rolled(mgmt, lab, cluster, before), began)
+    out["timeline"] = lab.watch(
+        "the workers at " + UPGRADE_TO, lambda _: _rolled(_workers(mgmt, lab, cluster), lab, before), began
+    )
     out["seconds"] = round(time.monotonic() - began, 1)
     out["after"] = _workers(mgmt, lab, cluster)
     out["pods_after"] = _pods(lab)
     out["md_writes"] = scales(mgmt, audit_mark, cluster)
     old = {name for name, _, _ in before["machines"]}
-    out["not_drained"] = sorted(
-        {
-            (line.split('cause="', 1)[1].split('"', 1)[0] if 'cause="' in line else "")
-            for line in manager_log.read_text(errors="replace").splitlines()
-            if NOT_DRAINED in line and any(f'Machine="{cluster.namespace}/{name}"' in line for name in old)
-        }
-    )
+    said = [
+        step
+        for line in manager_log.read_text(errors="replace").splitlines()
+        for step in DELETION
+        if f'"{step}' in line and any(f'Machine="{cluster.namespace}/{name}"' in line for name in old)
+    ]
+    out["deletion"] = list(dict.fromkeys(said))
     kcp = get(mgmt, "kubeadmcontrolplane", f"{cluster.name}-control-plane", namespace=cluster.namespace)
-    out["control_plane"] = {"spec": kcp["spec"]["version"], "status": kcp.get("status", {}).get("version")}
+    control_machines = get(mgmt, "machines", namespace=cluster.namespace, selector=CONTROL_PLANE_MACHINES)["items"]
+    out["control_plane"] = {
+        "spec": kcp["spec"]["version"],
+        "status": kcp.get("status", {}).get("version"),
+        "up_to_date": kcp.get("status", {}).get("upToDateReplicas"),
+        "machines": [m["spec"].get("version") for m in control_machines],
+    }
     return out
 
 

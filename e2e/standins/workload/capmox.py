@@ -10,7 +10,7 @@ of its two kinds at infrastructure.cluster.x-k8s.io/v1alpha2:
   VMID, spec.providerID `proxmox://<SMBIOS uuid>`, an address from the ProxmoxCluster's
   ipv4Config, then status.initialization.provisioned=true, status.addresses (InternalIP and
   Hostname), vmStatus, proxmoxNode and the conditions Ready and VirtualMachineProvisioned. On
-  deletion the kubelet stand-in's Node goes (the VM is destroyed) and the finalizer is cleared.
+  deletion the VM is destroyed (its kubelet stand-in stops) and the finalizer is cleared.
   A template the Proxmox node no longer has (`missing_templates`, a scenario's fault) fails the
   clone as CAPMOX reports it: VirtualMachineProvisioned False, reason CloningFailed, with the
   error its Proxmox client returns, and Ready summarising it; the Machine stays Provisioning, and
@@ -62,7 +62,7 @@ def reconcile_clusters(client: Client, record: Record) -> None:
 def reconcile_machines(
     client: Client, record: Record, destroy: Callable[[dict[str, Any]], None], missing_templates: Collection[int]
 ) -> None:
-    """`destroy(machine)` takes a deleted ProxmoxMachine's VM away (its Node, in the workload cluster);
+    """`destroy(machine)` takes a deleted ProxmoxMachine's VM away (its kubelet, in the workload cluster);
     a clone from one of `missing_templates` fails."""
     machines = client.items("proxmoxmachines", INFRASTRUCTURE)
     for item in machines:

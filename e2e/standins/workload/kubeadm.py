@@ -10,19 +10,26 @@ KCP's etcd health checks through a port-forward to control-plane pods):
   initialization.controlPlaneInitialized, the replica counts, selector, version,
   observedGeneration and the conditions Available (which the Cluster's ControlPlaneAvailable
   mirrors), Initialized, CertificatesAvailable, EtcdClusterHealthy, ControlPlaneComponentsHealthy.
-  The control plane's VM is one Node in the workload cluster, registered through the kubelet
-  stand-in's code (kubelet.node_of, kubelet.register; it heartbeats and runs pods there too) with
-  the providerID of the initConfiguration's kubelet arguments, the `node-role.kubernetes.io/
-  control-plane` label and kubeadm's default `node-role.kubernetes.io/control-plane:NoSchedule`
-  taint, and the capacity of the KCP's ProxmoxMachineTemplate; kubeadm init's CoreDNS (two
-  replicas tolerating that taint) is applied, so that what tolerates the control plane runs
-  there and never asks the autoscaler for a worker.
-  It makes no control-plane Machines: in v1beta2 the Cluster's ControlPlaneInitialized comes from
-  the KCP's status (internal/controllers/cluster), and one control plane runs here whatever a VM
-  would be, so spec.replicas other than 1 is refused (MachinesReady says NoReplicas). A Machine
-  of its own would have the real Machine controller reconcile it as KCP's (its bootstrap a
-  KubeadmConfig with an initConfiguration, its deletion guarded by KCP's etcd checks), which is
-  KCP's own logic and not the contract; the Node alone is what the workload cluster needs.
+  The control plane's VM is made as KCP makes a control-plane machine: a ProxmoxMachine cloned
+  from the KCP's ProxmoxMachineTemplate, bootstrap data, and a Machine owned by the KCP with
+  Cluster API's control-plane labels, which the real Machine controller reconciles and the CAPMOX
+  stand-in provisions like any other (a VMID, an address from the pool, a providerID). With it,
+  Cluster API drains a worker's Node before it deletes the worker, and then deletes the Node
+  (isDeleteNodeAllowed in internal/controllers/machine/machine_controller.go: with no
+  control-plane Machine it does neither). Once that VM is provisioned its Node is registered
+  through the kubelet stand-in's code (kubelet.node_of, kubelet.register; it heartbeats and runs
+  pods there too) with the providerID of the initConfiguration's kubelet arguments (which must
+  equal the ProxmoxMachine's), the `node-role.kubernetes.io/control-plane` label and kubeadm's
+  default `node-role.kubernetes.io/control-plane:NoSchedule` taint, and the capacity of the
+  KCP's ProxmoxMachineTemplate; kubeadm init's CoreDNS (two replicas tolerating that taint) is
+  applied, so that what tolerates the control plane runs there and never asks the autoscaler for
+  a worker; then the KCP is reported initialized.
+  What it leaves out is KCP's own logic: the bootstrap data is written for the Machine directly
+  (bootstrap.dataSecretName; the real KCP makes a KubeadmConfig with an initConfiguration, which
+  the KubeadmConfig stand-in refuses), one control plane runs here whatever a VM would be, so
+  spec.replicas other than 1 is refused, and the control plane is never rolled: a version bump
+  reaches the KCP's status.version, while its Machine keeps the version it was made with
+  (MachinesUpToDate then says NotUpToDate).
 - KubeadmConfig (bootstrap.cluster.x-k8s.io/v1beta2), a worker's, made from its
   KubeadmConfigTemplate by the MachineSet controller: once a Machine owns it and the Cluster's
   control plane is initialized (a join waits for it, as the real provider does), a bootstrap data
@@ -37,7 +44,6 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -62,6 +68,11 @@ from e2e.standins.workload.objects import (
 )
 
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+# Cluster API's labels on a control-plane Machine (api/core/v1beta2/machine_types.go).
+MACHINE_CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
+CONTROL_PLANE_NAME_LABEL = "cluster.x-k8s.io/control-plane-name"
+# Where the control plane's bootstrap data writes kubeadm's InitConfiguration.
+INIT_CONFIG_PATH = "/run/kubeadm/kubeadm.yaml"
 UNINITIALIZED_TAINT = {"key": "node.cluster.x-k8s.io/uninitialized", "effect": "NoSchedule"}
 KCP_CONDITIONS = {
     "Available": "Available",
@@ -69,8 +80,7 @@ KCP_CONDITIONS = {
     "CertificatesAvailable": "Available",
     "EtcdClusterHealthy": "Healthy",
     "ControlPlaneComponentsHealthy": "Healthy",
-    "MachinesReady": "NoReplicas",
-    "MachinesUpToDate": "NoReplicas",
+    "MachinesReady": "Ready",
     "RollingOut": "NotRollingOut",
     "ScalingUp": "NotScalingUp",
     "ScalingDown": "NotScalingDown",
@@ -109,8 +119,12 @@ def reconcile_control_planes(
             running[key] = start(key, endpoint["host"], int(endpoint["port"]))
             record.did(f"control plane up at {endpoint['host']}:{endpoint['port']}", ident(kcp))
         _write_kubeconfig(client, record, kcp, cluster_name, running[key])
+        machine = _control_plane_machine(client, record, kcp, cluster_name)
         if key not in control_plane_nodes:
-            control_plane_nodes[key] = _register_control_plane_node(client, kcp, endpoint["host"], running[key])
+            vm = client.get("proxmoxmachines", INFRASTRUCTURE, meta["namespace"], machine["metadata"]["name"])
+            if vm is None or not need_true(vm, "status.initialization.provisioned"):
+                continue  # kubeadm init runs once CAPMOX has cloned the VM
+            control_plane_nodes[key] = _register_control_plane_node(client, kcp, vm, running[key])
             _kubeadm_addons(running[key])
             record.did(f"control-plane Node {control_plane_nodes[key]} registered, CoreDNS applied", ident(kcp))
         status = kcp.get("status") or {}
@@ -119,41 +133,118 @@ def reconcile_control_planes(
             and status.get("observedGeneration") == meta["generation"]
         ):
             continue
-        selector = f"{CLUSTER_NAME_LABEL}={cluster_name},cluster.x-k8s.io/control-plane"
-        counts = dict.fromkeys(("replicas", "readyReplicas", "availableReplicas", "upToDateReplicas"), 1)
+        selector = f"{CLUSTER_NAME_LABEL}={cluster_name},{MACHINE_CONTROL_PLANE_LABEL}"
+        up_to_date = int(machine["spec"].get("version") == version)
+        counts = dict.fromkeys(("replicas", "readyReplicas", "availableReplicas"), 1)
+        reasons = KCP_CONDITIONS | {"MachinesUpToDate": "UpToDate" if up_to_date else "NotUpToDate"}
         status = {
             "initialization": {"controlPlaneInitialized": True},
             **counts,
+            "upToDateReplicas": up_to_date,
             **{"selector": selector, "version": version, "observedGeneration": meta["generation"]},
-            "conditions": conditions(meta["generation"], KCP_CONDITIONS),
+            "conditions": conditions(meta["generation"], reasons),
         }
         client.patch(kcp, {"status": status}, status=True)
         record.did("control plane initialized", ident(kcp))
 
 
-def _register_control_plane_node(client: Client, kcp: dict[str, Any], address: str, lab: ControlPlane) -> str:
-    """The Node of the one control-plane VM, as `kubeadm init` registers it, through the kubelet
-    stand-in's code: named as CAPMOX names a KCP's VM (`<kcp>-<5 characters>`, here of the KCP's
-    uid), the initConfiguration's kubelet arguments (the providerID with a VM uuid derived from
-    the KCP's uid), the labels kubeadm's mark-control-plane phase sets and its default taint
-    `node-role.kubernetes.io/control-plane:NoSchedule` (unless the initConfiguration names
-    taints), the capacity of the KCP's ProxmoxMachineTemplate, the control-plane endpoint as its
-    address (the box's one address for it). Its name."""
+def _control_plane_machine(client: Client, record: Record, kcp: dict[str, Any], cluster_name: str) -> dict[str, Any]:
+    """The KCP's one control-plane Machine, made once as KCP makes one
+    (cloneConfigsAndGenerateMachine in controlplane/kubeadm/internal/controllers/helpers.go): named
+    `<kcp>-<5 characters>` (here of the KCP's uid, so that a stand-in started again finds it), with
+    the labels of desiredstate.ControlPlaneMachineLabels, its ProxmoxMachine cloned from the KCP's
+    template and owned by the KCP until the Machine controller takes it over, its bootstrap data a
+    Secret owned by the KCP."""
     meta = kcp["metadata"]
-    name, vm_uuid = f"{meta['name']}-{meta['uid'][:5]}", str(uuid.uuid5(uuid.NAMESPACE_URL, meta["uid"]))
+    namespace, name = meta["namespace"], f"{meta['name']}-{meta['uid'][:5]}"
+    found = client.get("machines", CORE, namespace, name)
+    if found is not None:
+        return found
+    template = _machine_template(client, kcp)
+    labels = {
+        **(need(kcp, "spec.machineTemplate").get("metadata") or {}).get("labels", {}),
+        **{CLUSTER_NAME_LABEL: cluster_name, MACHINE_CONTROL_PLANE_LABEL: "", CONTROL_PLANE_NAME_LABEL: meta["name"]},
+    }
+    made = {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner_ref(kcp)]}
+    init = {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration"}
+    cloud_config = {
+        "write_files": [
+            {
+                "path": INIT_CONFIG_PATH,
+                **{"owner": "root:root", "permissions": "0640"},
+                "content": json.dumps(init | need(kcp, "spec.kubeadmConfigSpec").get("initConfiguration", {})),
+            }
+        ],
+        "runcmd": [f"kubeadm init --config {INIT_CONFIG_PATH}"],
+    }
+    value = "## template: jinja\n#cloud-config\n" + json.dumps(cloud_config, indent=1)
+    machine = {
+        "apiVersion": CORE,
+        "kind": "Machine",
+        "metadata": made,
+        "spec": {
+            "clusterName": cluster_name,
+            "version": need(kcp, "spec.version"),
+            "bootstrap": {"dataSecretName": name},
+            "infrastructureRef": {"apiGroup": INFRASTRUCTURE.split("/")[0], "kind": "ProxmoxMachine", "name": name},
+        },
+    }
+    client.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [
+                {
+                    **{"apiVersion": "v1", "kind": "Secret", "type": SECRET_TYPE, "metadata": made},
+                    "data": {
+                        key: base64.b64encode(text.encode()).decode()
+                        for key, text in (("value", value), ("format", "cloud-config"))
+                    },
+                },
+                {
+                    **{"apiVersion": INFRASTRUCTURE, "kind": "ProxmoxMachine", "metadata": made},
+                    "spec": need(template, "spec.template.spec"),
+                },
+                machine,
+            ],
+        }
+    )
+    record.did("control-plane Machine, ProxmoxMachine and bootstrap data made", f"Machine/{namespace}/{name}")
+    return machine
+
+
+def _machine_template(client: Client, kcp: dict[str, Any]) -> dict[str, Any]:
+    name = need(kcp, "spec.machineTemplate.spec.infrastructureRef.name")
+    template = client.get("proxmoxmachinetemplates", INFRASTRUCTURE, kcp["metadata"]["namespace"], name)
+    if template is None:
+        raise KeyError(f"{ident(kcp)}: no ProxmoxMachineTemplate {name}")
+    return template
+
+
+def _register_control_plane_node(client: Client, kcp: dict[str, Any], vm: dict[str, Any], lab: ControlPlane) -> str:
+    """The Node of the control-plane VM `vm` (its provisioned ProxmoxMachine), as `kubeadm init`
+    registers it, through the kubelet stand-in's code: named after the VM, the initConfiguration's
+    kubelet arguments (its providerID must be the ProxmoxMachine's), the labels kubeadm's
+    mark-control-plane phase sets and its default taint `node-role.kubernetes.io/control-plane:
+    NoSchedule` (unless the initConfiguration names taints), the capacity of the KCP's
+    ProxmoxMachineTemplate, the VM's addresses. Its name."""
+    name: str = vm["metadata"]["name"]
+    provider_id: str = need(vm, "spec.providerID")
+    vm_uuid = provider_id.removeprefix("proxmox://")
     registration = dict(need(kcp, "spec.kubeadmConfigSpec").get("initConfiguration", {}).get("nodeRegistration", {}))
     registration.setdefault("taints", [{"key": CONTROL_PLANE_LABEL, "effect": "NoSchedule"}])
     node = kubelet.node_of(ident(kcp), name, registration, vm_uuid)
+    if node["spec"]["providerID"] != provider_id:
+        raise ValueError(
+            f"{ident(kcp)}: the kubelet would register providerID {node['spec']['providerID']!r}, not {provider_id!r}"
+        )
     node["metadata"]["labels"] |= {
         CONTROL_PLANE_LABEL: "",
         "node.kubernetes.io/exclude-from-external-load-balancers": "",
     }
-    template_name = need(kcp, "spec.machineTemplate.spec.infrastructureRef.name")
-    template = client.get("proxmoxmachinetemplates", INFRASTRUCTURE, meta["namespace"], template_name)
-    if template is None:
-        raise KeyError(f"{ident(kcp)}: no ProxmoxMachineTemplate {template_name}")
+    template = _machine_template(client, kcp)
     capacity = size({**template, "spec": need(template, "spec.template.spec")})
-    addresses = [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}]
+    addresses = [{"type": a["type"], "address": a["address"]} for a in need(vm, "status.addresses")]
     kubelet.register(
         Client(lab, KUBELET_USER), node, capacity, addresses, version=need(kcp, "spec.version"), vm_uuid=vm_uuid
     )

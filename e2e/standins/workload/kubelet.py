@@ -11,7 +11,7 @@ a Node named after the VM with
 
 then heartbeats through its Lease in kube-node-lease, and reports each Pod the real kube-scheduler
 bound to it Running and Ready (no container runs). A kubelet argument it does not know is refused.
-When the ProxmoxMachine goes, its Node goes.
+When the ProxmoxMachine goes, its kubelet stops; Cluster API deletes the Node.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from e2e.standins.workload.objects import (
 )
 
 KNOWN_KUBELET_ARGS = ("provider-id", "node-labels")
+CONTROL_PLANE_MACHINE_LABEL = "cluster.x-k8s.io/control-plane"
 INSTANCE_ID = ("'{{ ds.meta_data.instance_id }}'", "{{ ds.meta_data.instance_id }}")
 LEASE_SECONDS = 40
 
@@ -59,6 +60,8 @@ def reconcile(
         machine = client.get("machines", CORE, meta["namespace"], owner(item, "Machine", "cluster.x-k8s.io") or "")
         if machine is None:
             raise KeyError(f"{ident(item)} is provisioned but its Machine is gone")
+        if CONTROL_PLANE_MACHINE_LABEL in machine["metadata"].get("labels", {}):
+            continue  # kubeadm init's Node, which the KubeadmControlPlane stand-in registers
         key = f"{meta['namespace']}/{need(machine, 'spec.clusterName')}"
         if key not in running:
             continue
@@ -77,15 +80,12 @@ def reconcile(
             record.did(f"Pod terminated in {key}", pod)
 
 
-def forget(running: dict[str, ControlPlane], registered: set[str], machine: dict[str, Any]) -> None:
-    """The VM of a deleted ProxmoxMachine is gone: its Node (and with it its Lease) too."""
+def forget(registered: set[str], machine: dict[str, Any]) -> None:
+    """The VM of a deleted ProxmoxMachine is gone, and with it its kubelet: its Lease is no longer
+    renewed and its pods no longer run. The Node stays until Cluster API's Machine controller
+    deletes it, as it does once the infrastructure is gone."""
     name = machine["metadata"]["name"]
     for key in [entry for entry in registered if entry.endswith(f"/{name}")]:
-        namespace_cluster = key.rsplit("/", 1)[0]
-        if namespace_cluster in running:
-            Client(running[namespace_cluster], KUBELET_USER).delete(
-                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
-            )
         registered.discard(key)
 
 

@@ -59,7 +59,7 @@ def running(mgmt: ControlPlane, root: Path, *, interval: float = 1.0) -> Iterato
             return lab
 
         def destroy(machine: dict[str, Any]) -> None:
-            kubelet.forget(standins.running, standins.registered, machine)
+            kubelet.forget(standins.registered, machine)
 
         parts: dict[str, Callable[[], None]] = {
             "ProxmoxClusters": lambda: capmox.reconcile_clusters(client, standins.record),
