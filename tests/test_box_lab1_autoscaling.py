@@ -85,6 +85,7 @@ def test_between_steps_nothing_is_planned_and_nothing_written(lab1_box: Any) -> 
         "3 -> 4",
         "4 -> 0 and lab1 unreachable",
         "sizing change",
+        "the template rule back",
     ]
     first = lab1_box["no_change"][0]
     assert first["preview"]["rc"] == 0, first["preview"]["error"]
@@ -319,3 +320,20 @@ def test_control_without_the_template_rule_no_scale_from_zero(lab1_box: Any) -> 
     assert control["waiting_for_templates"]
     assert (control["replicas"], control["pending_at_end"]) == (0, 1)
     assert [w for w in control["scales"] if w["user"] == _account(lab1_box)] == []
+
+
+def test_with_the_rule_back_the_same_autoscaler_scales_from_zero(lab1_box: Any) -> None:
+    """docs/troubleshooting.md, "`forbidden` on proxmoxmachinetemplates": the release rolled back
+    to its own revision renders the Role with the rule again, and nothing else is needed."""
+    back = lab1_box["control"]["rule_back"]
+    print(f"helm rollback to revision {back['revision']}:", back["rollback"]["stdout"].strip())
+    for seconds, key, value in back["timeline"]:
+        print(f"  {seconds:6.1f}s  {key} = {value}")
+    assert back["rollback"]["rc"] == 0, back["rollback"]["stderr"]
+    assert "Rollback was a success" in back["rollback"]["stdout"]
+    assert back["rule_restored"]
+    # The refused process itself synced the templates at its informer's next retry: no restart.
+    assert "started" not in back["runner_events"], back["runner_events"]
+    assert [w["subresource"] for w in back["scales"] if w["user"] == _account(lab1_box)] == ["scale"]
+    # The zero-change run after it (test_between_steps_nothing_is_planned_and_nothing_written):
+    # the rollback left nothing for the program to change.

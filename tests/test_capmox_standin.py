@@ -2,15 +2,17 @@
 reconcile pass over several new ProxmoxMachines (a 1 -> 3 scale-up), each gets its own VMID,
 providerID and address from the pool, lowest free first, as the IPAM provider hands them out. A
 clone from a template the Proxmox node no longer has fails as CAPMOX reports it, once, and the
-pass after the template is back clones."""
+pass after the template is back clones. The machine it provisions for a workload cluster's control
+plane is the KubeadmControlPlane stand-in's (e2e/standins/workload/kubeadm.py), made once as KCP
+makes one: without it Cluster API neither drains nor deletes a worker's Node."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
 
-from e2e.standins.workload import capmox
-from e2e.standins.workload.objects import CORE, INFRASTRUCTURE, Record
+from e2e.standins.workload import capmox, kubeadm
+from e2e.standins.workload.objects import CONTROL_PLANE, CORE, INFRASTRUCTURE, Record
 
 NAMESPACE = "default"
 TEMPLATE = 9000
@@ -34,6 +36,17 @@ class Objects:
             o for o in self.objects if o["kind"] == obj["kind"] and o["metadata"]["name"] == obj["metadata"]["name"]
         ]
         _merge(live, body)
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        for item in obj["items"] if obj["kind"] == "List" else [obj]:
+            if any(
+                o["kind"] == item["kind"] and o["metadata"]["name"] == item["metadata"]["name"] for o in self.objects
+            ):
+                self.patch(item, item)
+            else:  # as the API server creates it, at generation 1
+                created = copy.deepcopy(item)
+                created["metadata"]["generation"] = 1
+                self.objects.append(created)
 
 
 def _plural(obj: dict[str, Any]) -> str:
@@ -124,3 +137,53 @@ def test_a_clone_from_a_missing_template_fails_as_capmox_says_until_the_template
     [machine] = api.items("proxmoxmachines", INFRASTRUCTURE)
     assert machine["status"]["initialization"] == {"provisioned": True}
     assert {c["type"]: c["status"] for c in machine["status"]["conditions"]}["Ready"] == "True"
+
+
+def test_the_control_plane_machine_is_made_once_as_kcp_makes_one_and_provisioned_first() -> None:
+    sizing = {"numSockets": 2, "numCores": 4, "memoryMiB": 16384, "disks": {"bootVolume": {"sizeGb": 100}}}
+    template_spec = {"sourceNode": "pv1-1", "templateID": TEMPLATE, **sizing}
+    kcp = _object(
+        "KubeadmControlPlane",
+        CONTROL_PLANE,
+        "lab1-control-plane",
+        {
+            "version": "v1.35.9",
+            "machineTemplate": {"spec": {"infrastructureRef": {"name": "lab1-control-plane"}}},
+            "kubeadmConfigSpec": {},
+        },
+        uid="d0682c4e-0000-4000-8000-000000000000",
+    )
+    kcp["apiVersion"] = CONTROL_PLANE
+    template = _object(
+        "ProxmoxMachineTemplate", INFRASTRUCTURE, "lab1-control-plane", {"template": {"spec": template_spec}}
+    )
+    api, record = _lab1(), Record()
+    api.objects += [kcp, template]
+
+    made = [kubeadm._control_plane_machine(api, record, kcp, "lab1") for _ in range(2)]  # type: ignore[arg-type]
+
+    name = "lab1-control-plane-d0682"
+    assert [m["metadata"]["name"] for m in made] == [name, name]
+    [machine] = api.items("machines", CORE)
+    assert machine["metadata"]["labels"] == {
+        "cluster.x-k8s.io/cluster-name": "lab1",
+        "cluster.x-k8s.io/control-plane": "",
+        "cluster.x-k8s.io/control-plane-name": "lab1-control-plane",
+    }
+    assert [o["kind"] for o in machine["metadata"]["ownerReferences"]] == ["KubeadmControlPlane"]
+    assert machine["spec"]["bootstrap"] == {"dataSecretName": name}
+    assert machine["spec"]["infrastructureRef"] == {
+        "apiGroup": "infrastructure.cluster.x-k8s.io",
+        "kind": "ProxmoxMachine",
+        "name": name,
+    }
+    assert [s["metadata"]["name"] for s in api.items("secrets", "v1")] == [name]
+    [vm] = api.items("proxmoxmachines", INFRASTRUCTURE)
+    assert vm["spec"] == template_spec
+    assert len(record.timeline) == 1
+
+    # The real Machine controller takes it over (its owner reference), then CAPMOX clones it.
+    api.patch(vm, {"metadata": {"ownerReferences": [{"kind": "Machine", "apiVersion": CORE, "name": name}]}})
+    capmox.reconcile_machines(api, record, lambda _: None, missing_templates=())  # type: ignore[arg-type]
+    [vm] = api.items("proxmoxmachines", INFRASTRUCTURE)
+    assert (vm["spec"]["virtualMachineID"], vm["status"]["addresses"][0]["address"]) == (100, "192.168.4.41")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -34,9 +33,8 @@ from typing import Any, Protocol
 
 from e2e.box.scenarios import LAB1_ADDRESS
 from e2e.box.workload import lab1_state, workload_box
-from e2e.box.workload.lab1_reads import get, until
+from e2e.box.workload.lab1_reads import built_tool, get, until
 from e2e.engine import vendor
-from e2e.engine.cli import built_bin
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster.chart_repo_standin import ChartRepoStandIn
 
@@ -135,29 +133,6 @@ SITES = {
 }
 
 
-def _tool(variable: str, binary: str, base: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """A built CLI with a home of its own under the box (no version check, no user config)."""
-    home = base / "home"
-    home.mkdir(exist_ok=True)
-    env = {
-        **os.environ,
-        "HOME": str(home),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-        "XDG_DATA_HOME": str(home / ".local/share"),
-        "CLUSTERCTL_DISABLE_VERSIONCHECK": "true",
-    }
-    return subprocess.run(
-        [str(built_bin(variable, binary) / binary), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=base,
-    )
-
-
 def _ran(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return {"args": done.args[1:], "rc": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}
 
@@ -172,7 +147,7 @@ def generate(base: Path, site: Site) -> tuple[dict[str, Any], Path]:
     template.write_text(vendor.member(vendor.CAPMOX_ARCHIVE, CAPMOX_TEMPLATE))
     config = base / "clusterctl.yaml"
     config.write_text(site.clusterctl_yaml())
-    done = _tool(
+    done = built_tool(
         "LAB_MGMT_CLUSTER_API_BIN",
         "clusterctl",
         base,
@@ -267,13 +242,13 @@ def left_by_the_owner(
 def _cilium(box: ManagementCluster, base: Path, lab1: Path) -> list[dict[str, Any]]:
     """`helm repo add` and `helm install` of Cilium into lab1, as the owner ran them."""
     helm = [
-        _tool(
+        built_tool(
             "LAB_MGMT_HELM_BIN",
             "helm",
             base,
             *("repo", "add", "cilium", box.repo_url("cilium"), "--ca-file", str(box.charts.certificate)),
         ),
-        _tool(
+        built_tool(
             "LAB_MGMT_HELM_BIN",
             "helm",
             base,
@@ -301,11 +276,11 @@ def _read_state(box: ManagementCluster, lab1: Path, out: dict[str, Any]) -> None
         {"name": item["metadata"]["name"], "labels": item["metadata"]["labels"], "type": item["type"]}
         for item in (releases or {}).get("items", [])
     ]
-    listed = _tool(
+    listed = built_tool(
         "LAB_MGMT_HELM_BIN", "helm", box.base, "list", "-n", "kube-system", "-o", "json", "--kubeconfig", str(lab1)
     )
     out["helm_list"] = json.loads(listed.stdout) if listed.returncode == 0 else _ran(listed)
-    values = _tool(
+    values = built_tool(
         "LAB_MGMT_HELM_BIN",
         "helm",
         box.base,

@@ -282,6 +282,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
         mgmt, lab, runner, lambda: _demand(lab1, mgmt, 1, worker_cpus)
     )
     mark("control")
+    out["no_change"].append(_no_change(engine, mgmt, cluster, "the template rule back"))
     out["capmox_assets"] = capmox_assets(box.charts)
     out["unlabelled"] = lab1_controls.without_contract_labels(mgmt, box.manager)
     mark("contract control")

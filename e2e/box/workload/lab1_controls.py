@@ -7,7 +7,10 @@ breaks when a piece the program or its providers supply is taken away.
   templates, and its main loop, once demand is pending, waits for their cache and scales nothing.
   How long to watch is the autoscaler's own business: its informer retries the refused list with
   a growing backoff, and the control waits for CONTROL_REFUSALS of those retries after the demand
-  is pending, not for a span of wall time.
+  is pending, not for a span of wall time. Then the cause goes as docs/troubleshooting.md has the
+  owner take it away (the release rolled back to its own revision, which renders the Role again),
+  and the same autoscaler process syncs the templates at its informer's next retry and scales
+  from zero.
 - Without its contract label, the ProxmoxCluster CRD cannot be resolved: a second Cluster's
   infrastructure is never found, and the real Cluster API manager says why.
 """
@@ -17,17 +20,19 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from e2e.box.workload.lab1_reads import Lab, conditions, get, scales, until
+from e2e.box.workload.lab1_reads import Lab, built_tool, conditions, get, scales, until
 from e2e.controllers.cluster_api import ClusterApiManager
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import pod_runner
 
 TEMPLATES = "proxmoxmachinetemplates"
+HELM = "LAB_MGMT_HELM_BIN"
 # Each retry of the autoscaler's informer on the templates that the API server refuses (its log).
 REFUSED = '"Failed to watch"'
 # Three refused retries after the demand is pending (about 8 s of the informer's backoff): a main
@@ -111,6 +116,33 @@ def without_the_template_rule(
         "pending_at_end": now["pending"],
         "scales": scales(mgmt, audit_mark, cluster),
         "forbidden": _refusals(lines)[:3],
+        "rule_back": _rule_back(mgmt, lab, runner),
+    }
+
+
+def _rule_back(mgmt: ControlPlane, lab: Lab, runner: pod_runner.PodRunner) -> dict[str, Any]:
+    """docs/troubleshooting.md's fix, typed as it says: the release's last revision read, and a
+    rollback to it, which renders the chart's Role again with the program's rule (Helm patches what
+    the live object lost); then scale-from-zero, watched until the demand runs."""
+    cluster = lab.cluster
+    audit_mark, events, began = len(mgmt.audit()), len(runner.events), time.monotonic()
+    helm = ("--kubeconfig", str(mgmt.kubeconfig), "-n", cluster.namespace)
+    history = built_tool(HELM, "helm", mgmt.root, "history", cluster.autoscaler, "--max", "1", "-o", "json", *helm)
+    [last] = json.loads(history.stdout)
+    rollback = built_tool(HELM, "helm", mgmt.root, "rollback", cluster.autoscaler, str(last["revision"]), *helm)
+    timeline = lab.watch(
+        "scale-from-zero with the rule back",
+        lambda s: s["pending"] == 0 and s["scheduled"] == s["nodes"] == s["replicas"] == 1,
+        began,
+    )
+    roles = get(mgmt, "roles", namespace=cluster.namespace)["items"]
+    return {
+        "revision": last["revision"],
+        "rollback": {"rc": rollback.returncode, "stdout": rollback.stdout, "stderr": rollback.stderr},
+        "rule_restored": any(TEMPLATES in rule.get("resources", []) for role in roles for rule in role["rules"]),
+        "timeline": timeline,
+        "scales": scales(mgmt, audit_mark, cluster),
+        "runner_events": [event["event"] for event in runner.events[events:]],
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import ssl
 import subprocess
 import time
@@ -20,7 +21,7 @@ from typing import Any
 
 from e2e.box.cluster_part import _requests_since
 from e2e.box.scenarios import WRITES
-from e2e.engine.cli import Engine
+from e2e.engine.cli import Engine, built_bin
 from e2e.engine.control_plane import ControlPlane
 from e2e.engine.kube_api import Api, UnreachableError
 from e2e.standins.cluster import chart_repo_standin
@@ -82,6 +83,29 @@ def until(what: str, done: Callable[[], Any], bound: float = BOUND) -> Any:
             raise AssertionError(f"not within {bound}s: {what}")
         time.sleep(POLL)
     return answer
+
+
+def built_tool(variable: str, binary: str, base: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A built CLI with a home of its own under the box (no version check, no user config)."""
+    home = base / "home"
+    home.mkdir(exist_ok=True)
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+        "CLUSTERCTL_DISABLE_VERSIONCHECK": "true",
+    }
+    return subprocess.run(
+        [str(built_bin(variable, binary) / binary), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=base,
+    )
 
 
 def get(
