@@ -29,11 +29,11 @@ test: $(VENV)
 # (or found cached) by e2e/engine/build-engine.sh; each test in a network namespace of its own, which
 # needs root or user namespaces, and iproute2 (docs/testing.md). The scenarios wait much of their
 # time (on a booting guest, a controller, a bound), so ENGINE_WORKERS of them run side by side, each
-# scenario's tests on the scenario's worker (tests/conftest.py). Three on two cores: four kept the
-# cores busier but each box lived longer, and a box costs CPU for as long as it lives (its API
-# servers and stand-ins poll): 24.2 CPU minutes and 13 min 19 s with four, 20.2 and 12 min 36 s
-# with three (docs/testing.md, "Where the suite's time goes"). The slowest 25 are listed last.
-ENGINE_WORKERS ?= 3
+# scenario's tests on the scenario's worker (tests/conftest.py). Four on two cores since the boxes
+# idle cheaper and the scenarios wait more than when three were faster: on 2026-12-05, 11 min 32 s
+# with four against 12 min 7 s with three (docs/testing.md, "Where the suite's time goes"). The
+# slowest 25 are listed last.
+ENGINE_WORKERS ?= 4
 
 # What the machine must have (packages, Go, user namespaces, disk), checked in seconds before any
 # build or virtualenv, with the system's python3 (e2e/engine/preflight.py).

@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # side; tests of no group listed here start last, in collection order). The suite is bound by the
 # CPU of two cores, so what matters is that no core idles and that the heaviest scenarios do not
 # all run at once: the fault scenario that waits out two one-minute bounds starts beside the
-# longest ones (with three workers on a fresh clone on 2026-12-05: lab1 361 s with its faults, the
-# journey 276 s, the whole adoption 230 s, the lifecycle 215 s), and the many short tests, which
-# keep the CPU busy, come last.
+# longest ones (with four workers on a fresh clone on 2026-12-05: lab1 459 s with its faults and
+# controls, the journey 426 s, the whole adoption 415 s, the lifecycle 374 s), and the many short
+# tests, which keep the CPU busy, come last.
 # Started longest first, the three heaviest together, the suite took 13 min 0 s against 12 min 36 s
 # (2026-12-04).
 STARTED_FIRST = (
