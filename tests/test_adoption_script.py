@@ -74,3 +74,14 @@ def test_the_files_the_commands_read_are_the_repositorys() -> None:
     for path in ("components/scripts/helmchart_handover.sh", "tools/adoption_check.py"):
         assert path in lines
         assert (REPO / path).exists()
+
+
+def test_a_lab_without_workload_clusters_takes_the_shipped_entry_out_in_step_2_and_only_there() -> None:
+    """The adoption box at another site types it (tests/test_box_whole_adoption.py); the owner's
+    lab, which runs lab1, never does."""
+    [block] = doc_script.blocks(workload_clusters=False)
+    assert block.step.startswith("2.")
+    assert block.lines == ("pulumi config rm workloadClusters",)
+    assert not block.on_node
+    assert all(not journey_block.without_workload_clusters for journey_block in JOURNEY)
+    assert "pulumi config rm workloadClusters" not in [line for b in JOURNEY for line in b.lines]

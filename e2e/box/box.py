@@ -269,9 +269,12 @@ def _operated(
 
 
 @contextmanager
-def running(base: Path, site: Site = SPEC_SITE, workload: WorkloadParts | None = None) -> Iterator[Box]:
+def running(
+    base: Path, site: Site = SPEC_SITE, workload: WorkloadParts | None = None, *, as_shipped: bool = False
+) -> Iterator[Box]:
     """The box, up for the block, with a fresh engine configured as the README's first run and
-    pointed at it and at `site`; with `workload`, Pulumi.lab.yaml's lab1 stays in the stack file.
+    pointed at it and at `site`; with `workload` (lab1's machinery) or `as_shipped` (a lab whose
+    owner takes the entry out as docs/adoption.md says), Pulumi.lab.yaml's lab1 stays in the stack file.
     Only inside a network namespace of its own (e2e/engine/netns.py) with the Proxmox address on
     loopback."""
     guest.add_bridge("vmbr0", f"{site.gateway}/24")
@@ -314,7 +317,9 @@ def running(base: Path, site: Site = SPEC_SITE, workload: WorkloadParts | None =
         # Only the chart repositories' certificate: the program trusts the Proxmox API as the lab
         # does (proxmoxInsecure), and the stand-in, not the program, fetches the image.
         engine = fresh_engine(
-            base / "engine", extra_env={"SSL_CERT_FILE": str(charts.certificate)}, workload_clusters=bool(workload)
+            base / "engine",
+            extra_env={"SSL_CERT_FILE": str(charts.certificate)},
+            workload_clusters=bool(workload) or as_shipped,
         )
         steps = scenarios._readme_first_run(engine, scenarios._lab_secrets())
         served = {

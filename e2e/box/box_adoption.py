@@ -6,7 +6,8 @@ __main__.py, VM and host steps included. tests/test_box_whole_adoption.py runs i
 The playbook's lab (playbook_vm.py), at the spec's site or at another (SITES: node, VMID,
 address, k3s version).
 
-Then docs/adoption.md: step 3's hand-over over SSH, step 2's settings and Helm repositories, a
+Then docs/adoption.md: step 2's block for a lab that runs no workload cluster (this one runs none,
+and the stack file is as shipped), step 3's hand-over over SSH, step 2's settings and Helm repositories, a
 preview and gate targeted at the Kubernetes provider and what it depends on (what --target would
 do instead of step 4's first run: the engine plans the Kubernetes imports whatever --target says,
 and the preview fails; the backend is put back after it), step 4's first run with a k3sVersion
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import shutil
 import time
 from collections.abc import Iterator, Mapping
@@ -33,6 +35,7 @@ from typing import Any
 
 from e2e.box import box, cluster_adoption, handover, observed, scenarios
 from e2e.box.playbook_vm import _key, _on_guest, _wait_for_api_server, playbook_left
+from e2e.box.takeover import doc_script
 from e2e.engine.cli import REPO
 from e2e.standins.cluster import playbook_lab
 
@@ -230,7 +233,16 @@ def _gated_run(lab: box.Box, base: Path, cluster_objects: str) -> dict[str, Any]
 def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
     """Steps 2 to 6 on the playbook's lab, and before step 4 a run targeted at the node; a run
     whose gate or up fails ends it there."""
-    result: dict[str, Any] = {"handover": _handover(lab)}
+    # Step 2's lines for a lab without workload clusters, as the page has them: the stack file as
+    # shipped declares lab1, which this site does not run.
+    result: dict[str, Any] = {
+        "without_workload_clusters": [
+            scenarios._step(lab.engine, tuple(shlex.split(line)[1:]))
+            for block in doc_script.blocks(workload_clusters=False)
+            for line in block.lines
+        ]
+    }
+    result["handover"] = _handover(lab)
     result["charts_left"] = lab.cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "name").stdout.split()
     result["settings"] = cluster_adoption.adoption_settings(lab.engine, lab.charts)
     # As the playbook left it, the VM has no OS type: the provider reads it as "", which its own
@@ -337,7 +349,7 @@ def adoption_in_the_box(root: str, site: str) -> dict[str, Any]:
     """The playbook's lab at one of SITES in the box, docs/adoption.md followed on it, then a k3s
     version that differs from the installed one; at CONVERGED_AT, then step 8."""
     base = Path(root)
-    with box.running(base, SITES[site]) as lab:
+    with box.running(base, SITES[site], as_shipped=True) as lab:
         started = time.monotonic()
         playbook_left(lab, base)
         result: dict[str, Any] = {"setup_seconds": round(time.monotonic() - started, 1), "steps": lab.steps}

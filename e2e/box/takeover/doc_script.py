@@ -1,7 +1,9 @@
 """docs/adoption.md as a script: its `sh` blocks, in the page's order, each with the step it belongs
 to and where the owner types it (the laptop, in the repository's folder, or the Proxmox node when
 the block's first line is `# on the Proxmox node`), and the placeholders (`<your backup storage>`)
-that the owner fills in. Pure reading: the journey (journey.py) runs what this returns, and the
+that the owner fills in. A block whose first line is `# in a lab that runs no workload cluster`
+is typed only there (the adoption box at another site, e2e/box/box_adoption.py), never on the
+owner's lab, which runs lab1. Pure reading: the journey (journey.py) runs what this returns, and the
 mocks tests check that the page reads as a script at all (tests/test_adoption_script.py).
 """
 
@@ -15,6 +17,7 @@ from e2e.engine.cli import REPO
 
 PAGE = REPO / "docs" / "adoption.md"
 ON_THE_NODE = "# on the Proxmox node"
+WITHOUT_WORKLOAD_CLUSTERS = "# in a lab that runs no workload cluster"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 STEP = re.compile(r"^##+ +(.+?) *$", re.MULTILINE)
 PLACEHOLDER = re.compile(r"<[a-z][^<>\n]*>")
@@ -32,7 +35,8 @@ class Block:
     """The heading the block sits under (`## 4. First run: ...`'s text, or a W-step's)."""
     on_node: bool
     lines: tuple[str, ...]
-    """The commands, as typed (the node marker dropped)."""
+    """The commands, as typed (the marker dropped)."""
+    without_workload_clusters: bool = False
 
     def placeholders(self) -> list[str]:
         return [found for line in self.lines for found in PLACEHOLDER.findall(line)]
@@ -49,8 +53,10 @@ class Block:
         return tuple(PLACEHOLDER.sub(fill, line) for line in self.lines)
 
 
-def blocks(text: str | None = None, *, until: str | None = None) -> list[Block]:
-    """The page's `sh` blocks in order; with `until`, those before the heading that starts with it."""
+def blocks(text: str | None = None, *, until: str | None = None, workload_clusters: bool = True) -> list[Block]:
+    """The page's `sh` blocks in order, as typed in a lab that runs workload clusters (or, with
+    `workload_clusters` false, only the blocks for a lab that runs none); with `until`, those
+    before the heading that starts with it."""
     text = PAGE.read_text() if text is None else text
     if until is not None:
         heading = re.search(rf"^##+ +{re.escape(until)}", text, re.MULTILINE)
@@ -63,8 +69,13 @@ def blocks(text: str | None = None, *, until: str | None = None) -> list[Block]:
             continue
         headings = STEP.findall(text, 0, fence.start())
         lines = [line for line in fence.group(2).splitlines() if line.strip()]
-        on_node = bool(lines) and lines[0] == ON_THE_NODE
-        found.append(Block(headings[-1] if headings else "", on_node, tuple(lines[1:] if on_node else lines)))
+        marker = lines[0] if lines else ""
+        without = marker == WITHOUT_WORKLOAD_CLUSTERS
+        if without == workload_clusters:
+            continue
+        on_node = marker == ON_THE_NODE
+        typed = tuple(lines[1:] if on_node or without else lines)
+        found.append(Block(headings[-1] if headings else "", on_node, typed, without))
     return found
 
 
