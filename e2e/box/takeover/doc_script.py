@@ -36,7 +36,6 @@ class Block:
     on_node: bool
     lines: tuple[str, ...]
     """The commands, as typed (the marker dropped)."""
-    without_workload_clusters: bool = False
 
     def placeholders(self) -> list[str]:
         return [found for line in self.lines for found in PLACEHOLDER.findall(line)]
@@ -75,7 +74,7 @@ def blocks(text: str | None = None, *, until: str | None = None, workload_cluste
             continue
         on_node = marker == ON_THE_NODE
         typed = tuple(lines[1:] if on_node or without else lines)
-        found.append(Block(headings[-1] if headings else "", on_node, typed, without))
+        found.append(Block(headings[-1] if headings else "", on_node, typed))
     return found
 
 

@@ -27,8 +27,7 @@ BOUND_SECONDS = 300.0
 def workers(lab: OwnersLab) -> dict[str, Any]:
     """The MachineDeployment's count, the workers' Machines, and lab1's worker Nodes that are Ready."""
     deployment = get(lab.box.cluster, "machinedeployment", LAB1.workers) or {}
-    selector = f"cluster.x-k8s.io/deployment-name={LAB1.workers}"
-    machines = (get(lab.box.cluster, "machines", selector=selector) or {}).get("items", [])
+    machines = (get(lab.box.cluster, "machines", selector=LAB1.workers_selector) or {}).get("items", [])
     nodes = (get(lab.box.cluster, "nodes", namespace="", kubeconfig=lab.lab1_kubeconfig) or {}).get("items", [])
     ready = [
         node

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -33,7 +32,7 @@ from typing import Any, Protocol
 
 from e2e.box.scenarios import LAB1_ADDRESS
 from e2e.box.workload import lab1_state, workload_box
-from e2e.box.workload.lab1_reads import built_tool, get, until
+from e2e.box.workload.lab1_reads import built_tool, get, ran, until
 from e2e.engine import vendor
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster.chart_repo_standin import ChartRepoStandIn
@@ -133,10 +132,6 @@ SITES = {
 }
 
 
-def _ran(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    return {"args": done.args[1:], "rc": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}
-
-
 def _conditions(obj: dict[str, Any] | None) -> dict[str, str]:
     return {c["type"]: c["status"] for c in ((obj or {}).get("status") or {}).get("conditions", [])}
 
@@ -156,7 +151,7 @@ def generate(base: Path, site: Site) -> tuple[dict[str, Any], Path]:
     )
     rendered = base / f"{CLUSTER}.yaml"
     rendered.write_text(done.stdout)
-    return {**_ran(done), "stdout": done.stdout, "config": config.read_text()}, rendered
+    return {**ran(done), "stdout": done.stdout, "config": config.read_text()}, rendered
 
 
 def left_by_the_owner(
@@ -175,7 +170,7 @@ def left_by_the_owner(
     if out["generate"]["rc"]:
         raise AssertionError(f"clusterctl generate cluster failed: {out['generate']['stderr']}")
     audited = len(mgmt.audit())
-    out["apply"] = _ran(mgmt.kubectl_as(mgmt.kubeconfig, "apply", "-f", str(rendered)))
+    out["apply"] = ran(mgmt.kubectl_as(mgmt.kubeconfig, "apply", "-f", str(rendered)))
     mark("clusterctl generate, kubectl apply")
     until(
         "the Cluster ControlPlaneInitialized",
@@ -260,7 +255,7 @@ def _cilium(box: ManagementCluster, base: Path, lab1: Path) -> list[dict[str, An
     for done in helm:
         if done.returncode:
             raise AssertionError(f"{done.args[1:3]} failed: {done.stderr}")
-    return [_ran(done) for done in helm]
+    return [ran(done) for done in helm]
 
 
 def _read_state(box: ManagementCluster, lab1: Path, out: dict[str, Any]) -> None:
@@ -279,7 +274,7 @@ def _read_state(box: ManagementCluster, lab1: Path, out: dict[str, Any]) -> None
     listed = built_tool(
         "LAB_MGMT_HELM_BIN", "helm", box.base, "list", "-n", "kube-system", "-o", "json", "--kubeconfig", str(lab1)
     )
-    out["helm_list"] = json.loads(listed.stdout) if listed.returncode == 0 else _ran(listed)
+    out["helm_list"] = json.loads(listed.stdout) if listed.returncode == 0 else ran(listed)
     values = built_tool(
         "LAB_MGMT_HELM_BIN",
         "helm",
@@ -294,6 +289,6 @@ def _read_state(box: ManagementCluster, lab1: Path, out: dict[str, Any]) -> None
         "--kubeconfig",
         str(lab1),
     )
-    out["helm_values"] = json.loads(values.stdout) if values.returncode == 0 else _ran(values)
+    out["helm_values"] = json.loads(values.stdout) if values.returncode == 0 else ran(values)
     out["chart_requests"] = box.charts.requests
     out["charts_unknown"] = box.charts.unknown

@@ -56,6 +56,7 @@ from e2e.controllers import cluster_api
 from e2e.engine.cli import Engine, declare_workload_clusters
 from e2e.engine.control_plane import ADMIN_USER, OPERATOR_USER, ControlPlane
 from e2e.standins.cluster import pod_runner
+from e2e.standins.workload.objects import CONTROL_PLANE_MACHINE_LABEL
 
 # One demand pod fills three quarters of a worker's cpu: one fits a worker beside Cilium's agent
 # (100m), two never do, and none fits the control plane, whose taint it does not tolerate.
@@ -69,9 +70,6 @@ TIMINGS = {"scaleDownUnneededTime": "5s", "scaleDownDelayAfterAdd": "5s"}
 # the box's pod runner, through its settings, 1 s and every 2 s.
 BACKOFF_SECONDS = 1.0
 SECRET_SYNC_SECONDS = 2.0
-# The workers' Machines, by their MachineDeployment's name; the control plane's, by Cluster API's label.
-WORKERS = "cluster.x-k8s.io/deployment-name={}"
-CONTROL_PLANE = "cluster.x-k8s.io/control-plane"
 # Each log's start (the autoscaler's startup lines), for the tests to read.
 LOG_HEAD_CHARS = 60_000
 
@@ -194,7 +192,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     out["worker"] = worker = _the_first_worker(mgmt, cluster, lab, lab1)
     # Read here, not at the first up: the Machine controller finds the control plane's Node once its
     # cache of lab1 connects, which it retries with a backoff (about 25 s after the Node registered).
-    out["control_machine"] = _running_machine(mgmt, cluster, CONTROL_PLANE)
+    out["control_machine"] = _running_machine(mgmt, cluster, CONTROL_PLANE_MACHINE_LABEL)
     out["no_change"].append(_no_change(engine, mgmt, cluster, "0 -> 1"))
     # The worker's kubelet renews its lease meanwhile.
     worker["lease_later"] = get(
@@ -338,8 +336,8 @@ def _the_first_autoscaler(mgmt: ControlPlane, cluster: Workload, runner: pod_run
 
 
 def _running_machine(mgmt: ControlPlane, cluster: Workload, selector: str) -> dict[str, Any] | None:
-    """The first Machine of `selector` (with the cluster's workers' name for `{}`) Running with its nodeRef."""
-    machines = get(mgmt, "machines", namespace=cluster.namespace, selector=selector.format(cluster.workers))["items"]
+    """The first of the cluster's Machines that `selector` selects Running with its nodeRef."""
+    machines = get(mgmt, "machines", namespace=cluster.namespace, selector=selector)["items"]
     running = [m for m in machines if m.get("status", {}).get("phase") == "Running" and m["status"].get("nodeRef")]
     return running[0] if running else None
 
@@ -347,7 +345,9 @@ def _running_machine(mgmt: ControlPlane, cluster: Workload, selector: str) -> di
 def _the_first_worker(mgmt: ControlPlane, cluster: Workload, lab: Lab, lab1: Path) -> dict[str, Any]:
     """The chain the real MachineSet and Machine controllers made for the first worker, the Node
     the kubelet stand-in registered, the demand pod the real scheduler placed on it."""
-    machine = until("a worker Machine Running with its nodeRef", lambda: _running_machine(mgmt, cluster, WORKERS))
+    machine = until(
+        "a worker Machine Running with its nodeRef", lambda: _running_machine(mgmt, cluster, cluster.workers_selector)
+    )
     node = until(
         "the worker Node without Cluster API's uninitialized taint",
         lambda: (

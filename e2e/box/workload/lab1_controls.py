@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from e2e.box.workload.lab1_reads import Lab, built_tool, conditions, get, scales, until
+from e2e.box.workload.lab1_reads import Lab, built_tool, conditions, get, ran, scales, until
 from e2e.controllers.cluster_api import ClusterApiManager
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import pod_runner
@@ -121,9 +121,10 @@ def without_the_template_rule(
 
 
 def _rule_back(mgmt: ControlPlane, lab: Lab, runner: pod_runner.PodRunner) -> dict[str, Any]:
-    """docs/troubleshooting.md's fix, typed as it says: the release's last revision read, and a
-    rollback to it, which renders the chart's Role again with the program's rule (Helm patches what
-    the live object lost); then scale-from-zero, watched until the demand runs."""
+    """docs/troubleshooting.md's fix, its two helm commands (the history read as JSON here): the
+    release's last revision, and a rollback to it, which renders the chart's Role again with the
+    program's rule (Helm patches what the live object lost); then scale-from-zero, watched until
+    the demand runs."""
     cluster = lab.cluster
     audit_mark, events, began = len(mgmt.audit()), len(runner.events), time.monotonic()
     helm = ("--kubeconfig", str(mgmt.kubeconfig), "-n", cluster.namespace)
@@ -138,7 +139,7 @@ def _rule_back(mgmt: ControlPlane, lab: Lab, runner: pod_runner.PodRunner) -> di
     roles = get(mgmt, "roles", namespace=cluster.namespace)["items"]
     return {
         "revision": last["revision"],
-        "rollback": {"rc": rollback.returncode, "stdout": rollback.stdout, "stderr": rollback.stderr},
+        "rollback": ran(rollback),
         "rule_restored": any(TEMPLATES in rule.get("resources", []) for role in roles for rule in role["rules"]),
         "timeline": timeline,
         "scales": scales(mgmt, audit_mark, cluster),

@@ -25,6 +25,7 @@ from e2e.engine.cli import Engine, built_bin
 from e2e.engine.control_plane import ControlPlane
 from e2e.engine.kube_api import Api, UnreachableError
 from e2e.standins.cluster import chart_repo_standin
+from e2e.standins.workload.objects import DEPLOYMENT_NAME_LABEL
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ class Workload:
     @property
     def workers(self) -> str:
         return f"{self.name}-workers"
+
+    @property
+    def workers_selector(self) -> str:
+        """The label selector of the workers' Machines."""
+        return f"{DEPLOYMENT_NAME_LABEL}={self.workers}"
 
     @property
     def autoscaler(self) -> str:
@@ -106,6 +112,11 @@ def built_tool(variable: str, binary: str, base: Path, *args: str) -> subprocess
         check=False,
         cwd=base,
     )
+
+
+def ran(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """What a built CLI's run did, for a test to read: its arguments, exit code and output's end."""
+    return {"args": done.args[1:], "rc": done.returncode, "stdout": done.stdout[-4000:], "stderr": done.stderr[-4000:]}
 
 
 def get(
@@ -191,7 +202,7 @@ class Lab:
         core = self.cluster.core
         deployment = self.get(self.mgmt, f"{core}/machinedeployments/{self.cluster.workers}") or {}
         machines = (self.get(self.mgmt, f"{core}/machines") or {}).get("items", [])
-        workers = [m for m in machines if "cluster.x-k8s.io/deployment-name" in m["metadata"].get("labels", {})]
+        workers = [m for m in machines if DEPLOYMENT_NAME_LABEL in m["metadata"].get("labels", {})]
         nodes = (self.get(self.lab1, "/api/v1/nodes") or {}).get("items", [])
         pods = self.demand_pods()
         return {

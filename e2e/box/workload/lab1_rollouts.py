@@ -20,6 +20,7 @@ from e2e.box.scenarios import WRITES, _step
 from e2e.box.workload.lab1_reads import Lab, Workload, get, names, run, scales, until
 from e2e.engine.cli import Engine
 from e2e.engine.control_plane import ADMIN_USER, ControlPlane
+from e2e.standins.workload.objects import CONTROL_PLANE_MACHINE_LABEL
 
 # The sizing change the scenario makes to the workers.
 RESIZE_BY_MIB = 2048
@@ -32,8 +33,7 @@ TEMPLATE_STEP = 1
 
 def _workers(mgmt: ControlPlane, lab: Lab, cluster: Workload) -> dict[str, Any]:
     """The worker Machines (name, version, node) and lab1's worker Nodes (name, kubelet version)."""
-    selector = f"cluster.x-k8s.io/deployment-name={cluster.workers}"
-    machines = get(mgmt, "machines", namespace=cluster.namespace, selector=selector)
+    machines = get(mgmt, "machines", namespace=cluster.namespace, selector=cluster.workers_selector)
     nodes = lab.get(lab.lab1, "/api/v1/nodes") or {"items": []}
     return {
         "machines": sorted(
@@ -65,7 +65,6 @@ def _rolled(now: dict[str, Any], lab: Lab, before: dict[str, Any]) -> bool:
 # internal/controllers/machine/machine_controller.go), in its order: the Node drained (its pods
 # evicted), then, once the VM is gone, the Node deleted.
 DELETION = ("Draining Node", "Drain completed", "Deleting Node")
-CONTROL_PLANE_MACHINES = "cluster.x-k8s.io/control-plane"
 
 
 def upgrade(
@@ -99,7 +98,7 @@ def upgrade(
     ]
     out["deletion"] = list(dict.fromkeys(said))
     kcp = get(mgmt, "kubeadmcontrolplane", f"{cluster.name}-control-plane", namespace=cluster.namespace)
-    control_machines = get(mgmt, "machines", namespace=cluster.namespace, selector=CONTROL_PLANE_MACHINES)["items"]
+    control_machines = get(mgmt, "machines", namespace=cluster.namespace, selector=CONTROL_PLANE_MACHINE_LABEL)["items"]
     out["control_plane"] = {
         "spec": kcp["spec"]["version"],
         "status": kcp.get("status", {}).get("version"),

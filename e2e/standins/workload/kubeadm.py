@@ -54,6 +54,7 @@ from e2e.standins.workload.objects import (
     BOOTSTRAP,
     CLUSTER_NAME_LABEL,
     CONTROL_PLANE,
+    CONTROL_PLANE_MACHINE_LABEL,
     CORE,
     INFRASTRUCTURE,
     JOIN_CONFIG_PATH,
@@ -68,8 +69,7 @@ from e2e.standins.workload.objects import (
 )
 
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
-# Cluster API's labels on a control-plane Machine (api/core/v1beta2/machine_types.go).
-MACHINE_CONTROL_PLANE_LABEL = "cluster.x-k8s.io/control-plane"
+# Cluster API's label naming a control-plane Machine's KCP (api/core/v1beta2/machine_types.go).
 CONTROL_PLANE_NAME_LABEL = "cluster.x-k8s.io/control-plane-name"
 # Where the control plane's bootstrap data writes kubeadm's InitConfiguration.
 INIT_CONFIG_PATH = "/run/kubeadm/kubeadm.yaml"
@@ -133,7 +133,7 @@ def reconcile_control_planes(
             and status.get("observedGeneration") == meta["generation"]
         ):
             continue
-        selector = f"{CLUSTER_NAME_LABEL}={cluster_name},{MACHINE_CONTROL_PLANE_LABEL}"
+        selector = f"{CLUSTER_NAME_LABEL}={cluster_name},{CONTROL_PLANE_MACHINE_LABEL}"
         up_to_date = int(machine["spec"].get("version") == version)
         counts = dict.fromkeys(("replicas", "readyReplicas", "availableReplicas"), 1)
         reasons = KCP_CONDITIONS | {"MachinesUpToDate": "UpToDate" if up_to_date else "NotUpToDate"}
@@ -163,21 +163,11 @@ def _control_plane_machine(client: Client, record: Record, kcp: dict[str, Any], 
     template = _machine_template(client, kcp)
     labels = {
         **(need(kcp, "spec.machineTemplate").get("metadata") or {}).get("labels", {}),
-        **{CLUSTER_NAME_LABEL: cluster_name, MACHINE_CONTROL_PLANE_LABEL: "", CONTROL_PLANE_NAME_LABEL: meta["name"]},
+        **{CLUSTER_NAME_LABEL: cluster_name, CONTROL_PLANE_MACHINE_LABEL: "", CONTROL_PLANE_NAME_LABEL: meta["name"]},
     }
     made = {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner_ref(kcp)]}
-    init = {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration"}
-    cloud_config = {
-        "write_files": [
-            {
-                "path": INIT_CONFIG_PATH,
-                **{"owner": "root:root", "permissions": "0640"},
-                "content": json.dumps(init | need(kcp, "spec.kubeadmConfigSpec").get("initConfiguration", {})),
-            }
-        ],
-        "runcmd": [f"kubeadm init --config {INIT_CONFIG_PATH}"],
-    }
-    value = "## template: jinja\n#cloud-config\n" + json.dumps(cloud_config, indent=1)
+    kubeadm = need(kcp, "spec.kubeadmConfigSpec")
+    init = {"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration", **kubeadm.get("initConfiguration", {})}
     machine = {
         "apiVersion": CORE,
         "kind": "Machine",
@@ -194,13 +184,7 @@ def _control_plane_machine(client: Client, record: Record, kcp: dict[str, Any], 
             "apiVersion": "v1",
             "kind": "List",
             "items": [
-                {
-                    **{"apiVersion": "v1", "kind": "Secret", "type": SECRET_TYPE, "metadata": made},
-                    "data": {
-                        key: base64.b64encode(text.encode()).decode()
-                        for key, text in (("value", value), ("format", "cloud-config"))
-                    },
-                },
+                _bootstrap_data(made, INIT_CONFIG_PATH, init, "init", kubeadm.get("users", [])),
                 {
                     **{"apiVersion": INFRASTRUCTURE, "kind": "ProxmoxMachine", "metadata": made},
                     "spec": need(template, "spec.template.spec"),
@@ -339,29 +323,11 @@ def reconcile_configs(client: Client, record: Record) -> None:
         taints = registration.setdefault("taints", [])
         if not any(taint["key"] == UNINITIALIZED_TAINT["key"] for taint in taints):
             taints.append(UNINITIALIZED_TAINT)
-        cloud_config = {
-            "write_files": [
-                {"path": JOIN_CONFIG_PATH, "owner": "root:root", "permissions": "0640", "content": json.dumps(join)}
-            ],
-            "runcmd": [f"kubeadm join --config {JOIN_CONFIG_PATH}"],
-            "users": spec.get("users", []),
+        secret_meta = {
+            **{"name": meta["name"], "namespace": meta["namespace"]},
+            **{"labels": {CLUSTER_NAME_LABEL: cluster_name}, "ownerReferences": [owner_ref(config)]},
         }
-        value = "## template: jinja\n#cloud-config\n" + json.dumps(cloud_config, indent=1)
-        client.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "type": SECRET_TYPE,
-                "metadata": {
-                    **{"name": meta["name"], "namespace": meta["namespace"]},
-                    **{"labels": {CLUSTER_NAME_LABEL: cluster_name}, "ownerReferences": [owner_ref(config)]},
-                },
-                "data": {
-                    key: base64.b64encode(text.encode()).decode()
-                    for key, text in (("value", value), ("format", "cloud-config"))
-                },
-            }
-        )
+        client.apply(_bootstrap_data(secret_meta, JOIN_CONFIG_PATH, join, "join", spec.get("users", [])))
         status = {
             "initialization": {"dataSecretCreated": True},
             "dataSecretName": meta["name"],
@@ -373,3 +339,25 @@ def reconcile_configs(client: Client, record: Record) -> None:
         }
         client.patch(config, {"status": status}, status=True)
         record.did("bootstrap data written", ident(config))
+
+
+def _bootstrap_data(
+    metadata: dict[str, Any], path: str, configuration: dict[str, Any], phase: str, users: list[Any]
+) -> dict[str, Any]:
+    """The bootstrap data Secret a kubeadm bootstrap writes: cloud-config that writes kubeadm's
+    `configuration` to `path` and runs `kubeadm <phase>` with it, the `users` it adds, and its format."""
+    cloud_config = {
+        "write_files": [
+            {"path": path, "owner": "root:root", "permissions": "0640", "content": json.dumps(configuration)}
+        ],
+        "runcmd": [f"kubeadm {phase} --config {path}"],
+        "users": users,
+    }
+    value = "## template: jinja\n#cloud-config\n" + json.dumps(cloud_config, indent=1)
+    return {
+        **{"apiVersion": "v1", "kind": "Secret", "type": SECRET_TYPE, "metadata": metadata},
+        "data": {
+            key: base64.b64encode(text.encode()).decode()
+            for key, text in (("value", value), ("format", "cloud-config"))
+        },
+    }

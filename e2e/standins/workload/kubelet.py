@@ -23,6 +23,7 @@ from typing import Any
 from e2e.engine.control_plane import KUBELET_USER, ControlPlane
 from e2e.standins.workload.capmox import need_true, size
 from e2e.standins.workload.objects import (
+    CONTROL_PLANE_MACHINE_LABEL,
     CORE,
     INFRASTRUCTURE,
     Client,
@@ -35,7 +36,6 @@ from e2e.standins.workload.objects import (
 )
 
 KNOWN_KUBELET_ARGS = ("provider-id", "node-labels")
-CONTROL_PLANE_MACHINE_LABEL = "cluster.x-k8s.io/control-plane"
 INSTANCE_ID = ("'{{ ds.meta_data.instance_id }}'", "{{ ds.meta_data.instance_id }}")
 LEASE_SECONDS = 40
 

@@ -21,6 +21,9 @@ CONTROL_PLANE = "controlplane.cluster.x-k8s.io/v1beta2"
 BOOTSTRAP = "bootstrap.cluster.x-k8s.io/v1beta2"
 INFRASTRUCTURE = "infrastructure.cluster.x-k8s.io/v1alpha2"
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
+# On a control-plane Machine, and on a MachineDeployment's Machines (api/core/v1beta2/machine_types.go).
+CONTROL_PLANE_MACHINE_LABEL = "cluster.x-k8s.io/control-plane"
+DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
 SECRET_TYPE = "cluster.x-k8s.io/secret"
 # Where a worker's bootstrap data (the KubeadmConfig stand-in's) writes its kubeadm JoinConfiguration.
 JOIN_CONFIG_PATH = "/run/kubeadm/kubeadm-join-config.yaml"
