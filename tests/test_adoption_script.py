@@ -14,7 +14,8 @@ from e2e.box.takeover import doc_script
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = (REPO / "docs" / "adoption.md").read_text()
-JOURNEY = doc_script.blocks(until="7.")
+JOURNEY = doc_script.blocks(until=doc_script.TYPED_UNTIL)
+WITHOUT_LAB1 = doc_script.blocks(until=doc_script.TYPED_UNTIL, workload_clusters=False)
 
 
 def test_no_command_hides_in_an_indented_block_the_script_would_skip() -> None:
@@ -48,19 +49,33 @@ def test_each_block_uses_only_the_tools_of_where_it_is_typed() -> None:
         assert doc_script.tools(block) <= allowed, block
 
 
-def test_the_node_blocks_back_up_set_the_os_type_and_read_the_uptime() -> None:
-    node = [line for block in JOURNEY if block.on_node for line in block.lines]
-    assert [line.split()[:2] for line in node] == [["vzdump", "201"], ["qm", "config"], ["qm", "set"], ["qm", "status"]]
+@pytest.mark.parametrize("typed", [JOURNEY, WITHOUT_LAB1], ids=["with lab1", "without"])
+def test_the_node_blocks_back_up_set_the_os_type_and_read_the_uptime(typed: list[doc_script.Block]) -> None:
+    node = [line for block in typed if block.on_node for line in block.lines]
+    assert [line.split()[:2] for line in node] == [
+        ["vzdump", "<vmId>"],
+        ["qm", "config"],
+        ["qm", "set"],
+        ["qm", "status"],
+    ]
 
 
-def test_the_placeholders_are_the_owners_six_values() -> None:
+def test_the_placeholders_are_the_owners_six_values_and_the_vms_two() -> None:
     found = {placeholder for block in JOURNEY for placeholder in block.placeholders()}
     assert found == {
         *("<your backup storage>", "<the running chart version>", "<its namespace>", "<its release>"),
-        *("<flag>", "<its value>"),
+        *("<flag>", "<its value>", "<vmId>", "<vmAddress>"),
     }
     block = next(block for block in JOURNEY if "<your backup storage>" in block.placeholders())
-    assert block.filled({"<your backup storage>": "local"})[0] == "vzdump 201 --mode snapshot --storage local"
+    values = {"<your backup storage>": "local"} | doc_script.vm_values(305, "192.168.7.30")
+    assert block.filled(values)[0] == "vzdump 305 --mode snapshot --storage local"
+
+
+def test_no_typed_line_names_the_labs_own_vm() -> None:
+    """The page is typed at another site too: the VM's id and address come from placeholders."""
+    for block in JOURNEY:
+        for line in block.lines:
+            assert not re.search(r"\b(201|192\.168\.4\.21)\b", line), line
 
 
 def test_a_placeholder_without_a_value_is_an_error_not_a_command() -> None:
@@ -79,8 +94,20 @@ def test_the_files_the_commands_read_are_the_repositorys() -> None:
 def test_a_lab_without_workload_clusters_takes_the_shipped_entry_out_in_step_2_and_only_there() -> None:
     """The adoption box at another site types it (tests/test_box_whole_adoption.py); the owner's
     lab, which runs lab1, never does."""
-    [block] = doc_script.blocks(workload_clusters=False)
+    [block] = [block for block in WITHOUT_LAB1 if "pulumi config rm workloadClusters" in block.lines]
     assert block.step.startswith("2.")
     assert block.lines == ("pulumi config rm workloadClusters",)
     assert not block.on_node
     assert "pulumi config rm workloadClusters" not in [line for b in JOURNEY for line in b.lines]
+
+
+def test_a_lab_without_workload_clusters_types_every_line_but_lab1s() -> None:
+    """No W-step, no line that reads lab1 or uninstalls its autoscaler; every other line of the
+    owner's journey, in the same order."""
+    without = [line for block in WITHOUT_LAB1 for line in block.lines]
+    assert [block.step.split(".")[0] for block in WITHOUT_LAB1 if block.step.startswith("W")] == []
+    assert not [line for line in without if "lab1" in line or " uninstall " in line]
+    shared = [line for block in JOURNEY if not block.step.startswith("W") for line in block.lines]
+    assert [line for line in without if line != "pulumi config rm workloadClusters"] == [
+        line for line in shared if "lab1" not in line and " uninstall " not in line
+    ]

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from components.readonly_access import ACCOUNT
-from e2e.box.takeover import doc_script, inspector, journey, scaling
+from e2e.box.takeover import doc_script, inspector, scaling
 from e2e.box.workload import lab1_box, lab1_state
 from e2e.engine.control_plane import CLUSTER_API_USER, PROVIDERS_USER
 from e2e.engine.netns import in_new_netns
 from e2e.standins.cluster import playbook_lab
 
 pytestmark = pytest.mark.engine
-LINES = [line for block in doc_script.blocks(until=journey.UNTIL) for line in block.lines]
+LINES = [line for block in doc_script.blocks(until=doc_script.TYPED_UNTIL) for line in block.lines]
 # Who writes to lab1's objects on their own: Cluster API's manager and the workload stand-ins. Every
 # other writer is the laptop: the engine (k3s's admin), kubectl and helm (the owner's admin).
 CONTROLLERS = {CLUSTER_API_USER, PROVIDERS_USER}

@@ -1,12 +1,15 @@
 """Adoption in the lab in a box, whole (e2e/box/box_adoption.py, issue 18): the box starts as the
 playbook left the lab (the VM made on the node, not through the API, running k3s with an Ansible-
-rendered config.yaml, the playbook's objects on its API server), then docs/adoption.md is followed
-with the real CLI and the program's own __main__.py: the hand-over, a first run whose k3sVersion
-is not the installed one, the two adoption runs (the VM and the node with adoptClusterObjects
-false, then the cluster's objects), each gated before its `pulumi up`, the preview expecting no
-changes; then a k3sVersion that is not the installed one again; then step 8's convergence. At
-another node, VMID, address and k3s version than the spec's lab (box_adoption.RUN_AT), which the
-owner's takeover covers word for word (tests/test_box_takeover.py).
+rendered config.yaml, the playbook's objects on its API server), then docs/adoption.md's steps 1 to
+6 are typed as they stand for a lab that runs no workload cluster, with the real CLI and the
+program's own __main__.py: the backups, the settings, the hand-over, the two adoption runs (the VM
+and the node with adoptClusterObjects false, then the cluster's objects), each gated before its
+`pulumi up`, the checks and the preview expecting no changes. Between its lines, the runs the page
+does not make: a preview of the VM as the playbook left it, a first run whose k3sVersion is not
+the installed one, a run targeted at the node. Then a k3sVersion that is not the installed one
+again; then step 8's convergence, from code. At another node, VMID, address and k3s version than
+the spec's lab (box_adoption.RUN_AT), whose owner's takeover types the page with lab1
+(tests/test_box_takeover.py).
 What each run made the box do is read from the stand-ins' and the guest's logs and its disk. In a
 network namespace of the test's own; selected with `pytest -m engine`.
 """
@@ -23,6 +26,7 @@ import yaml
 from components.k3s_node import render_k3s_config
 from e2e.box import box, box_adoption, playbook_vm, scenarios
 from e2e.box.observed import STANDIN_RECORDS
+from e2e.box.takeover import doc_script
 from e2e.engine.netns import in_new_netns
 from e2e.standins.cluster import playbook_lab
 
@@ -71,14 +75,28 @@ def resources_summary(run: dict[str, Any]) -> list[str]:
     return [line.strip() for line in tail.split("\n\n", 1)[0].splitlines()]
 
 
-def test_the_settings_and_the_hand_over_succeed(adoption: Any) -> None:
+def test_the_page_is_typed_as_it_stands_for_a_lab_without_workload_clusters(adoption: Any) -> None:
+    """docs/adoption.md's steps 1 to 6, every line of every block but lab1's, in the page's order,
+    with the site's VM in its placeholders; each line ran with status 0."""
+    site = adoption["site"]
+    values = {"<your backup storage>": box_adoption.BACKUP_STORAGE} | doc_script.vm_values(site.vmid, site.address)
+    page = [
+        (block.step, block.on_node, line)
+        for block in doc_script.blocks(until=doc_script.TYPED_UNTIL, workload_clusters=False)
+        for line in block.filled(values)
+    ]
+    typed = adoption["adoption"]["typed"]
+    assert [(entry["step"], entry["on_node"], entry["line"]) for entry in typed] == page
+    for entry in [*adoption["steps"], *typed]:
+        assert entry["rc"] == 0, entry
     # This lab runs no workload cluster: step 2's line for it takes the shipped lab1 entry out.
-    [taken_out] = adoption["adoption"]["without_workload_clusters"]
-    assert (taken_out["args"], taken_out["rc"]) == (["config", "rm", "workloadClusters"], 0), taken_out
-    for step in [*adoption["steps"], *adoption["adoption"]["settings"]]:
-        assert step["rc"] == 0, step
-    handover = adoption["adoption"]["handover"]
-    assert handover["rc"] == 0, handover
+    assert ("pulumi config rm workloadClusters", "2.") in [(entry["line"], entry["step"][:2]) for entry in typed]
+    assert [entry["line"].split()[:3] for entry in typed if entry["on_node"]] == [
+        ["vzdump", str(site.vmid), "--mode"],
+        ["qm", "config", str(site.vmid)],
+        ["qm", "set", str(site.vmid)],
+        ["qm", "status", str(site.vmid)],
+    ]
     assert adoption["adoption"]["charts_left"] == ["helmchart.helm.cattle.io/traefik"]
 
 

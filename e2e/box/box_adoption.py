@@ -6,38 +6,38 @@ __main__.py, VM and host steps included. tests/test_box_whole_adoption.py runs i
 The playbook's lab (playbook_vm.py), at the spec's site or at another (SITES: node, VMID,
 address, k3s version).
 
-Then docs/adoption.md: step 2's block for a lab that runs no workload cluster (this one runs none,
-and the stack file is as shipped), step 3's hand-over over SSH, step 2's settings and Helm repositories, a
-preview and gate targeted at the Kubernetes provider and what it depends on (what --target would
-do instead of step 4's first run: the engine plans the Kubernetes imports whatever --target says,
-and the preview fails; the backend is put back after it), step 4's first run with a k3sVersion
-other than the installed one (it must stop with step 2's message and change nothing on the lab;
-the backend is put back after it), then steps 4 and 5 as the docs have
-them, two runs each with its setting, preview, gate (tools/adoption_check.py) and `pulumi up`:
-adoptClusterObjects false (the VM and the node), then true (the cluster's objects); step 6's
-`pulumi preview --expect-no-changes`; then, adopted, a k3sVersion that is not the installed one
-again. Each run records what it made the box do
-(e2e/box/observed.py), and around each adoption `up` the guest's files, calls and the Helm
-releases are read before and after.
+Then docs/adoption.md's steps 1 to 6, typed as they stand for a lab that runs no workload cluster
+(this one runs none, and the stack file is as shipped), with the site's VM in the page's
+placeholders (e2e/box/takeover/keyboard.py, doc_script.py): the backups, the settings, the OS
+type, the hand-over over SSH, the two gated runs (adoptClusterObjects false, the VM and the node;
+then true, the cluster's objects), the checks and `pulumi preview --expect-no-changes`. Between
+two of its lines, the runs the page does not make: before the OS type is set, a preview of the VM
+as the playbook left it; before step 4, a first run with a k3sVersion other than the installed
+one (it must stop with step 2's message and change nothing on the lab) and a preview and gate
+targeted at the Kubernetes provider and what it depends on (what --target would do instead of
+step 4's first run: the engine plans the Kubernetes imports whatever --target says, and the
+preview fails), each with the backend put back after it. Then, adopted, a k3sVersion that is not
+the installed one again. Each run records what it made the box do (e2e/box/observed.py), and
+around each adoption `up` the guest's files, calls and the Helm releases are read before and
+after.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from e2e.box import box, cluster_adoption, handover, observed, scenarios
-from e2e.box.playbook_vm import _key, _on_guest, _wait_for_api_server, playbook_left
-from e2e.box.takeover import doc_script
-from e2e.engine.cli import REPO
+from e2e.box import box, handover, observed, scenarios
+from e2e.box.playbook_vm import _on_guest, _wait_for_api_server, playbook_left
+from e2e.box.takeover import doc_script, keyboard
 from e2e.standins.cluster import playbook_lab
+from e2e.standins.proxmox import node_shell
 
 # The spec's lab, and a second one the playbook set up with other values: another node, VMID,
 # address and k3s version, to which the docs' steps apply the same way.
@@ -66,8 +66,6 @@ WATCHED = (
 # What the guest's own upkeep changes under its disk while it runs: k3s's data (etcd, its logs),
 # kubectl's discovery cache, sudo's timestamps.
 UPKEEP = ("var/lib/rancher/k3s/server/", "root/.kube/cache/", "root/.kube/http-cache/", "var/lib/sudo/")
-# docs/adoption.md step 2: the OS type the playbook's `qm create` did not set, as the owner sets it.
-OSTYPE = "l26"
 # A first run targeted at the Kubernetes provider and everything it depends on (the StackReference,
 # the VM and its provider, the host steps), what --target would do instead of adoptClusterObjects
 # false. The engine plans imports whatever --target says, so it plans the Kubernetes imports too,
@@ -98,13 +96,6 @@ NODE_TARGETS = tuple(
         "homelab:index:K3sNode$pulumi:providers:kubernetes::mgmt-kubernetes",
     )
 )
-
-
-def _handover(lab: box.Box) -> dict[str, Any]:
-    """docs/adoption.md step 3, word for word: the script sent to `sudo bash -s` over SSH."""
-    script = (REPO / "components" / "scripts" / "helmchart_handover.sh").read_text()
-    command = "sudo bash -s -- " + " ".join(playbook_lab.HANDED_OVER)
-    return scenarios._ssh(_key(lab), None, command, stdin=script, address=lab.site.address)
 
 
 def _fingerprints(lab: box.Box) -> dict[str, list[Any]]:
@@ -218,8 +209,8 @@ ADOPTION_RUNS = (("node", "false"), ("cluster", "true"))
 
 
 def _gated_run(lab: box.Box, base: Path, cluster_objects: str) -> dict[str, Any]:
-    """One adoption run as the docs have it: the setting, the preview and the gate, and the up
-    only when the gate passes; the lab read before and after it."""
+    """One adoption run the page does not make, as its steps 4 and 5 have theirs: the setting, the
+    preview and the gate, and the up only when the gate passes; the lab read before and after it."""
     run: dict[str, Any] = {
         "setting": scenarios._step(lab.engine, ("config", "set", "adoptClusterObjects", cluster_objects))
     }
@@ -230,34 +221,87 @@ def _gated_run(lab: box.Box, base: Path, cluster_objects: str) -> dict[str, Any]
     return {**run, **_up_watched(lab)}
 
 
-def _adopted(lab: box.Box, base: Path) -> dict[str, Any]:
-    """Steps 2 to 6 on the playbook's lab, and before step 4 a run targeted at the node; a run
-    whose gate or up fails ends it there."""
-    # Step 2's lines for a lab without workload clusters, as the page has them: the stack file as
-    # shipped declares lab1, which this site does not run.
-    result: dict[str, Any] = {
-        "without_workload_clusters": [
-            scenarios._step(lab.engine, tuple(shlex.split(line)[1:]))
-            for block in doc_script.blocks(workload_clusters=False)
-            for line in block.lines
-        ]
-    }
-    result["handover"] = _handover(lab)
-    result["charts_left"] = lab.cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "name").stdout.split()
-    result["settings"] = cluster_adoption.adoption_settings(lab.engine, lab.charts)
-    # As the playbook left it, the VM has no OS type: the provider reads it as "", which its own
-    # schema refuses, so the import cannot even be planned (step 2 has the owner set it).
-    result["as_left"] = {"preview": observed.observe(lab, "preview"), "gate": scenarios.adoption_gate(lab.engine, base)}
-    lab.pve.qm_set(lab.site.vmid, {"ostype": OSTYPE})
-    result["k3s_differs_before_adoption"] = _k3s_differs_before_adoption(lab, base)
-    result["node_first"] = _targeted_at_the_node(lab, base)
-    result["runs"] = {}
-    for name, cluster_objects in ADOPTION_RUNS:
-        run = result["runs"][name] = _gated_run(lab, base, cluster_objects)
-        if run.get("up", {}).get("rc") != 0:
-            return result
-    result["no_changes_preview"] = observed.observe(lab, "preview", "--expect-no-changes")
+# The node's storage that takes the backup (the stand-in's `local`, as on a fresh Proxmox VE).
+BACKUP_STORAGE = "local"
+# docs/adoption.md's lines that this scenario reads around as it types them; the runs of steps 4
+# and 5 are named after what their adoptClusterObjects setting takes in.
+SETTING_PREFIX = "pulumi config set adoptClusterObjects "
+RUN_NAMES = {"false": "node", "true": "cluster"}
+PREVIEW = "pulumi preview --stack lab --diff"
+GATE_PREVIEW = "pulumi preview --stack lab --json > preview.json"
+GATE = ".venv/bin/python tools/adoption_check.py preview.json"
+UP = "pulumi up --stack lab"
+NO_CHANGES = "pulumi preview --stack lab --expect-no-changes"
+
+
+def _adopted(lab: box.Box, base: Path, node: node_shell.NodeShell) -> dict[str, Any]:
+    """docs/adoption.md's steps 1 to 6 typed as they stand, for a lab that runs no workload
+    cluster, with the site's values in its placeholders; the first line that fails ends it there.
+    Between two of its lines, the runs the page does not make: before the OS type is set, a
+    preview of the VM as the playbook left it; before step 4, a first run with another k3sVersion
+    and a run targeted at the node, each with the backend put back after it."""
+    result: dict[str, Any] = {"typed": [], "runs": {}}
+    values = {"<your backup storage>": BACKUP_STORAGE} | doc_script.vm_values(lab.site.vmid, lab.site.address)
+    for block in doc_script.blocks(until=doc_script.TYPED_UNTIL, workload_clusters=False):
+        for line in block.filled(values):
+            if block.on_node and line.startswith("qm set "):
+                # As the playbook left it, the VM has no OS type: the provider reads it as "", which
+                # its own schema refuses, so the import cannot even be planned.
+                result["as_left"] = {
+                    "preview": observed.observe(lab, "preview"),
+                    "gate": scenarios.adoption_gate(lab.engine, base),
+                }
+            if line.startswith(SETTING_PREFIX) and not result["runs"]:
+                result["k3s_differs_before_adoption"] = _k3s_differs_before_adoption(lab, base)
+                result["node_first"] = _targeted_at_the_node(lab, base)
+            if block.on_node:
+                typed = keyboard.node(node, base / "node-root", line)
+            else:
+                typed = _typed_on_the_laptop(lab, base, line, result)
+            result["typed"].append({"step": block.step, "on_node": block.on_node, **typed})
+            if typed["rc"]:
+                return result
     return result
+
+
+def _typed_on_the_laptop(lab: box.Box, base: Path, line: str, result: dict[str, Any]) -> dict[str, Any]:
+    """One laptop line, and what the scenario reads around it: each adoption run's setting,
+    preview, gate and up, the preview expecting no changes, the charts left after the hand-over."""
+
+    def laptop(typed: str) -> dict[str, Any]:
+        return keyboard.laptop(lab.engine, typed)
+
+    runs: dict[str, dict[str, Any]] = result["runs"]
+    if line.startswith(SETTING_PREFIX):
+        setting = laptop(line)
+        runs[RUN_NAMES[line.removeprefix(SETTING_PREFIX)]] = {"setting": setting}
+        return setting
+    run = next(reversed(runs.values()), {})
+    if line == PREVIEW:
+        preview = run["preview"] = observed.observe_typed(lab, line, laptop)
+        return preview
+    if line == UP:
+        run.update(_watched(lab, lambda: observed.observe_typed(lab, line, laptop)))
+        up: dict[str, Any] = run["up"]
+        return up
+    if line == NO_CHANGES:
+        no_changes = result["no_changes_preview"] = observed.observe_typed(lab, line, laptop)
+        return no_changes
+    typed = laptop(line)
+    if line == GATE_PREVIEW:
+        saved = lab.engine.project / "preview.json"
+        plan = json.loads(saved.read_text()) if typed["rc"] == 0 else {}
+        run["gate"] = {
+            "preview_rc": typed["rc"],
+            "preview_stderr": typed["stderr"],
+            "preview_steps": [{"op": step["op"], "urn": step["urn"]} for step in plan.get("steps") or []],
+        }
+    elif line == GATE:
+        run["gate"] |= {"rc": typed["rc"], "output": typed["stdout"] + typed["stderr"]}
+    elif "helmchart_handover.sh" in line:
+        charts = lab.cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "name")
+        result["charts_left"] = charts.stdout.split()
+    return typed
 
 
 def _k3s_differs(lab: box.Box) -> dict[str, Any]:
@@ -270,10 +314,16 @@ def _k3s_differs(lab: box.Box) -> dict[str, Any]:
 
 
 def _up_watched(lab: box.Box, *args: str) -> dict[str, Any]:
-    """`pulumi up`, with the lab's state before and after it and the guest's calls during it."""
+    """`pulumi up` with `args`, watched (`_watched`)."""
+    return _watched(lab, lambda: observed.observe(lab, "up", *args))
+
+
+def _watched(lab: box.Box, observe_up: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A `pulumi up`, observed, with the lab's state before and after it and the guest's calls
+    during it."""
     before = _lab_state(lab)
     calls = len(lab.guest_log("calls.log"))
-    up = observed.observe(lab, "up", *args)
+    up = observe_up()
     after = _lab_state(lab)
     return {
         "up": up,
@@ -333,8 +383,12 @@ def _urns_by_name(run: dict[str, Any]) -> dict[str, str]:
     return {step["urn"].rsplit("::", 1)[1]: step["urn"] for step in run["steps"]}
 
 
+def _host_key_file(lab: box.Box) -> Path:
+    return lab.guests.disk_path(lab.site.vmid, "/etc/ssh/ssh_host_ed25519_key.pub")
+
+
 def _host_key(lab: box.Box) -> str:
-    return lab.guests.disk_path(lab.site.vmid, "/etc/ssh/ssh_host_ed25519_key.pub").read_text()
+    return _host_key_file(lab).read_text()
 
 
 def _adopted_vm(lab: box.Box) -> dict[str, Any]:
@@ -349,11 +403,12 @@ def adoption_in_the_box(root: str, site: str) -> dict[str, Any]:
     """The playbook's lab at one of SITES in the box, docs/adoption.md followed on it, then a k3s
     version that differs from the installed one; at CONVERGED_AT, then step 8."""
     base = Path(root)
-    with box.running(base, SITES[site], as_shipped=True) as lab:
+    with box.running(base, SITES[site], as_shipped=True) as lab, node_shell.serving(lab.pve, base / "node") as node:
         started = time.monotonic()
         playbook_left(lab, base)
+        keyboard.laptop_as_the_owners(lab.engine, lab.site.address, _host_key_file(lab))
         result: dict[str, Any] = {"setup_seconds": round(time.monotonic() - started, 1), "steps": lab.steps}
-        result["adoption"] = _adopted(lab, base)
+        result["adoption"] = _adopted(lab, base, node)
         if "no_changes_preview" in result["adoption"]:
             result["adopted_vm"] = _adopted_vm(lab)
             result["k3s_differs"] = _k3s_differs(lab)

@@ -1,7 +1,7 @@
 """What a `pulumi preview` or `up` in the whole box (box.py) made the box do, read from the stand-ins'
 records, the guest's logs and the API server's audit log; and what each stand-in could not answer.
-Every scenario of the whole box reports its runs through `observe` and ends with
-`standin_problems`, which a test asserts empty.
+Every scenario of the whole box reports its runs through `observe` (or, for a line of a page
+typed as it stands, `observe_typed`) and ends with `standin_problems`, which a test asserts empty.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from e2e.box.box import Box
-from e2e.engine.cli import EngineRun
+from e2e.engine.cli import EngineRun, read_events
 from e2e.standins.proxmox import pve_api_standin
 
 K8S_WRITES = {"create", "update", "patch", "delete", "deletecollection"}
@@ -69,9 +69,34 @@ def observe(box: Box, action: str, *args: str) -> dict[str, Any]:
     on the guest (and the host key algorithm each connection asked for), k3s restarts and k3s
     installer runs there, Proxmox VE writes, the program's Kubernetes writes, and requests to the
     chart repositories."""
+    return _observed(box, lambda: box.engine.run(action, *args))
+
+
+def observe_typed(box: Box, line: str, laptop: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """`observe` for a `pulumi preview` or `pulumi up` line of a page, typed through `laptop` as it
+    stands but for one flag after the action, `--event-log`, which only records the engine's events
+    in a file. A `pulumi up` that previews first logs the preview's events too: only the update's
+    are kept."""
+    program, action, rest = [*line.split(" ", 2), ""][:3]
+    if program != "pulumi" or action not in ("preview", "up"):
+        raise ValueError(f"not a pulumi preview or up: {line}")
+    log = box.engine.root / f"events-typed-{len(list(box.engine.root.glob('events-typed-*.jsonl')))}.jsonl"
+
+    def typed() -> EngineRun:
+        ran = laptop(f"pulumi {action} --event-log={log} {rest}".rstrip())
+        events = read_events(log)
+        summaries = [i for i, event in enumerate(events) if "summaryEvent" in event]
+        if action == "up" and len(summaries) == 2:
+            events = events[summaries[0] + 1 :]
+        return EngineRun(ran["rc"], ran["stdout"] + ran["stderr"], events)
+
+    return {"line": line, **_observed(box, typed)}
+
+
+def _observed(box: Box, run_it: Callable[[], EngineRun]) -> dict[str, Any]:
     marks = Marks.of(box)
     started = time.monotonic()
-    run: EngineRun = box.engine.run(action, *args)
+    run = run_it()
     seconds = time.monotonic() - started
     ssh = box.guest_log("sshd.log")[marks.ssh :]
     calls = box.guest_log("calls.log")[marks.calls :]

@@ -191,8 +191,7 @@ class Engine:
         extra = ("--skip-preview",) if action == "up" else ()
         targeted = [f"--target={urn}" for urn in targets]
         done = self.pulumi(action, "--stack", "lab", f"--event-log={log}", *extra, *targeted, *args)
-        events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
-        return EngineRun(done.returncode, done.stdout + done.stderr, events)
+        return EngineRun(done.returncode, done.stdout + done.stderr, read_events(log))
 
     def outputs(self) -> dict[str, Any]:
         done = self.pulumi("stack", "output", "--stack", "lab", "--json", "--show-secrets")
@@ -235,6 +234,12 @@ class EngineRun:
                 changes: dict[str, int] = event["summaryEvent"].get("resourceChanges") or {}
                 return changes
         return {}
+
+
+def read_events(log: Path) -> list[dict[str, Any]]:
+    """The engine's events that `--event-log` wrote to `log`, one JSON object a line; none if the
+    run stopped before it opened the file."""
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.exists() else []
 
 
 def declare_workload_clusters(engine: Engine, entries: list[dict[str, Any]]) -> str:

@@ -1,9 +1,11 @@
 """docs/adoption.md as a script: its `sh` blocks, in the page's order, each with the step it belongs
 to and where the owner types it (the laptop, in the repository's folder, or the Proxmox node when
 the block's first line is `# on the Proxmox node`), and the placeholders (`<your backup storage>`)
-that the owner fills in. A block whose first line is `# in a lab that runs no workload cluster`
-is typed only there (the adoption box at another site, e2e/box/box_adoption.py), never on the
-owner's lab, which runs lab1. Pure reading: the journey (journey.py) runs what this returns, and the
+that the owner fills in. The page is typed two ways: on the owner's lab, which runs lab1, every
+block but those whose first line is `# in a lab that runs no workload cluster`; on a lab that
+runs no workload cluster (the adoption box at another site, e2e/box/box_adoption.py), every
+block but lab1's: those of the W-steps and those whose first line is `# in a lab that runs lab1`.
+Pure reading: the journey (journey.py) runs what this returns, and the
 mocks tests check that the page reads as a script at all (tests/test_adoption_script.py).
 """
 
@@ -18,6 +20,10 @@ from e2e.engine.cli import REPO
 PAGE = REPO / "docs" / "adoption.md"
 ON_THE_NODE = "# on the Proxmox node"
 WITHOUT_WORKLOAD_CLUSTERS = "# in a lab that runs no workload cluster"
+WITH_LAB1 = "# in a lab that runs lab1"
+MARKERS = (ON_THE_NODE, WITHOUT_WORKLOAD_CLUSTERS, WITH_LAB1)
+# The headings of the steps that take lab1 over ("W1. Read the values clusterctl used").
+LAB1_STEP = re.compile(r"^W\d+\.")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 STEP = re.compile(r"^##+ +(.+?) *$", re.MULTILINE)
 PLACEHOLDER = re.compile(r"<[a-z][^<>\n]*>")
@@ -26,6 +32,10 @@ LAPTOP_TOOLS = frozenset(
     ("pulumi", "ssh", "kubectl", "helm", "mkdir", "chmod", ".venv/bin/python", "diff", "grep", "sort", "tr", "echo")
 )
 NODE_TOOLS = frozenset(("qm", "vzdump", "grep"))
+# Step 7 lists what is left behind and step 8 converges one target at a time, in a window the
+# owner picks: a takeover typed in the box ends before them (the adoption box at the other site
+# runs step 8 from code).
+TYPED_UNTIL = "7."
 COMMAND_SEPARATORS = frozenset(("|", ";", "&&", "||", "<(", "("))
 
 
@@ -52,10 +62,15 @@ class Block:
         return tuple(PLACEHOLDER.sub(fill, line) for line in self.lines)
 
 
+def vm_values(vm_id: int, address: str) -> dict[str, str]:
+    """The values of the page's two placeholders for the VM, named after the settings that hold them."""
+    return {"<vmId>": str(vm_id), "<vmAddress>": address}
+
+
 def blocks(text: str | None = None, *, until: str | None = None, workload_clusters: bool = True) -> list[Block]:
-    """The page's `sh` blocks in order, as typed in a lab that runs workload clusters (or, with
-    `workload_clusters` false, only the blocks for a lab that runs none); with `until`, those
-    before the heading that starts with it."""
+    """The page's `sh` blocks in order, as typed in a lab that runs lab1 (or, with
+    `workload_clusters` false, in a lab that runs no workload cluster); with `until`, those before
+    the heading that starts with it."""
     text = PAGE.read_text() if text is None else text
     if until is not None:
         heading = re.search(rf"^##+ +{re.escape(until)}", text, re.MULTILINE)
@@ -67,14 +82,14 @@ def blocks(text: str | None = None, *, until: str | None = None, workload_cluste
         if fence.group(1) != "sh":
             continue
         headings = STEP.findall(text, 0, fence.start())
+        step = headings[-1] if headings else ""
         lines = [line for line in fence.group(2).splitlines() if line.strip()]
-        marker = lines[0] if lines else ""
-        without = marker == WITHOUT_WORKLOAD_CLUSTERS
-        if without == workload_clusters:
+        marker = lines[0] if lines and lines[0] in MARKERS else None
+        lab1s = marker == WITH_LAB1 or LAB1_STEP.match(step) is not None
+        if (marker == WITHOUT_WORKLOAD_CLUSTERS and workload_clusters) or (lab1s and not workload_clusters):
             continue
-        on_node = marker == ON_THE_NODE
-        typed = tuple(lines[1:] if on_node or without else lines)
-        found.append(Block(headings[-1] if headings else "", on_node, typed))
+        typed = tuple(lines[1:] if marker else lines)
+        found.append(Block(step, marker == ON_THE_NODE, typed))
     return found
 
 

@@ -22,21 +22,18 @@ from e2e.box import box_adoption, observed
 from e2e.box.takeover import doc_script, inspector, owners_lab, scaling
 from e2e.box.workload import lab1_state, workload_box
 
-# The owner's values for the page's placeholders: the node's storage that takes backups (the
-# stand-in's `local`, as on a fresh Proxmox VE), Cilium's chart version W1's `helm list` shows,
-# the autoscaler W1's `helm list -A` shows, and the one flag of its values that the program's
-# release would not pass (owners_lab.HAND_AUTOSCALER_VALUES).
+# The owner's values for the page's placeholders beside the VM's (the site's): the node's storage
+# that takes backups, Cilium's chart version W1's `helm list` shows, the autoscaler W1's `helm
+# list -A` shows, and the one flag of its values that the program's release would not pass
+# (owners_lab.HAND_AUTOSCALER_VALUES).
 PLACEHOLDERS = {
-    "<your backup storage>": "local",
+    "<your backup storage>": box_adoption.BACKUP_STORAGE,
     "<the running chart version>": workload_box.CILIUM_VERSION,
     "<its namespace>": owners_lab.HAND_AUTOSCALER[0],
     "<its release>": owners_lab.HAND_AUTOSCALER[1],
     "<flag>": "balance-similar-node-groups",
     "<its value>": "true",
 }
-# Step 7 lists what is left behind and step 8 converges one target at a time, in a window the
-# owner picks: the journey ends before them (the adoption box at the other site runs step 8).
-UNTIL = "7."
 
 
 def _lab(lab: owners_lab.OwnersLab) -> dict[str, Any]:
@@ -52,8 +49,9 @@ def _lab(lab: owners_lab.OwnersLab) -> dict[str, Any]:
 def _typed(lab: owners_lab.OwnersLab) -> list[dict[str, Any]]:
     """The page's lines as run, each with its step, where and the audit log's length before it."""
     typed = []
-    for block in doc_script.blocks(until=UNTIL):
-        for line in block.filled(PLACEHOLDERS):
+    values = PLACEHOLDERS | doc_script.vm_values(lab.box.site.vmid, lab.box.site.address)
+    for block in doc_script.blocks(until=doc_script.TYPED_UNTIL):
+        for line in block.filled(values):
             mark = len(lab.box.cluster.audit())
             ran = lab.node(line) if block.on_node else lab.laptop(line)
             typed.append({"step": block.step, "on_node": block.on_node, "audit_mark": mark, **ran})

@@ -20,15 +20,13 @@
         lab.laptop("pulumi preview --stack lab")  # as typed, in the repository's folder
         lab.node("qm config 201")                  # as typed on the node
 
-A laptop command runs in a real bash whose HOME is the laptop's; ssh, which reads the password
-database's home instead, finds the laptop's keys there, bound in a mount namespace of the line's own.
+Each line is typed through keyboard.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,10 +36,9 @@ from typing import Any
 import yaml
 
 from e2e.box import box as whole_box
-from e2e.box import playbook_vm
-from e2e.box.takeover import inspector
+from e2e.box import box_adoption, playbook_vm
+from e2e.box.takeover import inspector, keyboard
 from e2e.box.workload import clusterctl_lab1, lab1_box
-from e2e.engine.cli import REPO, built_bin
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster.chart_repo_standin import ChartRepoStandIn
 from e2e.standins.proxmox import node_shell
@@ -62,11 +59,6 @@ HAND_AUTOSCALER_VALUES = {
     # One flag the program's release does not pass (docs/adoption.md W2 keeps it), one it passes alike.
     "extraArgs": {"balance-similar-node-groups": True, "scale-down-unneeded-time": "10m"},
 }
-# ssh alone reads its keys and known hosts from the password database's home, not from HOME: the
-# laptop's are bound there, in a mount namespace of the line's own.
-LAPTOP_SHELL = (
-    'mkdir -p ~root/.ssh && mount --bind "$HOME/.ssh" ~root/.ssh && cd "$PROJECT" && exec bash -o pipefail -c "$LINE"'
-)
 
 
 @dataclass
@@ -98,34 +90,11 @@ class OwnersLab:
 
     def laptop(self, line: str) -> dict[str, Any]:
         """One line typed on the laptop, in the repository's folder."""
-        engine = self.box.engine
-        tools = [engine.bin_dir, *(built_bin(v, b) for v, b in _LAPTOP_BINARIES), Path("/usr/bin"), Path("/bin")]
-        env = {
-            **engine.env(),
-            "PATH": ":".join(map(str, tools)),
-            "HOME": str(self.home),
-            "PROJECT": str(engine.project),
-            "LINE": line,
-        }
-        argv = ["unshare", "--mount", "--", "bash", "-c", LAPTOP_SHELL]
-        return _ran(line, subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, check=False))
+        return keyboard.laptop(self.box.engine, line)
 
     def node(self, line: str) -> dict[str, Any]:
         """One line typed on the Proxmox node, as root."""
-        home = self.box.engine.root.parent / "node-root"
-        home.mkdir(exist_ok=True)
-        env = {"PATH": f"{self.node_shell.bin}:/usr/bin:/bin", "HOME": str(home)}
-        argv = ["bash", "-o", "pipefail", "-c", line]
-        return _ran(
-            line, subprocess.run(argv, env=env, cwd=home, capture_output=True, text=True, timeout=120, check=False)
-        )
-
-
-_LAPTOP_BINARIES = (("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl"), ("LAB_MGMT_HELM_BIN", "helm"))
-
-
-def _ran(line: str, done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    return {"line": line, "rc": done.returncode, "stdout": done.stdout[-6000:], "stderr": done.stderr[-6000:]}
+        return keyboard.node(self.node_shell, self.box.engine.root.parent / "node-root", line)
 
 
 def _hand_autoscaler(lab: OwnersLab) -> dict[str, Any]:
@@ -145,17 +114,14 @@ def _hand_autoscaler(lab: OwnersLab) -> dict[str, Any]:
 
 def _laptop_files(lab: OwnersLab) -> None:
     """What the owner's laptop holds already: both admin kubeconfigs where the owner keeps them,
-    the VM's host key (the owner has dialled it before), and the repository's tools beside the
-    program."""
+    and what any owner's laptop holds (keyboard.laptop_as_the_owners)."""
     kube = lab.home / ".kube"
     kube.mkdir(exist_ok=True)
     shutil.copy2(lab.box.cluster.kubeconfig, kube / "lab-mgmt.kubeconfig")
     shutil.copy2(lab.lab1_kubeconfig, kube / "lab1.kubeconfig")
     for path in kube.iterdir():
         path.chmod(0o600)
-    host_key = lab.box.guests.disk_path(lab.box.site.vmid, "/etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
-    (lab.home / ".ssh" / "known_hosts").write_text(f"{lab.box.site.address} {host_key[0]} {host_key[1]}\n")
-    shutil.copytree(REPO / "tools", lab.box.engine.project / "tools", ignore=shutil.ignore_patterns("__pycache__"))
+    keyboard.laptop_as_the_owners(lab.box.engine, lab.box.site.address, box_adoption._host_key_file(lab.box))
 
 
 @contextmanager
