@@ -28,6 +28,15 @@ CLIENT_LIMITS = {"kube-client-qps": "30", "kube-client-burst": "60"}
 # on a node, and CAPMOX's template registers nodes with no taint (templates/cluster-template.yaml),
 # so the flag for it would be inert. The chart repeats a flag for each key, up to its first `_`.
 STARTUP_TAINTS = ("node.cluster.x-k8s.io/uninitialized",)
+# kube-system's pods moved like any other's: by default cluster-autoscaler 1.35 keeps a worker
+# that runs a kube-system pod without a PodDisruptionBudget for an hour
+# (--blocking-system-pod-distruption-timeout; simulator/drainability/rules/system/rule.go), and
+# kubeadm's CoreDNS, which has none, can land on a worker whenever it is rescheduled: in one run of
+# the box the control plane rolled for a Kubernetes upgrade, its CoreDNS came back on the worker,
+# and the scale-down to zero stopped there. A node goes only when its pods fit elsewhere, so a
+# kube-system pod that cannot go anywhere else still keeps its node. An owner may keep the
+# upstream default (autoscaler.extraArgs.skip-nodes-with-system-pods: "true").
+SYSTEM_PODS = {"skip-nodes-with-system-pods": "false"}
 # The flags the entry's own keys set, by flag.
 TIMING_KEYS = {
     "scan-interval": "scanInterval",
@@ -44,6 +53,7 @@ def program_flags(timings: Mapping[str, str], kept: Mapping[str, str]) -> dict[s
     return {
         **timings,
         **CLIENT_LIMITS,
+        **SYSTEM_PODS,
         **{f"startup-taint_{index}": taint for index, taint in enumerate(STARTUP_TAINTS, 1)},
         **kept,
     }

@@ -22,11 +22,11 @@ PROGRAM: dict[str, Any] = {
     # The chart's two replicas are kept on different nodes: on a cluster whose only node is its
     # control plane, the second one stays Pending, and cluster-autoscaler adds a worker for it,
     # forever (spec, "Phase 1 continued").
-    # A budget lets cluster-autoscaler evict the operator from a worker it scales down: without one,
-    # cluster-autoscaler 1.35 keeps a node with a kube-system pod for an hour
-    # (--blocking-system-pod-distruption-timeout), and a cluster made with a worker running, or
-    # taken over, may have its operator on one (docs/operations.md, "Scaling: what you set, what the
-    # autoscaler owns").
+    # A budget let cluster-autoscaler evict the operator from a worker it scales down before the
+    # program's release passed --skip-nodes-with-system-pods=false (components.autoscaler_flags),
+    # which moves every kube-system pod: an entry that keeps the upstream default still needs it,
+    # and taking it away would upgrade every cluster's Cilium for nothing (docs/operations.md,
+    # "Scaling: what you set, what the autoscaler owns").
     "operator": {"replicas": 1, "podDisruptionBudget": {"enabled": True}},
 }
 _ABSENT = object()

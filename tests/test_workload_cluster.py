@@ -264,6 +264,8 @@ def test_the_autoscaler_reads_lab1_through_its_kubeconfig_secret_with_the_rule_t
         # Not client-go's 5 a second, which throttled each main loop for seconds (#6333).
         "kube-client-qps": "30",
         "kube-client-burst": "60",
+        # kube-system's pods (kubeadm's CoreDNS) do not keep a worker for an hour.
+        "skip-nodes-with-system-pods": "false",
         # A node still uninitialized is not one the pending pod fits on yet (#7268).
         "startup-taint_1": "node.cluster.x-k8s.io/uninitialized",
     }
@@ -288,9 +290,15 @@ def test_the_autoscaler_timings_are_settings(lab1: harness.Run) -> None:
         "max-node-provision-time": "15m",
         "kube-client-qps": "30",
         "kube-client-burst": "60",
+        "skip-nodes-with-system-pods": "false",
         "startup-taint_1": "node.cluster.x-k8s.io/uninitialized",
     }
     assert {name for _, name in harness.changed(lab1, run)} == {"lab1-autoscaler"}
+
+    kept = {**cluster, "autoscaler": {"extraArgs": {"skip-nodes-with-system-pods": "true"}}}
+    upstream = harness.run_program({"workloadClusters": [kept]})
+    flags = upstream.get(RELEASE, "lab1-autoscaler").plain["values"]["extraArgs"]
+    assert flags["skip-nodes-with-system-pods"] == "true"
 
 
 def test_the_cluster_is_looked_for_on_the_management_cluster_first(lab1: harness.Run) -> None:
