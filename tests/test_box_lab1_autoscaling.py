@@ -181,15 +181,35 @@ def test_a_kubernetes_upgrade_is_named_at_preview_then_rolls_the_running_worker(
     assert [value for _, key, value in timeline if key == "replicas"] == [1], timeline
     account = lab1_reads.Workload.of(lab1_box["entry"]).account
     assert [w for w in upgrade["md_writes"] if w["user"] == account] == [], upgrade["md_writes"]
-    # The box's control plane takes the version as the KubeadmControlPlane says it; its Machine is
-    # not rolled (the stand-in is not KCP), which the KCP's status says.
-    entry_version = lab1_box["entry"]["kubernetesVersion"]
-    assert upgrade["control_plane"] == {
-        "spec": lab1_rollouts.UPGRADE_TO,
-        "status": lab1_rollouts.UPGRADE_TO,
-        "up_to_date": 0,
-        "machines": [entry_version],
-    }
+
+
+def test_the_upgrade_rolls_the_control_plane_one_machine_more_first(lab1_box: Any) -> None:
+    """The KubeadmControlPlane stand-in rolls as KCP does with maxSurge 1: a new control-plane
+    Machine at the new version joins with a VM and an address of its own, then Cluster API drains
+    and deletes the old one and its Node. (lab1's API server itself is the box's one process at the
+    VIP; what a real control plane adds is in docs/operations.md.)"""
+    upgrade = lab1_box["upgrade"]
+    control = upgrade["control_plane"]
+    print("system pods before:", upgrade["system_pods_before"], "\nafter:", upgrade["system_pods_after"])
+    [(old, old_version, old_node, _)] = control["before"]["machines"]
+    assert old_version == lab1_box["entry"]["kubernetesVersion"]
+    assert control["before"]["nodes"] == [[old_node, old_version]]
+    [(new, version, node, deleting)] = control["after"]["machines"]
+    assert (new != old, version, node != old_node, deleting) == (True, lab1_rollouts.UPGRADE_TO, True, False)
+    assert control["after"]["nodes"] == [[node, lab1_rollouts.UPGRADE_TO]]
+    assert control["deletion"] == list(lab1_rollouts.DELETION), control["deletion"]
+    # version, replicas, upToDateReplicas, readyReplicas
+    assert control["status"] == [lab1_rollouts.UPGRADE_TO, 1, 1, 1]
+    # The control plane first: the real MachineSet controller held the new worker back while the
+    # KubeadmControlPlane's lowest Machine was at the old version.
+    kcp = f"KubeadmControlPlane {lab1_box['entry']['namespace']}/{lab1_box['entry']['name']}-control-plane"
+    held = upgrade["workers_held"]
+    assert f'{kcp} is upgrading ("ControlPlaneIsStable" preflight check failed)' in held, held
+    # What ran on the old control plane runs again on a Node that is there.
+    nodes = {name for name, _ in [*control["after"]["nodes"], *upgrade["after"]["nodes"]]}
+    assert all(pod[1] in nodes and pod[2] == "Running" for pod in upgrade["system_pods_after"]), upgrade[
+        "system_pods_after"
+    ]
 
 
 def test_an_annotation_edited_by_hand_stops_a_refreshed_run_until_taken_off(lab1_box: Any) -> None:

@@ -3,15 +3,17 @@ reconcile pass over several new ProxmoxMachines (a 1 -> 3 scale-up), each gets i
 providerID and address from the pool, lowest free first, as the IPAM provider hands them out. A
 clone from a template the Proxmox node no longer has fails as CAPMOX reports it, once, and the
 pass after the template is back clones. The machine it provisions for a workload cluster's control
-plane is the KubeadmControlPlane stand-in's (e2e/standins/workload/kubeadm.py), made once as KCP
+plane is the KubeadmControlPlane stand-in's (e2e/standins/workload/kubeadm_control_plane.py), made once as KCP
 makes one: without it Cluster API neither drains nor deletes a worker's Node."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
 from typing import Any
 
-from e2e.standins.workload import capmox, kubeadm
+from e2e.standins.workload import capmox, kubeadm, kubeadm_control_plane
 from e2e.standins.workload.objects import CONTROL_PLANE, CORE, INFRASTRUCTURE, Record
 
 NAMESPACE = "default"
@@ -45,8 +47,15 @@ class Objects:
                 self.patch(item, item)
             else:  # as the API server creates it, at generation 1
                 created = copy.deepcopy(item)
-                created["metadata"]["generation"] = 1
+                created["metadata"] |= {
+                    "generation": 1,
+                    "creationTimestamp": f"2026-12-05T09:00:{len(self.objects):02}Z",
+                }
                 self.objects.append(created)
+
+    def delete(self, obj: dict[str, Any]) -> None:
+        """As the API server deletes an object with finalizers: marked, left to its controllers."""
+        self.patch(obj, {"metadata": {"deletionTimestamp": "2026-12-05T10:00:00Z"}})
 
 
 def _plural(obj: dict[str, Any]) -> str:
@@ -55,7 +64,9 @@ def _plural(obj: dict[str, Any]) -> str:
 
 def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
     for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
+        if value is None:  # a JSON merge patch's null takes the key away
+            into.pop(key, None)
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
             _merge(into[key], value)
         else:
             into[key] = value
@@ -160,9 +171,10 @@ def test_the_control_plane_machine_is_made_once_as_kcp_makes_one_and_provisioned
     api, record = _lab1(), Record()
     api.objects += [kcp, template]
 
-    made = [kubeadm._control_plane_machine(api, record, kcp, "lab1") for _ in range(2)]  # type: ignore[arg-type]
+    made = [kubeadm_control_plane._control_plane_machine(api, record, kcp, "lab1") for _ in range(2)]  # type: ignore[arg-type]
 
-    name = "lab1-control-plane-d0682"
+    digest = hashlib.sha256(b"d0682c4e-0000-4000-8000-000000000000/v1.35.9/lab1-control-plane").hexdigest()
+    name = f"lab1-control-plane-{digest[:5]}"
     assert [m["metadata"]["name"] for m in made] == [name, name]
     [machine] = api.items("machines", CORE)
     assert machine["metadata"]["labels"] == {
@@ -171,6 +183,8 @@ def test_the_control_plane_machine_is_made_once_as_kcp_makes_one_and_provisioned
         "cluster.x-k8s.io/control-plane-name": "lab1-control-plane",
     }
     assert [o["kind"] for o in machine["metadata"]["ownerReferences"]] == ["KubeadmControlPlane"]
+    # Without KCP's hook, the Machine controller would delete it without draining its Node.
+    assert machine["metadata"]["annotations"] == {kubeadm_control_plane.PRE_TERMINATE_HOOK: ""}
     assert machine["spec"]["bootstrap"] == {"dataSecretName": name}
     assert machine["spec"]["infrastructureRef"] == {
         "apiGroup": "infrastructure.cluster.x-k8s.io",
@@ -180,6 +194,11 @@ def test_the_control_plane_machine_is_made_once_as_kcp_makes_one_and_provisioned
     assert [s["metadata"]["name"] for s in api.items("secrets", "v1")] == [name]
     [vm] = api.items("proxmoxmachines", INFRASTRUCTURE)
     assert vm["spec"] == template_spec
+    assert vm["metadata"]["annotations"] == {
+        "cluster.x-k8s.io/cloned-from-name": "lab1-control-plane",
+        "cluster.x-k8s.io/cloned-from-groupkind": "ProxmoxMachineTemplate.infrastructure.cluster.x-k8s.io",
+    }
+    assert "kubeadm init" in base64.b64decode(api.items("secrets", "v1")[0]["data"]["value"]).decode()
     assert len(record.timeline) == 1
 
     # The real Machine controller takes it over (its owner reference), then CAPMOX clones it.
@@ -187,3 +206,87 @@ def test_the_control_plane_machine_is_made_once_as_kcp_makes_one_and_provisioned
     capmox.reconcile_machines(api, record, lambda _: None, missing_templates=())  # type: ignore[arg-type]
     [vm] = api.items("proxmoxmachines", INFRASTRUCTURE)
     assert (vm["spec"]["virtualMachineID"], vm["status"]["addresses"][0]["address"]) == (100, "192.168.4.41")
+
+
+def _kcp(version: str, template: str) -> dict[str, Any]:
+    kcp = _object(
+        "KubeadmControlPlane",
+        CONTROL_PLANE,
+        "lab1-control-plane",
+        {
+            **{"replicas": 1, "version": version, "kubeadmConfigSpec": {"joinConfiguration": {}}},
+            "machineTemplate": {"spec": {"infrastructureRef": {"name": template}}},
+        },
+        uid="d0682c4e-0000-4000-8000-000000000000",
+    )
+    kcp["status"] = {"initialization": {"controlPlaneInitialized": True}}
+    return kcp
+
+
+def test_a_version_and_template_bump_rolls_the_control_plane_one_machine_more_first_then_the_old_one_out() -> None:
+    """KCP's rollingUpdate with maxSurge 1: a new Machine joins first; once both have a Node, the
+    old one is deleted (the real Machine controller then drains it)."""
+    spec = {"sourceNode": "pv1-1", "templateID": TEMPLATE, "numSockets": 1, "numCores": 2, "memoryMiB": 4096}
+    api, record = _lab1(), Record()
+    api.objects += [
+        _object("ProxmoxMachineTemplate", INFRASTRUCTURE, name, {"template": {"spec": spec}})
+        for name in ("lab1-control-plane-old", "lab1-control-plane-new")
+    ]
+    old_kcp = _kcp("v1.35.9", "lab1-control-plane-old")
+    old = kubeadm_control_plane._control_plane_machine(api, record, old_kcp, "lab1")  # type: ignore[arg-type]
+    api.patch(old, {"status": {"nodeRef": {"name": "lab1-cp-a"}}})
+    kcp = _kcp("v1.35.10", "lab1-control-plane-new")
+
+    def roll() -> list[dict[str, Any]]:
+        machines = kubeadm_control_plane._machines(api, kcp)  # type: ignore[arg-type]
+        current = [m for m in machines if kubeadm_control_plane._up_to_date(api, kcp, m)]  # type: ignore[arg-type]
+        kubeadm_control_plane._Rollout(api, record, kcp, "lab1", machines, current).step()  # type: ignore[arg-type]
+        return kubeadm_control_plane._machines(api, kcp)  # type: ignore[arg-type]
+
+    assert not kubeadm_control_plane._up_to_date(api, kcp, old)  # type: ignore[arg-type]
+    surged = roll()
+    assert [m["spec"]["version"] for m in surged] == ["v1.35.9", "v1.35.10"]
+    new = surged[1]
+    assert kubeadm_control_plane._up_to_date(api, kcp, new)  # type: ignore[arg-type]
+    [bootstrap] = [s for s in api.items("secrets", "v1") if s["metadata"]["name"] == new["metadata"]["name"]]
+    assert "kubeadm join" in base64.b64decode(bootstrap["data"]["value"]).decode()
+    joining = kubeadm.kubeadm_configuration(api, new)  # type: ignore[arg-type]
+    assert (joining["kind"], joining["controlPlane"]) == ("JoinConfiguration", {})
+    # Until the new Machine has its Node, nothing is deleted, and no third Machine is made.
+    assert [m["metadata"].get("deletionTimestamp") for m in roll()] == [None, None]
+    api.patch(new, {"status": {"nodeRef": {"name": "lab1-cp-b"}}})
+    rolled = roll()
+    assert [(m["spec"]["version"], "deletionTimestamp" in m["metadata"]) for m in rolled] == [
+        ("v1.35.9", True),
+        ("v1.35.10", False),
+    ]
+    # While the old one is being deleted, the rollout waits for it to go.
+    assert len(roll()) == 2
+    assert [entry["what"] for entry in record.timeline][-1] == "out-of-date control-plane Machine deleted"
+
+
+def test_the_pre_terminate_hook_comes_off_once_the_machine_controller_waits_for_it_or_the_kcp_goes() -> None:
+    api, record = _lab1(), Record()
+    kcp = _kcp("v1.35.10", "lab1-control-plane-new")
+    api.objects.append(kcp)
+    hooked = {
+        "annotations": {kubeadm_control_plane.PRE_TERMINATE_HOOK: ""},
+        "deletionTimestamp": "2026-12-05T10:00:00Z",
+    }
+    owned = [{"kind": "KubeadmControlPlane", "apiVersion": CONTROL_PLANE, "name": "lab1-control-plane"}]
+
+    def deleting(name: str, reason: str, owners: list[dict[str, str]]) -> dict[str, Any]:
+        machine = _object("Machine", CORE, name, {}, ownerReferences=owners, **copy.deepcopy(hooked))
+        machine["status"] = {"conditions": [{"type": "Deleting", "status": "True", "reason": reason}]}
+        return machine
+
+    api.objects += [
+        deleting("draining", "DrainingNode", owned),
+        deleting("drained", kubeadm_control_plane.WAITING_FOR_HOOK, owned),
+        deleting("orphaned", "DrainingNode", []),
+    ]
+    kubeadm_control_plane._pre_terminate_hooks(api, record)  # type: ignore[arg-type]
+
+    hooks = {m["metadata"]["name"]: m["metadata"]["annotations"] for m in api.items("machines", CORE)}
+    assert hooks == {"draining": {kubeadm_control_plane.PRE_TERMINATE_HOOK: ""}, "drained": {}, "orphaned": {}}
+    assert [entry["what"] for entry in record.timeline] == ["pre-terminate hook taken off"] * 2

@@ -20,6 +20,7 @@ from e2e.box.scenarios import WRITES, _step
 from e2e.box.workload.lab1_reads import Lab, Workload, get, names, run, scales, until
 from e2e.engine.cli import Engine
 from e2e.engine.control_plane import ADMIN_USER, ControlPlane
+from e2e.standins.workload.kubeadm import CONTROL_PLANE_LABEL as CONTROL_PLANE_NODE_LABEL
 from e2e.standins.workload.objects import CONTROL_PLANE_MACHINE_LABEL
 
 # The sizing change the scenario makes to the workers.
@@ -33,17 +34,33 @@ TEMPLATE_STEP = 1
 
 def _workers(mgmt: ControlPlane, lab: Lab, cluster: Workload) -> dict[str, Any]:
     """The worker Machines (name, version, node) and lab1's worker Nodes (name, kubelet version)."""
-    machines = get(mgmt, "machines", namespace=cluster.namespace, selector=cluster.workers_selector)
+    return _machines_and_nodes(mgmt, lab, cluster, cluster.workers_selector, control_plane=False)
+
+
+def _control_plane(mgmt: ControlPlane, lab: Lab, cluster: Workload) -> dict[str, Any]:
+    """The control-plane Machines (name, version, node, deleting) and lab1's control-plane Nodes."""
+    return _machines_and_nodes(mgmt, lab, cluster, CONTROL_PLANE_MACHINE_LABEL, control_plane=True)
+
+
+def _machines_and_nodes(
+    mgmt: ControlPlane, lab: Lab, cluster: Workload, selector: str, *, control_plane: bool
+) -> dict[str, Any]:
+    machines = get(mgmt, "machines", namespace=cluster.namespace, selector=selector)
     nodes = lab.get(lab.lab1, "/api/v1/nodes") or {"items": []}
     return {
         "machines": sorted(
-            [m["metadata"]["name"], m["spec"].get("version"), (m.get("status", {}).get("nodeRef") or {}).get("name")]
+            [
+                m["metadata"]["name"],
+                m["spec"].get("version"),
+                (m.get("status", {}).get("nodeRef") or {}).get("name"),
+                *(["deletionTimestamp" in m["metadata"]] if control_plane else []),
+            ]
             for m in machines["items"]
         ),
         "nodes": sorted(
             [n["metadata"]["name"], n["status"]["nodeInfo"]["kubeletVersion"]]
             for n in nodes["items"]
-            if "node-role.kubernetes.io/control-plane" not in n["metadata"]["labels"]
+            if (CONTROL_PLANE_NODE_LABEL in n["metadata"]["labels"]) == control_plane
         ),
     }
 
@@ -61,6 +78,18 @@ def _rolled(now: dict[str, Any], lab: Lab, before: dict[str, Any]) -> bool:
     )
 
 
+def _control_plane_rolled(now: dict[str, Any], before: dict[str, Any]) -> bool:
+    """One control-plane Machine, at the new version, new, with its Node, the only control-plane
+    Node, at the new version."""
+    old = {name for name, *_ in before["machines"]}
+    return (
+        len(now["machines"]) == 1
+        and now["machines"][0][0] not in old
+        and now["machines"][0][1:] == [UPGRADE_TO, now["machines"][0][2], False]
+        and now["nodes"] == [[now["machines"][0][2], UPGRADE_TO]]
+    )
+
+
 # What the Cluster API manager logs as it deletes a worker (reconcileDelete and drainNode in
 # internal/controllers/machine/machine_controller.go), in its order: the Node drained (its pods
 # evicted), then, once the VM is gone, the Node deleted.
@@ -71,7 +100,8 @@ def upgrade(
     engine: Engine, mgmt: ControlPlane, lab: Lab, cluster: Workload, entry: dict[str, Any], *, manager_log: Path
 ) -> dict[str, Any]:
     before = _workers(mgmt, lab, cluster)
-    out: dict[str, Any] = {"before": before, "pods_before": _pods(lab)}
+    control_before = _control_plane(mgmt, lab, cluster)
+    out: dict[str, Any] = {"before": before, "pods_before": _pods(lab), "system_pods_before": _system_pods(lab)}
     out["config"] = [
         _step(engine, ("config", "set", "--path", "workloadClusters[0].kubernetesVersion", UPGRADE_TO)),
         _step(
@@ -82,30 +112,80 @@ def upgrade(
     out["preview"] = run(engine, mgmt, "preview")
     audit_mark, began = len(mgmt.audit()), time.monotonic()
     out["up"] = run(engine, mgmt, "up")
+    out["workers_held"] = until(
+        "a MachineSet held for the control plane", lambda: _held_for_the_control_plane(mgmt, cluster)
+    )
     out["timeline"] = lab.watch(
-        "the workers at " + UPGRADE_TO, lambda _: _rolled(_workers(mgmt, lab, cluster), lab, before), began
+        f"the control plane and the workers at {UPGRADE_TO}",
+        lambda _: (
+            _rolled(_workers(mgmt, lab, cluster), lab, before)
+            and _control_plane_rolled(_control_plane(mgmt, lab, cluster), control_before)
+            and _kcp_status(mgmt, cluster) == [UPGRADE_TO, 1, 1, 1]
+            and _system_pods_placed(lab)
+        ),
+        began,
     )
     out["seconds"] = round(time.monotonic() - began, 1)
     out["after"] = _workers(mgmt, lab, cluster)
     out["pods_after"] = _pods(lab)
+    out["system_pods_after"] = _system_pods(lab)
     out["md_writes"] = scales(mgmt, audit_mark, cluster)
-    old = {name for name, _, _ in before["machines"]}
+    log = manager_log.read_text(errors="replace").splitlines()
+    out["deletion"] = _deletion(log, cluster, before)
+    out["control_plane"] = {
+        "before": control_before,
+        "after": _control_plane(mgmt, lab, cluster),
+        "deletion": _deletion(log, cluster, control_before),
+        "status": _kcp_status(mgmt, cluster),
+    }
+    return out
+
+
+def _kcp_status(mgmt: ControlPlane, cluster: Workload) -> list[Any]:
+    """The KubeadmControlPlane's status: version, replicas, upToDateReplicas, readyReplicas."""
+    kcp = get(mgmt, "kubeadmcontrolplane", f"{cluster.name}-control-plane", namespace=cluster.namespace)
+    status = kcp.get("status", {})
+    return [status.get(field) for field in ("version", "replicas", "upToDateReplicas", "readyReplicas")]
+
+
+def _held_for_the_control_plane(mgmt: ControlPlane, cluster: Workload) -> str | None:
+    """A MachineSet's ScalingUp message while its preflight checks hold its new worker back
+    (internal/controllers/machineset/machineset_preflight.go: ControlPlaneIsStable fails while the
+    KubeadmControlPlane's status.version, its lowest Machine's, is below its spec.version)."""
+    for machine_set in get(mgmt, "machinesets", namespace=cluster.namespace)["items"]:
+        for condition in machine_set.get("status", {}).get("conditions", []):
+            if condition["type"] == "ScalingUp" and "preflight check failed" in condition.get("message", ""):
+                return f"{machine_set['metadata']['name']}: {condition['message']}"
+    return None
+
+
+def _deletion(log: list[str], cluster: Workload, before: dict[str, Any]) -> list[str]:
+    """DELETION's steps that the manager logged for the Machines of `before`, in the order first said."""
+    old = {name for name, *_ in before["machines"]}
     said = [
         step
-        for line in manager_log.read_text(errors="replace").splitlines()
+        for line in log
         for step in DELETION
         if f'"{step}' in line and any(f'Machine="{cluster.namespace}/{name}"' in line for name in old)
     ]
-    out["deletion"] = list(dict.fromkeys(said))
-    kcp = get(mgmt, "kubeadmcontrolplane", f"{cluster.name}-control-plane", namespace=cluster.namespace)
-    control_machines = get(mgmt, "machines", namespace=cluster.namespace, selector=CONTROL_PLANE_MACHINE_LABEL)["items"]
-    out["control_plane"] = {
-        "spec": kcp["spec"]["version"],
-        "status": kcp.get("status", {}).get("version"),
-        "up_to_date": kcp.get("status", {}).get("upToDateReplicas"),
-        "machines": [m["spec"].get("version") for m in control_machines],
-    }
-    return out
+    return list(dict.fromkeys(said))
+
+
+def _system_pods_placed(lab: Lab) -> bool:
+    """What ran on the old control plane (CoreDNS, Cilium's operator) Running again, each on a Node
+    that is there."""
+    nodes = {node["metadata"]["name"] for node in (lab.get(lab.lab1, "/api/v1/nodes") or {"items": []})["items"]}
+    return all(node in nodes and phase == "Running" for _, node, phase in _system_pods(lab))
+
+
+def _system_pods(lab: Lab) -> list[list[str]]:
+    """kube-system's pods that are not a DaemonSet's: name, node, phase."""
+    pods = lab.get(lab.lab1, "/api/v1/namespaces/kube-system/pods") or {"items": []}
+    return sorted(
+        [p["metadata"]["name"], p["spec"].get("nodeName", ""), p.get("status", {}).get("phase", "")]
+        for p in pods["items"]
+        if not any(o["kind"] == "DaemonSet" for o in p["metadata"].get("ownerReferences", []))
+    )
 
 
 def _pods(lab: Lab) -> list[list[str]]:

@@ -45,14 +45,12 @@ def reconcile(
     record: Record,
     running: dict[str, ControlPlane],
     registered: set[str],
-    control_plane_nodes: dict[str, str],
 ) -> None:
     """Registers, heartbeats and runs pods for every provisioned ProxmoxMachine whose workload
-    cluster runs; `registered` holds `namespace/cluster/node` of each Node registered. The Node
-    of each workload cluster's control plane (`control_plane_nodes`, by `namespace/cluster`,
-    registered by the KubeadmControlPlane stand-in through `register`) heartbeats and runs its
-    pods the same way."""
-    nodes: dict[str, list[str]] = {key: [name] for key, name in control_plane_nodes.items() if key in running}
+    cluster runs; `registered` holds `namespace/cluster/node` of each Node registered. A
+    control-plane Machine's Node, which the KubeadmControlPlane stand-in registers through
+    `register` (and puts in `registered`), heartbeats and runs its pods the same way."""
+    nodes: dict[str, list[str]] = {}
     for item in client.items("proxmoxmachines", INFRASTRUCTURE):
         meta = item["metadata"]
         if "deletionTimestamp" in meta or not need_true(item, "status.initialization.provisioned"):
@@ -60,14 +58,16 @@ def reconcile(
         machine = client.get("machines", CORE, meta["namespace"], owner(item, "Machine", "cluster.x-k8s.io") or "")
         if machine is None:
             raise KeyError(f"{ident(item)} is provisioned but its Machine is gone")
-        if CONTROL_PLANE_MACHINE_LABEL in machine["metadata"].get("labels", {}):
-            continue  # kubeadm init's Node, which the KubeadmControlPlane stand-in registers
         key = f"{meta['namespace']}/{need(machine, 'spec.clusterName')}"
         if key not in running:
             continue
-        lab = Client(running[key], KUBELET_USER)
+        if CONTROL_PLANE_MACHINE_LABEL in machine["metadata"].get("labels", {}):
+            # kubeadm's Node, which the KubeadmControlPlane stand-in registers.
+            if f"{key}/{meta['name']}" in registered:
+                nodes.setdefault(key, []).append(meta["name"])
+            continue
         if f"{key}/{meta['name']}" not in registered:
-            _register(client, lab, item, machine)
+            _register(client, Client(running[key], KUBELET_USER), item, machine)
             registered.add(f"{key}/{meta['name']}")
             record.did(f"Node registered in {key}", ident(item))
         nodes.setdefault(key, []).append(meta["name"])

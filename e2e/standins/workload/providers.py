@@ -20,7 +20,7 @@ from e2e.engine import control_plane
 from e2e.engine.control_plane import PROVIDERS_USER, ControlPlane
 from e2e.engine.kube_api import UnreachableError
 from e2e.standins.cluster.controller_loop import looping
-from e2e.standins.workload import capmox, kubeadm, kubelet
+from e2e.standins.workload import capmox, kubeadm, kubeadm_control_plane, kubelet
 from e2e.standins.workload.objects import Client, Record
 
 # What lab1's kube-controller-manager runs: all its default controllers (the node lifecycle one
@@ -34,8 +34,9 @@ class WorkloadStandIns:
     running: dict[str, ControlPlane] = field(default_factory=dict)
     """Each workload cluster's control plane, by `namespace/cluster`."""
     registered: set[str] = field(default_factory=set)
+    """`namespace/cluster/node` of each Node a kubelet stand-in runs, the control planes' among them."""
     control_plane_nodes: dict[str, str] = field(default_factory=dict)
-    """The Node each workload control plane registered, by `namespace/cluster`."""
+    """The newest Node each workload control plane registered, by `namespace/cluster`."""
     started_in: dict[str, float] = field(default_factory=dict)
     """Seconds each workload control plane took to answer, by `namespace/cluster`."""
     missing_templates: set[int] = field(default_factory=set)
@@ -63,16 +64,19 @@ def running(mgmt: ControlPlane, root: Path, *, interval: float = 1.0) -> Iterato
 
         parts: dict[str, Callable[[], None]] = {
             "ProxmoxClusters": lambda: capmox.reconcile_clusters(client, standins.record),
-            "KubeadmControlPlanes": lambda: kubeadm.reconcile_control_planes(
-                client, standins.record, standins.running, start, standins.control_plane_nodes
+            "KubeadmControlPlanes": lambda: kubeadm_control_plane.reconcile_control_planes(
+                client,
+                standins.record,
+                standins.running,
+                start,
+                registered=standins.registered,
+                control_plane_nodes=standins.control_plane_nodes,
             ),
             "KubeadmConfigs": lambda: kubeadm.reconcile_configs(client, standins.record),
             "ProxmoxMachines": lambda: capmox.reconcile_machines(
                 client, standins.record, destroy, standins.missing_templates
             ),
-            "kubelets": lambda: kubelet.reconcile(
-                client, standins.record, standins.running, standins.registered, standins.control_plane_nodes
-            ),
+            "kubelets": lambda: kubelet.reconcile(client, standins.record, standins.running, standins.registered),
         }
 
         def step() -> None:
