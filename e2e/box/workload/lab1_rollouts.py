@@ -2,12 +2,15 @@
 sizing change at 0 workers (a new template, the MachineDeployment repointed, the old template
 deleted), and lab1's Kubernetes upgrade with a worker running (issue 41; docs/operations.md,
 "Upgrading a workload cluster's Kubernetes"): the entry's kubernetesVersion and templateVmId set as
-the owner sets them, the preview naming the rollout, one `pulumi up`; then the real
-MachineDeployment controller replaces the worker (a new one first, maxSurge 1), and the real Machine
-controller drains the old one (DELETION: the demand pod evicted, made again and placed by the real
-scheduler on the new worker) before it deletes it and its Node. Sampled until every worker runs
-the new version and the demand is running again: the counts as a timeline, the MachineDeployment's
-writes (the autoscaler's among them), the Machines and Nodes before and after.
+the owner sets them, the preview naming the rollout, one `pulumi up`; then the control plane rolls
+first (the KubeadmControlPlane stand-in: a new control-plane Machine, then the old one drained and
+deleted by the real Machine controller), while the real MachineSet controller holds the new worker
+back (its ControlPlaneIsStable preflight check); then it replaces the worker (a new one first,
+maxSurge 1), and the real Machine controller drains the old one (DELETION: the demand pod evicted,
+made again and placed by the real scheduler on the new worker) before it deletes it and its Node.
+Sampled until every machine runs the new version and the demand and kube-system's pods run again:
+the workers' counts as a timeline, the MachineDeployment's writes (the autoscaler's among them),
+the Machines and Nodes of both parts before and after.
 """
 
 from __future__ import annotations
