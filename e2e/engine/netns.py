@@ -23,7 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from e2e.engine.cli import REPO
@@ -74,6 +75,34 @@ def in_new_netns(scenario: str, *args: Any, addresses: Sequence[str] = (), timeo
             f"scenario {scenario} failed (exit {done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
         )
     return json.loads(lines[-1].removeprefix(RESULT_MARK))
+
+
+@contextmanager
+def held_nowhere(address: str, network: str) -> Iterator[None]:
+    """Inside a scenario's namespace: `address` (on loopback, as every lab address there) taken off
+    for the block, on a lab network where nobody answers for it, as when a VIP is held by no host.
+    One end of a veth pair holds `network` (an address with its prefix: the lab's gateway), so a
+    connection to `address` is asked for on the wire and nobody answers, as on a real lab: a dial
+    fails with `no route to host` once ARP has had no answer, or `i/o timeout` when its packets are
+    dropped unresolved, and a connection already open stops getting answers; never at once with
+    `network is unreachable`, which only a namespace without a route to it says."""
+    link = "labnet"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+    ip("link", "add", link, "type", "veth", "peer", "name", f"{link}-peer")
+    try:
+        ip("link", "set", link, "up")
+        ip("link", "set", f"{link}-peer", "up")
+        ip("addr", "add", network, "dev", link)
+        ip("addr", "del", f"{address}/32", "dev", "lo")
+        try:
+            yield
+        finally:
+            ip("addr", "add", f"{address}/32", "dev", "lo")
+    finally:
+        ip("link", "del", link)
 
 
 def _keep(scenario: str, args: tuple[Any, ...], done: subprocess.CompletedProcess[str]) -> None:

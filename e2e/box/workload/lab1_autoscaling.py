@@ -9,8 +9,9 @@ stays pending, the autoscaler's event saying why), 3 -> 4 once maxSize is raised
 demand is gone, 4 -> 0; between 0 -> 1 and the rest, lab1's Kubernetes upgrade with the worker
 running (lab1_rollouts.py); three faults in the scaling path (lab1_faults.py): an annotation edited
 by hand at 3, the fourth worker's Machine never becoming a Node while its template is gone, and
-lab1's API server down at 0; a rotated lab1 kubeconfig; a worker sizing change; and, last, the
-controls (lab1_controls.py): without the proxmoxmachinetemplates rule, no scale-from-zero; without
+lab1's API server down and then its VIP held nowhere, at 0; a rotated lab1 kubeconfig; a worker
+sizing change; and, last, the controls (lab1_controls.py): without the proxmoxmachinetemplates
+rule, no scale-from-zero; without
 its contract label, the ProxmoxCluster cannot be resolved. Between steps, a `pulumi up
 --expect-no-changes` that writes nothing (after the first up, a zero-change preview too). Every
 write is read from the API servers' audit logs; the scale-up and scale-down are recorded as a
@@ -259,9 +260,9 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     out["timelines"] = timelines
     out["nodes_after"] = [n["metadata"]["name"] for n in get(mgmt, "nodes", kubeconfig=lab1)["items"]]
     mark("4 -> 0")
-    # lab1 unreachable for a while, at 0 (lab1_faults.py); the zero-change run after it is the one
-    # after the scale-down too.
-    out["unreachable"] = lab1_faults.unreachable(mgmt, lab, lab1_plane, runner)
+    # lab1 unreachable for a while, at 0, two ways (lab1_faults.py); the zero-change run after them
+    # is the one after the scale-down too.
+    out |= lab1_faults.lab1_down(mgmt, lab, runner, lab1_plane, network=f"{entry['gateway']}/{entry['ipPrefix']}")
     mark("lab1 unreachable")
     out["no_change"].append(_no_change(engine, mgmt, cluster, "4 -> 0 and lab1 unreachable"))
     out["managers_at_0"] = managers(mgmt, cluster)

@@ -7,10 +7,14 @@ ending converged once its cause is gone:
   state's object); a preview with `--refresh` stops on the server-side apply conflict with
   kubectl's field manager. The hand edit taken off (`kubectl annotate <key>-`, which drops
   kubectl's claim with the field), `up --refresh` writes the setting back.
-- `unreachable`: lab1's API server stopped, as when its control-plane VM or the VIP is down. The
-  autoscaler keeps its leader lease in lab1: it cannot renew it, exits, and each restart exits at
-  once while lab1 does not answer; what each process said. Once the server is back, the next
-  restart stays up and reaches lab1 (it writes its status ConfigMap there).
+- `unreachable`: lab1 not answering at its VIP, two ways: its API server stopped, as when its
+  kube-apiserver is down on a VM that is up (`connection refused`), and the VIP held by no host,
+  as when kube-vip holds it nowhere (netns.held_nowhere: nobody answers on the wire). The
+  autoscaler keeps its leader lease in lab1: it cannot renew it and exits; with the server
+  stopped, each restart exits at once too (their dials refused), which the fault waits for; with
+  the VIP held nowhere a restart's dial would wait out its 30 s before failing, so lab1 comes back
+  after the first exit. What each process said. Once lab1 is back, the next restart stays up and
+  reaches lab1 (it writes its status ConfigMap there).
 - `never_a_node`: the template the workers are cloned from taken off the Proxmox node (the CAPMOX
   stand-in's `missing_templates`) while the autoscaler adds a worker for a pending pod. The new
   Machine's clone fails as CAPMOX reports it; the Machine stays Provisioning without a Node, and
@@ -22,11 +26,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from e2e.box.workload.lab1_controls import MAIN_LOOP, log_lines
 from e2e.box.workload.lab1_reads import Lab, Workload, conditions, get, run, scales, until
+from e2e.engine import netns
 from e2e.engine.cli import Engine
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import pod_runner
@@ -90,11 +96,32 @@ def _said(runner: pod_runner.PodRunner, event: dict[str, Any], endpoint: str) ->
     return [line for line in lines if line.startswith("F") or (line.startswith("E") and endpoint in line)]
 
 
-def unreachable(mgmt: ControlPlane, lab: Lab, lab1_plane: ControlPlane, runner: pod_runner.PodRunner) -> dict[str, Any]:
-    """lab1's API server stopped until the autoscaler has exited and a restart of it has failed
-    too, then started again; what each of its processes said, and the first scan that reached
-    lab1 afterwards."""
+def lab1_down(
+    mgmt: ControlPlane, lab: Lab, runner: pod_runner.PodRunner, lab1_plane: ControlPlane, *, network: str
+) -> dict[str, Any]:
+    """`unreachable` two ways, by the key each is reported under: lab1's API server stopped, then
+    its VIP held nowhere on the lab's `network` (the gateway's address with its prefix)."""
     endpoint = f"{lab1_plane.address}:{lab1_plane.port}"
+    stopped = lab1_plane.apiserver_stopped()
+    held_nowhere = netns.held_nowhere(lab1_plane.address, network)
+    return {
+        "unreachable": unreachable(mgmt, lab, runner, endpoint=endpoint, down=stopped, exits_while_down=2),
+        "vip_held_nowhere": unreachable(mgmt, lab, runner, endpoint=endpoint, down=held_nowhere, exits_while_down=1),
+    }
+
+
+def unreachable(
+    mgmt: ControlPlane,
+    lab: Lab,
+    runner: pod_runner.PodRunner,
+    *,
+    endpoint: str,
+    down: AbstractContextManager[Any],
+    exits_while_down: int,
+) -> dict[str, Any]:
+    """lab1 down (`down`, its API server stopped or its VIP held nowhere) until the autoscaler has
+    exited `exits_while_down` times (the running process, then restarts), then back; what each of
+    its processes said, and the first scan that reached lab1 afterwards."""
     running, _ = _log(runner)
     written_before = until("the autoscaler's status ConfigMap in lab1", lambda: _status_written(lab))
     events = len(runner.events)
@@ -103,10 +130,10 @@ def unreachable(mgmt: ControlPlane, lab: Lab, lab1_plane: ControlPlane, runner: 
         return [e for e in runner.events[events:] if e["event"] == "exited"]
 
     stopped = time.monotonic()  # kube-apiserver stops listening at once, then drains for seconds
-    with lab1_plane.apiserver_stopped():
+    with down:
         until("the autoscaler exits", exits)
         exited_in = round(time.monotonic() - stopped, 1)
-        until("a restart of it exits too", lambda: len(exits()) >= 2)
+        until(f"{exits_while_down} exits", lambda: len(exits()) >= exits_while_down)
         pods = mgmt.kubectl("get", "pods", "-n", lab.cluster.namespace).stdout.splitlines()
     back = time.monotonic()
     written = until(
