@@ -130,18 +130,21 @@ def reconcile_control_planes(
             record.did(f"control plane up at {endpoint['host']}:{endpoint['port']}", ident(kcp))
         _write_kubeconfig(client, record, kcp, cluster_name, running[key])
         machines = _machines(client, kcp) or [_control_plane_machine(client, record, kcp, cluster_name)]
-        for machine in machines:
-            node = _registered_once_provisioned(client, kcp, machine, running[key], registered=registered, key=key)
-            if node is None:
-                continue
-            if key not in control_plane_nodes:
-                kubeadm.kubeadm_addons(running[key])
-                record.did(f"control-plane Node {node} registered, CoreDNS applied", ident(kcp))
-            elif control_plane_nodes[key] != node:
-                record.did(f"control-plane Node {node} joined", ident(kcp))
-            control_plane_nodes[key] = node
-        if key not in control_plane_nodes:
+        nodes = [
+            node
+            for machine in machines
+            if (
+                node := _registered_once_provisioned(client, kcp, machine, running[key], registered=registered, key=key)
+            )
+        ]
+        if not nodes:
             continue  # kubeadm init runs once CAPMOX has cloned the VM
+        if key not in control_plane_nodes:
+            kubeadm.kubeadm_addons(running[key])
+            record.did(f"control-plane Node {nodes[-1]} registered, CoreDNS applied", ident(kcp))
+        elif control_plane_nodes[key] != nodes[-1]:
+            record.did(f"control-plane Node {nodes[-1]} joined", ident(kcp))
+        control_plane_nodes[key] = nodes[-1]
         up_to_date = [machine for machine in machines if _up_to_date(client, kcp, machine)]
         rollout = _Rollout(client, record, kcp, cluster_name, machines, up_to_date)
         rollout.step()
