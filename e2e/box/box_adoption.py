@@ -226,7 +226,7 @@ BACKUP_STORAGE = "local"
 # docs/adoption.md's lines that this scenario reads around as it types them; the runs of steps 4
 # and 5 are named after what their adoptClusterObjects setting takes in.
 SETTING_PREFIX = "pulumi config set adoptClusterObjects "
-RUN_NAMES = {"false": "node", "true": "cluster"}
+RUN_NAMES = {setting: name for name, setting in ADOPTION_RUNS}
 PREVIEW = "pulumi preview --stack lab --diff"
 GATE_PREVIEW = "pulumi preview --stack lab --json > preview.json"
 GATE = ".venv/bin/python tools/adoption_check.py preview.json"
