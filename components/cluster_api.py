@@ -124,8 +124,11 @@ class ClusterApi(pulumi.ComponentResource):
         deployed_versions: pulumi.Input[Mapping[str, str] | None],
         protected: bool,
         adopt: bool,
+        recover: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """`recover`: adopting a lab that lab-mgmt made (Settings.recover), whose CAPMOX Secret is
+        the program's own and is imported as it runs."""
         super().__init__("homelab:index:ClusterApi", name, None, opts)
         child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), node.on_cluster)
         lasting = _Lasting(
@@ -143,7 +146,7 @@ class ClusterApi(pulumi.ComponentResource):
             for p in PROVIDERS
         }
         credentials = _capmox_credentials(
-            name, settings, proxmox_url, after=namespaces[INFRASTRUCTURE.namespace], opts=child
+            name, settings, proxmox_url, after=namespaces[INFRASTRUCTURE.namespace], opts=child, adopt=recover
         )
         self.provider_versions, self.providers = _provider_crs(
             name,
@@ -261,7 +264,13 @@ class _Credentials:
 
 
 def _capmox_credentials(
-    name: str, settings: ClusterApiSettings, proxmox_url: str, *, after: pulumi.Resource, opts: pulumi.ResourceOptions
+    name: str,
+    settings: ClusterApiSettings,
+    proxmox_url: str,
+    *,
+    after: pulumi.Resource,
+    opts: pulumi.ResourceOptions,
+    adopt: bool,
 ) -> _Credentials:
     # A Secret made outside the program (the playbook's) stays CAPMOX's until the owner moves it
     # to the program's own (docs/adoption.md); the program neither makes nor changes one.
@@ -281,7 +290,14 @@ def _capmox_credentials(
         # content), and immutability keeps anyone from editing this one in place.
         immutable=True,
         data=pulumi.Output.secret({key: _b64(value) for key, value in data.items()}),
-        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[after])),
+        opts=pulumi.ResourceOptions.merge(
+            pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[after])),
+            # The same credentials name the same Secret (credentials_secret_name): one another
+            # name would not find is refused by the import, before anything is written.
+            adoption.imported(
+                f"{INFRASTRUCTURE.namespace}/{secret_name}", ["metadata", "type", "immutable", "data"], adopt=adopt
+            ),
+        ),
     )
     return _Credentials(secret_name, secret)
 

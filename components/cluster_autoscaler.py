@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components import adoption
 from components.charts import LocalChart
 from components.settings import WorkloadCluster
 
@@ -51,11 +52,13 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         workload_kubeconfig: pulumi.Output[str],
         on_management: pulumi.ResourceOptions,
         after: Sequence[pulumi.Resource],
+        adopt: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """`on_management`: the options of an object on the management cluster
         (components.cluster_api.ClusterNode.on_cluster); `after`: the MachineDeployments it
-        scales, which it should find when it starts."""
+        scales, which it should find when it starts. `adopt`: the release runs already, installed
+        by a stack whose state is lost (WorkloadCluster.recover), and is imported as it runs."""
         super().__init__("homelab:index:ClusterAutoscaler", cluster.name, None, opts)
         self.release = kubernetes.helm.v3.Release(
             f"{cluster.name}-autoscaler",
@@ -67,7 +70,12 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             values=_values(cluster, image_tag, pulumi.Output.unsecret(workload_kubeconfig.apply(kubeconfig_digest))),
             timeout=RELEASE_TIMEOUT_SECONDS,
             opts=pulumi.ResourceOptions.merge(
-                pulumi.ResourceOptions(parent=self, depends_on=list(after)), on_management
+                pulumi.ResourceOptions.merge(
+                    pulumi.ResourceOptions(parent=self, depends_on=list(after)), on_management
+                ),
+                adoption.imported(
+                    f"{cluster.namespace}/{cluster.name}-autoscaler", adoption.RELEASE_INPUTS, adopt=adopt
+                ),
             ),
         )
         self.register_outputs({"status": self.release.status})

@@ -13,6 +13,13 @@ The record also tells the hand-made guard that the cluster is the stack's own: u
 adopt off applies the program's Cluster, the live one carries no mark of the stack's
 (hand_made_clusters.STACK_MARK).
 
+A cluster that lab-mgmt made is taken over the same way by a new stack when the old one's state or
+passphrase is lost (WorkloadCluster.recover, docs/operations.md "Lost state or passphrase"): its
+objects are imported under the names the program gave them (a taken-over one's templates under
+clusterctl's), its entry in the record is empty (the names are the digested ones) and says only
+that the cluster is the stack's, and the check compares every declared field with the running
+object: nothing but the lost state recorded what was applied.
+
 pulumi-kubernetes imports a custom resource with only its identity among its inputs, so an
 import diffs every declared field against nothing; adopting, the objects' `metadata` and `spec`
 are kept as they run (components.adoption.OBJECT_INPUTS), and the comparison that the import
@@ -45,7 +52,7 @@ import base64
 import copy
 import gzip
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pulumi
@@ -91,11 +98,18 @@ def kept_names(
     cluster: WorkloadCluster, objects: ClusterObjects, last: Mapping[str, str] | None
 ) -> dict[str, str] | None:
     """The record's entry for this run: the last run's (`last`), and, adopting, clusterctl's names
-    of the templates declared now. None for a cluster that was never taken over. Names of
-    templates no longer declared stay: a sizing changed back finds its template's name again."""
+    of the templates declared now (none for a cluster lab-mgmt made: its entry only says it is the
+    stack's). None for a cluster that was never taken over. Names of templates no longer declared
+    stay: a sizing changed back finds its template's name again."""
     if cluster.adopt:
-        return {**(last or {}), **objects.made_names}
+        return {**(last or {}), **(objects.made_names if cluster.taken_over else {})}
     return dict(last) if last is not None else None
+
+
+def as_running(cluster: WorkloadCluster, objects: ClusterObjects) -> ClusterObjects:
+    """`objects` named as the running cluster names them, which an adoption imports: clusterctl's
+    names for a cluster it made, the digested ones for a cluster lab-mgmt made."""
+    return named(objects, objects.made_names) if cluster.taken_over else objects
 
 
 def record(
@@ -126,10 +140,12 @@ def check_owner(
     cluster: WorkloadCluster, objects: ClusterObjects, kubeconfig: str, *, recorded: bool, stack: str
 ) -> None:
     """Before any of the cluster's objects is sent: adopting, the running cluster must be exactly
-    what the settings render (`objects`, named as clusterctl named them); else a cluster this stack
+    what the settings render (`objects`, named as it names them); else a cluster this stack
     took over (`recorded`) is its own, and any other must carry the mark of this stack (`stack`)."""
-    if cluster.adopt:
-        refuse_unlike_applied(cluster, named(objects, objects.made_names), kubeconfig)
+    if cluster.recover:
+        refuse_unlike_running(cluster, as_running(cluster, objects), kubeconfig)
+    elif cluster.adopt:
+        refuse_unlike_applied(cluster, as_running(cluster, objects), kubeconfig)
     elif not recorded:
         hand_made_clusters.refuse_hand_made(cluster.namespace, cluster.name, kubeconfig, stack=stack)
     if cluster.taken_over:
@@ -233,6 +249,58 @@ def _held_by_kubectl(live: Mapping[str, Any], field: tuple[str, ...]) -> bool:
 def refuse_unlike_applied(cluster: WorkloadCluster, declared: ClusterObjects, kubeconfig: str) -> None:
     """Raises unless each object runs and was applied exactly as `declared`, and runs with every
     declared field as declared, naming every field that differs and the object it is on."""
+
+    def unlike(kind: str, live: dict[str, Any], rendered: dict[str, Any]) -> list[str]:
+        return [
+            *_unlike_live(_compared(kind, live), rendered),
+            *_differences(_compared(kind, _as_applied(live)), rendered),
+        ]
+
+    differences = _unlike(cluster, declared, kubeconfig, unlike)
+    if differences:
+        raise TakeoverMismatchError(
+            f"{PROJECT}:workloadClusters: {cluster.name}'s settings do not render what clusterctl applied, so "
+            "the adoption would change the running cluster (a machine field rolls every node). Set the keys "
+            'these fields come from (docs/adoption.md, the table in "A workload cluster made with clusterctl") '
+            "to the running values:\n    " + "\n    ".join(differences)
+        )
+
+
+def refuse_unlike_running(cluster: WorkloadCluster, declared: ClusterObjects, kubeconfig: str) -> None:
+    """Raises unless each object of a cluster lab-mgmt made runs with every field the settings
+    declare as declared (what the program applied is what runs, and nothing recorded it but the lost
+    state). The stack's mark is not compared: the run with adopt off puts this stack's on."""
+
+    def unlike(kind: str, live: dict[str, Any], rendered: dict[str, Any]) -> list[str]:
+        return list(_unlike_live(_unmarked(_compared(kind, live)), _unmarked(rendered)))
+
+    differences = _unlike(cluster, declared, kubeconfig, unlike)
+    if differences:
+        raise TakeoverMismatchError(
+            f"{PROJECT}:workloadClusters: {cluster.name}'s settings do not render the cluster as it runs, so the run "
+            "with adopt off would change it (a machine field rolls every node). Set the keys these fields come from "
+            'to the values the lost stack had (docs/operations.md, "Lost state or passphrase"):\n    '
+            + "\n    ".join(differences)
+        )
+
+
+def _unmarked(compared: dict[str, Any]) -> dict[str, Any]:
+    annotations = {
+        k: v
+        for k, v in compared.get("metadata", {}).get("annotations", {}).items()
+        if k != hand_made_clusters.STACK_MARK
+    }
+    return {**compared, "metadata": {**compared.get("metadata", {}), "annotations": annotations}}
+
+
+def _unlike(
+    cluster: WorkloadCluster,
+    declared: ClusterObjects,
+    kubeconfig: str,
+    unlike: Callable[[str, dict[str, Any], dict[str, Any]], list[str]],
+) -> list[str]:
+    """`kind name: field…` for each field that `unlike` finds between a live object and its
+    rendering (`_compared`), and for each object that does not run; raises for a missing Cluster."""
     differences: list[str] = []
     for body in declared.resources():
         kind, name = body["kind"], body["metadata"]["name"]
@@ -246,19 +314,9 @@ def refuse_unlike_applied(cluster: WorkloadCluster, declared: ClusterObjects, ku
         if live is None:
             differences.append(f"{kind} {name}: does not exist")
             continue
-        rendered = _compared(kind, body)
-        found = [
-            *_unlike_live(_compared(kind, live), rendered),
-            *_differences(_compared(kind, _as_applied(live)), rendered),
-        ]
+        found = unlike(kind, live, _compared(kind, body))
         differences += [f"{kind} {name}: {line}" for line in dict.fromkeys(found)]
-    if differences:
-        raise TakeoverMismatchError(
-            f"{PROJECT}:workloadClusters: {cluster.name}'s settings do not render what clusterctl applied, so "
-            "the adoption would change the running cluster (a machine field rolls every node). Set the keys "
-            'these fields come from (docs/adoption.md, the table in "A workload cluster made with clusterctl") '
-            "to the running values:\n    " + "\n    ".join(differences)
-        )
+    return differences
 
 
 def object_path(body: Mapping[str, Any]) -> str:

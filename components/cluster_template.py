@@ -229,7 +229,8 @@ def _patched(objects: ClusterObjects, cluster: WorkloadCluster) -> ClusterObject
     """What the template gets wrong for this lab, and the machine templates' digested names.
     Of a cluster clusterctl made (takenOver), the networks stay as it rendered them; while it is
     being adopted, the MachineDeployment carries no annotation of the program's either, so that
-    every object is what clusterctl rendered from the same values (components.cluster_takeover)."""
+    every object is what clusterctl rendered from the same values (components.cluster_takeover);
+    recovered (WorkloadCluster.recover), every object is what the program made."""
     for resource in objects.resources():
         # clusterctl puts them in --target-namespace the same way; the template names none.
         resource["metadata"]["namespace"] = cluster.namespace
@@ -267,7 +268,8 @@ def _patch_machine_deployment(deployment: dict[str, Any], cluster: WorkloadClust
     # server prunes it, and Cluster API's webhook fills it in): leave it out, keep the selector.
     if spec.get("selector", {}).get("matchLabels", {}) is None:
         del spec["selector"]["matchLabels"]
-    if cluster.adopt:
+    # A cluster lab-mgmt made runs with them, recovered too.
+    if cluster.adopt and not cluster.recover:
         return
     sizing = cluster.workers.sizing
     deployment["metadata"].setdefault("annotations", {}).update(

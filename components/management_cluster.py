@@ -42,6 +42,7 @@ def manage_cluster(
         proxmox_url=settings.proxmox.endpoint,
         protected=settings.vm.protected,
         adopt=settings.adopt,
+        recover=settings.recover,
         deployed_versions=records.last_value(PROVIDER_VERSIONS_OUTPUT),
     )
     readonly = ReadOnlyAccess(
@@ -50,6 +51,7 @@ def manage_cluster(
         node.kubeconfig,
         context_name=f"{settings.vm.name}-ro",
         token_generation=settings.access.readonly_token_generation,
+        adopt=settings.recover,
     )
     taken_over = records.last_value(cluster_takeover.RECORD_OUTPUT)
     workload_clusters = [

@@ -7,6 +7,7 @@ import base64
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components import adoption
 from components.kubeconfig import cluster_endpoint, token_kubeconfig
 
 # Not the old inspector's `capi-readonly`, which the playbook's lab still has and a weekly script
@@ -85,6 +86,9 @@ class ReadOnlyAccess(pulumi.ComponentResource):
 
     The token lives until its Secret is deleted: bumping `token_generation` creates a token
     Secret of a new name and deletes the old one, which revokes the old token.
+
+    Adopted (`adopt`: made by a stack whose state is lost), each object is imported as it runs, the
+    token with it: the kubeconfigs given out with it keep working.
     """
 
     kubeconfig: pulumi.Output[str]
@@ -97,22 +101,26 @@ class ReadOnlyAccess(pulumi.ComponentResource):
         *,
         context_name: str,
         token_generation: int,
+        adopt: bool = False,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """`on_cluster`: the options of an object on the cluster (ClusterNode.on_cluster)."""
         super().__init__("homelab:index:ReadOnlyAccess", name, None, opts)
         child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), on_cluster)
 
+        def imported(import_id: str, kept: list[str]) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions.merge(child, adoption.imported(import_id, kept, adopt=adopt))
+
         role = kubernetes.rbac.v1.ClusterRole(
             f"{name}-role",
             metadata={"name": ACCOUNT},
             rules=READONLY_RULES,
-            opts=child,
+            opts=imported(ACCOUNT, ["metadata", "rules"]),
         )
         account = kubernetes.core.v1.ServiceAccount(
             f"{name}-account",
             metadata={"name": ACCOUNT, "namespace": ACCOUNT_NAMESPACE},
-            opts=child,
+            opts=imported(f"{ACCOUNT_NAMESPACE}/{ACCOUNT}", ["metadata"]),
         )
         kubernetes.rbac.v1.ClusterRoleBinding(
             f"{name}-binding",
@@ -121,9 +129,18 @@ class ReadOnlyAccess(pulumi.ComponentResource):
                 api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=ACCOUNT
             ),
             subjects=[kubernetes.rbac.v1.SubjectArgs(kind="ServiceAccount", name=ACCOUNT, namespace=ACCOUNT_NAMESPACE)],
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[role, account])),
+            opts=pulumi.ResourceOptions.merge(
+                imported(ACCOUNT, ["metadata", "roleRef", "subjects"]),
+                pulumi.ResourceOptions(depends_on=[role, account]),
+            ),
         )
-        token = _token(f"{name}-token", token_generation, account, child)
+        token_name = f"{ACCOUNT}-token-{token_generation}"
+        token = _token(
+            f"{name}-token",
+            token_name,
+            account,
+            imported(f"{ACCOUNT_NAMESPACE}/{token_name}", ["metadata", "type", "data"]),
+        )
 
         self.kubeconfig = pulumi.Output.secret(
             pulumi.Output.all(admin_kubeconfig, token.data).apply(
@@ -134,13 +151,13 @@ class ReadOnlyAccess(pulumi.ComponentResource):
 
 
 def _token(
-    name: str, generation: int, account: kubernetes.core.v1.ServiceAccount, child: pulumi.ResourceOptions
+    name: str, secret_name: str, account: kubernetes.core.v1.ServiceAccount, child: pulumi.ResourceOptions
 ) -> kubernetes.core.v1.Secret:
-    """The account's long-lived token, in a Secret named after its generation."""
+    """The account's long-lived token, in a Secret named after its generation (`secret_name`)."""
     return kubernetes.core.v1.Secret(
         name,
         metadata={
-            "name": f"{ACCOUNT}-token-{generation}",
+            "name": secret_name,
             "namespace": ACCOUNT_NAMESPACE,
             "annotations": {
                 "kubernetes.io/service-account.name": ACCOUNT,

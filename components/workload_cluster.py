@@ -95,6 +95,7 @@ class WorkloadCluster(pulumi.ComponentResource):
             workload_kubeconfig=admin_kubeconfig,
             on_management=on_cluster,
             after=[self.machine_deployment],
+            adopt=cluster.recover,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.readonly_kubeconfig = ReadOnlyAccess(
@@ -103,6 +104,7 @@ class WorkloadCluster(pulumi.ComponentResource):
             admin_kubeconfig,
             context_name=f"{name}-ro",
             token_generation=token_generation,
+            adopt=cluster.recover,
             opts=pulumi.ResourceOptions(parent=self),
         ).kubeconfig
         self.register_outputs(
@@ -251,7 +253,7 @@ class _Parts:
             )
         )
         self.declared = kept_names.apply(lambda names: cluster_takeover.named(objects, names))
-        self.made = cluster_takeover.named(objects, objects.made_names)
+        self.made = cluster_takeover.as_running(cluster, objects)
         self.adopt = cluster.adopt
         # A taken-over object's fields stay kubectl's until the program applies them once, in the
         # run with adopt off. That run's `up` takes them, but its preview's dry run forces only

@@ -79,7 +79,7 @@ def test_the_first_up_makes_lab1_at_zero_with_cilium_after_control_plane_initial
 def test_between_steps_nothing_is_planned_and_nothing_written(lab1_box: Any) -> None:
     assert [entry["after"] for entry in lab1_box["no_change"]] == [
         "first up",
-        "0 -> 1",
+        "0 -> 1, recovered",
         "upgrade",
         "1 -> 3",
         "3 -> 4",

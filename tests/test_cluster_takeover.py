@@ -295,10 +295,10 @@ def workload_problems(entry: dict[str, Any]) -> list[str]:
 def test_adopt_needs_takenover_and_protection() -> None:
     entry = taken_over_entry(adopt=True, takenOver=False, protected=False, podCidr="10.244.0.0/16")
     assert workload_problems(entry) == [
-        "lab-mgmt:workloadClusters[0].adopt: true needs takenOver: true (the cluster was made by clusterctl and "
-        "stays as it was made)",
         "lab-mgmt:workloadClusters[0].adopt: true needs protected: true: a cluster being taken over is never deleted "
         "by Pulumi",
+        "lab-mgmt:workloadClusters[0].adopt: true needs takenOver: true (the cluster was made by clusterctl and "
+        "stays as it was made), or, for a cluster lab-mgmt made under a stack whose state is lost, recover=true",
     ]
 
 

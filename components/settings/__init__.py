@@ -94,6 +94,9 @@ class Settings:
     """Take the running lab into the stack as it is (docs/adoption.md): import, change nothing."""
     adopt_cluster_objects: bool
     """Whether this run also manages what is on the cluster; false only in the first adoption run."""
+    recover: bool
+    """Adopting a lab that lab-mgmt made under a stack whose state or passphrase is lost: what the
+    program makes is imported under its own names (docs/operations.md, "Lost state or passphrase")."""
     warnings: tuple[str, ...] = ()
     """Values accepted with a cost, each naming its key; shown as the run's warnings."""
 
@@ -101,7 +104,16 @@ class Settings:
 def _check_adoption(r: Reader, settings: Settings) -> None:
     """Adoption imports the running lab and changes nothing in that run; settings that would
     make it create or replace something in the same run are refused."""
+    for index, cluster in enumerate(settings.workload.clusters):
+        if cluster.adopt and not cluster.taken_over and not settings.recover:
+            r.fail(
+                f"{WORKLOAD_CLUSTERS_KEY}[{index}].adopt",
+                "true needs takenOver: true (the cluster was made by clusterctl and stays as it was made), or, for a "
+                "cluster lab-mgmt made under a stack whose state is lost, recover=true",
+            )
     if not settings.adopt:
+        if settings.recover:
+            r.fail("recover", "true needs adopt=true: recovering takes the running lab over without changing it")
         if not settings.adopt_cluster_objects:
             # Only the first adoption run leaves them out; a lab the program manages never drops them.
             r.fail(
@@ -110,7 +122,7 @@ def _check_adoption(r: Reader, settings: Settings) -> None:
                 "set it back to true (pulumi config rm adoptClusterObjects)",
             )
         return
-    if settings.cluster_api.existing_capmox_secret is None:
+    if settings.cluster_api.existing_capmox_secret is None and not settings.recover:
         r.fail(
             "adopt",
             "true needs capmoxExistingSecret (the Secret CAPMOX uses now, e.g. capmox-variables); "
@@ -126,6 +138,7 @@ def parse_settings(raw: Mapping[str, str]) -> Settings:
     """Build the settings from raw config strings (keys without the project prefix)."""
     r = Reader(raw)
     proxmox, vm = read_proxmox(r), read_vm(r)
+    recover = r.boolean("recover")
     settings = Settings(
         proxmox=proxmox,
         vm=vm,
@@ -133,9 +146,10 @@ def parse_settings(raw: Mapping[str, str]) -> Settings:
         k3s=read_k3s(r),
         cluster_api=read_cluster_api(r),
         access=read_access(r),
-        workload=read_workload(r, lab_network_of(proxmox, vm)),
+        workload=read_workload(r, lab_network_of(proxmox, vm), recover=recover),
         adopt=r.boolean("adopt"),
         adopt_cluster_objects=r.boolean("adoptClusterObjects"),
+        recover=recover,
         warnings=tuple(r.warnings),
     )
     _check_adoption(r, settings)

@@ -160,6 +160,10 @@ class WorkloadCluster:
     adopt: bool
     """This run imports its running objects and Cilium's release as they are and declares only
     what clusterctl rendered (components.cluster_takeover); on for the adoption run only."""
+    recover: bool
+    """Adopted (`adopt`) under the stack's `recover`: lab-mgmt made the cluster under a stack whose
+    state is lost, so what is imported is what the program makes, the autoscaler's release and the
+    read-only access too, and it is declared as the program declares it, not as clusterctl rendered it."""
     cilium_values: Mapping[str, Any]
     """Helm values for Cilium kept beside the program's (components.cilium_values): those an owner
     set when installing it by hand, which the run with adopt off would otherwise drop."""
@@ -282,9 +286,10 @@ class _Entry:
             self.fail(unknown, f"is not a setting this program knows; see {WORKLOAD_DOCS}")
 
 
-def read_workload(r: Reader, lab: LabNetwork) -> WorkloadSettings:
+def read_workload(r: Reader, lab: LabNetwork, *, recover: bool = False) -> WorkloadSettings:
+    """`recover`: the stack's own key (WorkloadCluster.recover)."""
     entries = _workload_entries(r)
-    clusters = tuple(_read_workload_cluster(entry, lab) for entry in entries)
+    clusters = tuple(_read_workload_cluster(entry, lab, recover=recover) for entry in entries)
     names = [c.name for c in clusters]
     for name in sorted({n for n in names if names.count(n) > 1}):
         r.fail(WORKLOAD_CLUSTERS_KEY, f"declares the cluster {name!r} twice; each cluster name must be unique")
@@ -336,7 +341,7 @@ def _workload_entries(r: Reader) -> list[_Entry]:
     return entries
 
 
-def _read_workload_cluster(e: _Entry, lab: LabNetwork) -> WorkloadCluster:
+def _read_workload_cluster(e: _Entry, lab: LabNetwork, *, recover: bool) -> WorkloadCluster:
     name = e.text("name", DNS_LABEL, "a DNS label (lower case letters, digits, '-')")
     if name in RESERVED_CLUSTER_NAMES:
         e.fail("name", f"{name!r} is the management cluster's own name in this program; pick another")
@@ -359,7 +364,8 @@ def _read_workload_cluster(e: _Entry, lab: LabNetwork) -> WorkloadCluster:
         autoscaler=_read_autoscaler_timings(e.entry("autoscaler")),
         protected=e.boolean("protected", default=True),
         taken_over=e.boolean("takenOver", default=False),
-        adopt=e.boolean("adopt", default=False),
+        adopt=(adopt := e.boolean("adopt", default=False)),
+        recover=recover and adopt,
         cilium_values=_read_cilium_values(e),
     )
     if len(name) > CLUSTER_NAME_MAX:
@@ -436,9 +442,8 @@ def _spans(ranges: Sequence[str]) -> list[tuple[str, tuple[ipaddress.IPv4Address
 
 
 def _check_taken_over(e: _Entry, cluster: WorkloadCluster) -> None:
-    """What an adoption needs (docs/adoption.md, "A workload cluster made with clusterctl")."""
-    if cluster.adopt and not cluster.taken_over:
-        e.fail("adopt", "true needs takenOver: true (the cluster was made by clusterctl and stays as it was made)")
+    """What an adoption needs (docs/adoption.md, "A workload cluster made with clusterctl"); that
+    adopt needs takenOver or the stack's recover is checked with the stack's keys (components.settings)."""
     if cluster.adopt and not cluster.protected:
         e.fail("adopt", "true needs protected: true: a cluster being taken over is never deleted by Pulumi")
     if cluster.taken_over and e.has("serviceCidr"):

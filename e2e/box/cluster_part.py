@@ -97,12 +97,19 @@ def _box_engine(
     cluster: control_plane.ControlPlane,
     *,
     workload_clusters: bool = False,
+    folder: str = "engine",
+    passphrase: str | None = None,
 ) -> Engine:
     """The engine running the box's program (e2e/box/box_program.py) against `cluster`, trusting the
-    chart repositories' stand-in; Pulumi.lab.yaml's workload clusters kept with `workload_clusters`."""
+    chart repositories' stand-in; Pulumi.lab.yaml's workload clusters kept with `workload_clusters`.
+    Another `folder` is another laptop's (its own backend), and `passphrase` its stack's."""
     return fresh_engine(
-        base / "engine",
-        extra_env={"SSL_CERT_FILE": str(charts.certificate), box_program.KUBECONFIG_VARIABLE: str(cluster.kubeconfig)},
+        base / folder,
+        extra_env={
+            "SSL_CERT_FILE": str(charts.certificate),
+            box_program.KUBECONFIG_VARIABLE: str(cluster.kubeconfig),
+            **({"PULUMI_CONFIG_PASSPHRASE": passphrase} if passphrase else {}),
+        },
         main=Path(box_program.__file__),
         workload_clusters=workload_clusters,
     )

@@ -6,16 +6,16 @@ lab's own lab1, or another site's), and each step goes through the real CLI: the
 from the real chart 9.59.0 whose Pod the pod runner runs as the real binary); then demand in lab1
 that fits nowhere, which the real autoscaler meets 0 -> 1 -> 3 (maxSize; the pod more than that
 stays pending, the autoscaler's event saying why), 3 -> 4 once maxSize is raised, and, once the
-demand is gone, 4 -> 0; between 0 -> 1 and the rest, lab1's Kubernetes upgrade with the worker
-running (lab1_rollouts.py); three faults in the scaling path (lab1_faults.py): an annotation edited
+demand is gone, 4 -> 0; after 0 -> 1, the state lost and the lab taken over by a new stack, which
+runs the rest (lab1_recovery.py), and lab1's Kubernetes upgrade with the worker running
+(lab1_rollouts.py); three faults in the scaling path (lab1_faults.py): an annotation edited
 by hand at 3, the fourth worker's Machine never becoming a Node while its template is gone, and
 lab1's API server down and then its VIP held nowhere, at 0; a rotated lab1 kubeconfig; a worker
 sizing change; and, last, the controls (lab1_controls.py): without the proxmoxmachinetemplates
-rule, no scale-from-zero; without
-its contract label, the ProxmoxCluster cannot be resolved. Between steps, a `pulumi up
---expect-no-changes` that writes nothing (after the first up, a zero-change preview too). Every
-write is read from the API servers' audit logs; the scale-up and scale-down are recorded as a
-timeline.
+rule, no scale-from-zero; without its contract label, the ProxmoxCluster cannot be resolved.
+Between steps, a `pulumi up --expect-no-changes` that writes nothing (after the first up, a
+zero-change preview too). Every write is read from the audit logs; the scale-up and scale-down
+are recorded as a timeline.
 
 Along the way it records what the real Cluster API core and the real autoscaler did beneath the
 program: the operator stand-in's real CRDs, the webhook's defaulting, the Cluster -> MachineSet ->
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box.scenarios import WRITES, _lab_secrets, _readme_first_run, _set_all, _step
-from e2e.box.workload import lab1_controls, lab1_faults, lab1_rollouts, workload_box
+from e2e.box.workload import lab1_controls, lab1_faults, lab1_recovery, lab1_rollouts, workload_box
 from e2e.box.workload.lab1_reads import (
     DEMAND,
     Lab,
@@ -173,7 +173,6 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     worker_cpus = int(out["md_created"]["metadata"]["annotations"]["capacity.cluster-autoscaler.kubernetes.io/cpu"])
     out["beneath"] = _beneath_the_first_up(box, cluster, lab1)
     out["autoscaler"] = _the_first_autoscaler(mgmt, cluster, runner)
-    # 2. Nothing to change, nothing written.
     out["no_change"] = [_no_change(engine, mgmt, cluster, "first up", preview=True)]
     mark("no-change preview and up")
     lab = Lab(mgmt, lab1, cluster)
@@ -194,8 +193,10 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     # Read here, not at the first up: the Machine controller finds the control plane's Node once its
     # cache of lab1 connects, which it retries with a backoff (about 25 s after the Node registered).
     out["control_machine"] = _running_machine(mgmt, cluster, CONTROL_PLANE_MACHINE_LABEL)
-    out["no_change"].append(_no_change(engine, mgmt, cluster, "0 -> 1"))
-    # The worker's kubelet renews its lease meanwhile.
+    # The state and its passphrase lost: a new stack takes the lab over and runs the rest.
+    engine, out["recovery"] = lab1_recovery.recover(box, engine, lab1, cluster)
+    mark("recovery")
+    out["no_change"].append(_no_change(engine, mgmt, cluster, "0 -> 1, recovered"))
     worker["lease_later"] = get(
         mgmt, "lease", worker["node"]["metadata"]["name"], namespace="kube-node-lease", kubeconfig=lab1
     )

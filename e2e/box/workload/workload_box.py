@@ -94,11 +94,16 @@ class WorkloadBox:
             "capmoxReleaseUrl": self.capmox_release_url,
         }
 
-    def engine(self, *, workload_clusters: bool = False) -> Engine:
+    def engine(
+        self, *, workload_clusters: bool = False, folder: str = "engine", passphrase: str | None = None
+    ) -> Engine:
         """The real engine running the program's cluster part (box_program.py) against `mgmt`,
         trusting the chart repositories' stand-in; its stack config is the caller's to set (with
-        `workload_clusters`, Pulumi.lab.yaml's lab1 in it, to be pointed at the box)."""
-        return _box_engine(self.base, self.charts, self.mgmt, workload_clusters=workload_clusters)
+        `workload_clusters`, Pulumi.lab.yaml's lab1 in it, to be pointed at the box). Another
+        `folder` and `passphrase`: another backend, as after the state was lost."""
+        return _box_engine(
+            self.base, self.charts, self.mgmt, workload_clusters=workload_clusters, folder=folder, passphrase=passphrase
+        )
 
     def problems(self) -> dict[str, list[str]]:
         """What each stand-in refused or did not know; all empty in a good run."""

@@ -1,0 +1,111 @@
+"""The state and its passphrase lost, in the box (tests/test_box_lab1_recovery.py): a new stack, on
+another laptop's empty backend with a new passphrase, takes over the lab the lost stack made, lab1
+with a worker running, as docs/operations.md "Lost state or passphrase" says, each of its lines
+below (RECOVERY_LINES) typed as that section shows it: the stack file as the owner kept it, its old
+salt taken out, the secrets set again, `adopt` and `recover`, a previewed run that imports, then
+adoption off, a previewed run, and the zero-change preview. Read around it: every object of lab1's
+and the Helm releases on both clusters, before and after (what appeared, went or was rewritten), and
+each run's plan and writes. The rest of the lab1 scenario goes on with the new stack.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from e2e.box.scenarios import _lab_secrets, _step
+from e2e.box.workload import workload_box
+from e2e.box.workload.lab1_reads import Workload, get, run
+from e2e.box.workload.lab1_state import MADE, changed
+from e2e.engine.cli import STACK, Engine
+from e2e.engine.control_plane import ControlPlane
+
+NEW_PASSPHRASE = "a-new-passphrase-for-a-new-stack"
+STACK_FILE = f"Pulumi.{STACK}.yaml"
+# The section's lines, in its order; a `--secret` line reads the value the lost stack had, and
+# the runs are made by `run` (which reads their plan and writes) where the section has them.
+RECOVERY_LINES = (
+    f"sed -i '/^encryptionsalt:/d' {STACK_FILE}",
+    f"pulumi stack init {STACK}",
+    "pulumi config set --secret proxmoxApiTokenSecret",
+    "pulumi config set --secret capmoxTokenSecret",
+    "pulumi config set --secret sshPrivateKey < ~/.ssh/id_ed25519",
+    "pulumi config set adopt true",
+    "pulumi config set recover true",
+    "pulumi config set --path 'workloadClusters[0].adopt' true",
+    "pulumi preview",
+    "pulumi up",
+    "pulumi config rm recover",
+    "pulumi config rm adopt",
+    "pulumi config rm --path 'workloadClusters[0].adopt'",
+    "pulumi preview",
+    "pulumi up",
+    "pulumi preview --expect-no-changes",
+)
+# What the operator chart and cert-manager's release live in, beside the autoscaler's.
+RELEASE_NAMESPACES = ("cert-manager", "capi-operator-system")
+
+
+def identities(mgmt: ControlPlane, lab1: Path, cluster: Workload) -> dict[str, dict[str, Any]]:
+    """uid, resourceVersion and generation of everything the recovery must leave alone: lab1's
+    objects and what Cluster API made of them, lab1's Nodes (uid), and the Helm release records on
+    both clusters."""
+    found: dict[str, dict[str, Any]] = {}
+    kinds = ("clusters", "proxmoxclusters", "kubeadmcontrolplanes", "proxmoxmachinetemplates")
+    for kind in (*kinds, "machinedeployments", "kubeadmconfigtemplates", *MADE):
+        for item in get(mgmt, kind, namespace=cluster.namespace)["items"]:
+            found[f"{kind}/{item['metadata']['name']}"] = _identity(item)
+    for item in get(mgmt, "nodes", kubeconfig=lab1)["items"]:
+        found[f"nodes/{item['metadata']['name']}"] = {"uid": item["metadata"]["uid"]}
+    for namespace, kubeconfig in (
+        *((n, None) for n in (*RELEASE_NAMESPACES, cluster.namespace)),
+        ("kube-system", lab1),
+    ):
+        for item in get(mgmt, "secrets", namespace=namespace, selector="owner=helm", kubeconfig=kubeconfig)["items"]:
+            found[f"helm-releases/{namespace}/{item['metadata']['name']}"] = _identity(item)
+    return found
+
+
+def _identity(item: dict[str, Any]) -> dict[str, Any]:
+    meta = item["metadata"]
+    return {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"], "generation": meta.get("generation")}
+
+
+def recover(
+    box: workload_box.WorkloadBox, lost: Engine, lab1: Path, cluster: Workload
+) -> tuple[Engine, dict[str, Any]]:
+    """The new stack, and what each step did: `typed` (each line and its exit code), the three
+    runs, and what changed on the clusters across the adoption run and across the whole recovery."""
+    mgmt = box.mgmt
+    engine = box.engine(workload_clusters=True, folder="engine-recovered", passphrase=NEW_PASSPHRASE)
+    # The owner's stack file as the lost stack last ran with it (kept in git, the old salt and
+    # secrets in it), and their SSH key.
+    shutil.copy2(lost.project / STACK_FILE, engine.project / STACK_FILE)
+    shutil.copytree(lost.root / ".ssh", engine.root / ".ssh")
+    before = identities(mgmt, lab1, cluster)
+    out: dict[str, Any] = {"typed": [], "runs": {}}
+    secrets = {**_lab_secrets(), "sshPrivateKey": (engine.root / ".ssh" / "id_ed25519").read_text()}
+    for index, line in enumerate(RECOVERY_LINES):
+        words = shlex.split(line)
+        if words[0] == "sed":
+            done = subprocess.run(words, cwd=engine.project, capture_output=True, text=True, check=False)
+            out["typed"].append({"line": line, "rc": done.returncode, "output": done.stdout + done.stderr})
+        elif words[1] in ("preview", "up"):
+            ran = run(engine, mgmt, *words[1:])
+            out["runs"][f"{index}: {line}"] = ran
+            out["typed"].append({"line": line, "rc": ran["rc"], "output": ran["error"]})
+            if words[1] == "up" and "adopted" not in out:
+                out["adopted"] = changed(before, identities(mgmt, lab1, cluster))
+        else:
+            # What a `--secret` line reads from its terminal, or from the file after `<`.
+            args = tuple(words[1 : words.index("<")] if "<" in words else words[1:])
+            stdin = next((secrets[w] for w in args if w in secrets), None) if "--secret" in args else None
+            out["typed"].append({"line": line, **_step(engine, args, stdin=stdin)})
+        if out["typed"][-1]["rc"] != 0:
+            break
+    out["recovered"] = changed(before, identities(mgmt, lab1, cluster))
+    out["stack_file"] = (engine.project / STACK_FILE).read_text()
+    return engine, out

@@ -1,0 +1,68 @@
+"""The state and its passphrase lost, in the box (e2e/box/workload/lab1_recovery.py, a step of the
+program's lab1 scenario, the session fixture `lab1_box`): a new stack on an empty backend, with a
+new passphrase, types docs/operations.md "Lost state or passphrase" line by line and takes over
+the lab the lost stack made, lab1 with a worker running: the adoption run imports and writes
+nothing, the run with adopt off writes metadata and one Helm revision per release and no node
+rolls, and the zero-change preview passes; the rest of the scenario runs on the new stack.
+Selected with `pytest -m engine`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from e2e.box.workload.lab1_recovery import RECOVERY_LINES
+
+pytestmark = pytest.mark.engine
+
+# The adoption run creates nothing of the lab's but the annotation patches of the operator's two
+# webhook configurations: a patch is an apply, which a new stack's run makes again.
+WEBHOOK_PATCH = "WebhookConfigurationPatch::"
+
+
+def _runs(lab1_box: Any) -> list[dict[str, Any]]:
+    recovery = lab1_box["recovery"]
+    return [recovery["runs"][key] for key in sorted(recovery["runs"], key=lambda key: int(key.split(":")[0]))]
+
+
+def _of_the_lab(step: dict[str, str]) -> bool:
+    """A step of an object on a cluster, not of a component, a provider or the stack itself."""
+    return "$kubernetes:" in step["urn"] and "pulumi:providers:" not in step["urn"].rsplit("$", 1)[-1]
+
+
+def test_every_line_of_the_section_is_typed_and_succeeds(lab1_box: Any) -> None:
+    typed = lab1_box["recovery"]["typed"]
+    assert [t["line"] for t in typed] == list(RECOVERY_LINES)
+    for entry in typed:
+        assert entry["rc"] == 0, entry
+
+
+def test_the_adoption_run_imports_every_object_and_writes_nothing(lab1_box: Any) -> None:
+    preview, up = _runs(lab1_box)[:2]
+    for run in (preview, up):
+        steps = [s for s in run["changed"] if _of_the_lab(s)]
+        assert steps
+        assert [s for s in steps if s["op"] != "import" and WEBHOOK_PATCH not in s["urn"]] == []
+        assert len([s for s in steps if WEBHOOK_PATCH in s["urn"]]) == 2
+    assert {w[1] for w in up["writes"]} <= {"validatingwebhookconfigurations", "mutatingwebhookconfigurations"}
+    assert lab1_box["recovery"]["adopted"] == {"appeared": [], "gone": [], "rewritten": []}
+
+
+def test_the_run_with_adopt_off_rolls_nothing_and_the_next_preview_is_empty(lab1_box: Any) -> None:
+    runs = _runs(lab1_box)
+    preview, up, last = runs[2:]
+    for run in (preview, up):
+        assert {s["op"] for s in run["changed"] if _of_the_lab(s)} <= {"update"}, run["changed"]
+    recovered = lab1_box["recovery"]["recovered"]
+    assert recovered["gone"] == []
+    # One Helm revision more for each release, nothing else new: no Machine, no Node.
+    assert all(name.startswith("helm-releases/") for name in recovered["appeared"]), recovered["appeared"]
+    assert len(recovered["appeared"]) == 4, recovered["appeared"]
+    # Metadata only: no spec of lab1's moved.
+    for line in recovered["rewritten"]:
+        if not line.startswith("helm-releases/"):
+            generations = line.rpartition(" generation ")[2]
+            before, after = generations.split("->")
+            assert before == after, line
+    assert (last["action"], last["rc"], last["changed"]) == ("preview --expect-no-changes", 0, [])

@@ -1,0 +1,191 @@
+"""A new stack taking over the lab that lab-mgmt made under a stack whose state or passphrase is
+lost (`adopt` with `recover`, docs/operations.md "Lost state or passphrase"): everything the
+program makes is imported under the name the program gave it, lab1 is declared as the program
+declares it and compared field by field with what runs before anything is sent, and the run with
+adopt off finds lab1 its own. The live lab is the one a run of the program declares."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import harness
+import pytest
+from test_cluster_takeover import (
+    CLUSTER,
+    MD,
+    PMT,
+    RELEASE,
+    cluster_objects,
+    record_of,
+    workload_problems,
+)
+from test_settings import problems
+
+from components.adoption import OBJECT_INPUTS, RELEASE_INPUTS
+from components.cluster_takeover import RECORD_OUTPUT, TakeoverMismatchError, object_path
+from components.hand_made_clusters import STACK_MARK, HandMadeClusterError
+from components.settings import SettingsError, parse_settings
+from e2e.box.workload.lab1_recovery import RECOVERY_LINES
+
+[LAB1] = harness.stack_workload_clusters()
+RECOVER = {"adopt": True, "recover": True, "workloadClusters": [{**LAB1, "adopt": True}]}
+SECRET = "kubernetes:core/v1:Secret"
+
+
+@pytest.fixture(scope="module")
+def made() -> harness.Run:
+    return harness.run_program()
+
+
+def running(made: harness.Run, stack: str = "organization/lab-mgmt/lab") -> dict[str, dict[str, Any]]:
+    """API path -> lab1's objects as the lost stack applied them (marked as `stack`'s)."""
+    live = {}
+    for resource in cluster_objects(made):
+        body = copy.deepcopy(resource.plain)
+        if body["kind"] == "Cluster":
+            body["metadata"]["annotations"][STACK_MARK] = stack
+        body["status"] = {"observedGeneration": 1}
+        live[object_path(body)] = body
+    return live
+
+
+@pytest.fixture(scope="module")
+def recovered(made: harness.Run) -> harness.Run:
+    return harness.run_program(RECOVER, live_objects=running(made))
+
+
+def test_lab1_is_imported_under_the_names_the_program_gave_it(made: harness.Run, recovered: harness.Run) -> None:
+    for resource in cluster_objects(recovered):
+        name = made.get(resource.type, resource.name).plain["metadata"]["name"]
+        assert (resource.import_id, resource.ignore_changes) == (f"default/{name}", OBJECT_INPUTS), resource.name
+    assert {r.plain["metadata"]["name"] for r in recovered.of_type(PMT)} == {
+        r.plain["metadata"]["name"] for r in made.of_type(PMT)
+    }
+
+
+def test_lab1_is_declared_as_the_program_declares_it(made: harness.Run, recovered: harness.Run) -> None:
+    deployment = recovered.get(MD, "lab1-workers").plain
+    assert deployment["metadata"]["annotations"] == made.get(MD, "lab1-workers").plain["metadata"]["annotations"]
+    assert recovered.get(CLUSTER, "lab1-cluster").plain["spec"] == made.get(CLUSTER, "lab1-cluster").plain["spec"]
+
+
+def test_every_release_and_object_the_program_made_is_imported(recovered: harness.Run) -> None:
+    releases = {r.name: (r.import_id, r.ignore_changes) for r in recovered.of_type(RELEASE)}
+    assert releases == {
+        "lab1-autoscaler": ("default/lab1-autoscaler", RELEASE_INPUTS),
+        "lab1-cilium": ("kube-system/cilium", RELEASE_INPUTS),
+        "mgmt-cert-manager": ("cert-manager/cert-manager", RELEASE_INPUTS),
+        "mgmt-cluster-api-operator": ("capi-operator-system/cluster-api-operator", RELEASE_INPUTS),
+    }
+    [capmox] = [r for r in recovered.of_type(SECRET) if r.name == "mgmt-capmox-credentials"]
+    assert capmox.import_id == "capmox-system/" + capmox.plain["metadata"]["name"]
+    readonly = {
+        r.name: r.import_id
+        for r in recovered.resources.values()
+        if r.name.startswith(("mgmt-readonly-", "lab1-readonly-"))
+    }
+    assert readonly == {
+        f"{cluster}-readonly-{part}": import_id
+        for cluster in ("mgmt", "lab1")
+        for part, import_id in (
+            ("role", "lab-mgmt-readonly"),
+            ("account", "kube-system/lab-mgmt-readonly"),
+            ("binding", "lab-mgmt-readonly"),
+            ("token", "kube-system/lab-mgmt-readonly-token-1"),
+        )
+    }
+    # Nothing is created: the rest are the stack and its components, providers, the stack's read of
+    # its own last outputs, host steps, the webhook configurations' patches and a read of lab1's
+    # kubeconfig Secret.
+    created = [
+        r.name
+        for r in recovered.resources.values()
+        if not r.import_id
+        and not r.type.startswith(("homelab:", "pulumi:", "command:"))
+        and "Patch" not in r.type
+        and r.name != "lab1-admin-kubeconfig"
+    ]
+    assert created == []
+
+
+def test_the_run_records_lab1_as_the_stacks_own_and_the_next_one_declares_it_as_before(
+    made: harness.Run, recovered: harness.Run
+) -> None:
+    assert record_of(recovered) == {"default/lab1": {}}
+    after = harness.run_program(
+        previous_outputs={RECORD_OUTPUT: record_of(recovered)}, live_objects=running(made, "organization/lab-mgmt/old")
+    )
+    for resource in cluster_objects(after):
+        assert resource.plain == made.get(resource.type, resource.name).plain, resource.name
+        assert resource.import_id == ""
+    # Without the record, the old stack's mark is another stack's.
+    with pytest.raises(HandMadeClusterError, match="organization/lab-mgmt/old"):
+        harness.run_program(live_objects=running(made, "organization/lab-mgmt/old"))
+
+
+def test_a_cluster_marked_by_the_lost_stack_of_another_name_is_recovered(made: harness.Run) -> None:
+    run = harness.run_program(RECOVER, live_objects=running(made, "organization/lab-mgmt/old"))
+    assert run.get(CLUSTER, "lab1-cluster").import_id == "default/lab1"
+
+
+def test_settings_that_render_another_cluster_are_refused_naming_each_field(made: harness.Run) -> None:
+    live = running(made)
+    deployment = next(body for body in live.values() if body["kind"] == "MachineDeployment")
+    deployment["metadata"]["annotations"]["cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"] = "5"
+    control_plane = next(body for body in live.values() if body["kind"] == "KubeadmControlPlane")
+    control_plane["spec"]["version"] = "v1.35.8"
+    with pytest.raises(TakeoverMismatchError) as error:
+        harness.run_program(RECOVER, live_objects=live)
+    message = str(error.value)
+    assert "lab1's settings do not render the cluster as it runs" in message
+    assert 'KubeadmControlPlane lab1-control-plane: spec.version: running "v1.35.8", the settings render "v1.35.9"' in (
+        message
+    )
+    assert 'cluster-api-autoscaler-node-group-max-size: running "5", the settings render' in message
+
+
+def test_a_template_the_settings_name_otherwise_is_named_as_missing(made: harness.Run) -> None:
+    entry = {**LAB1, "adopt": True, "workers": {**LAB1["workers"], "memoryMib": 32768}}
+    with pytest.raises(TakeoverMismatchError, match=r"ProxmoxMachineTemplate lab1-worker-[0-9a-f]+: does not exist"):
+        harness.run_program({**RECOVER, "workloadClusters": [entry]}, live_objects=running(made))
+
+
+def test_recover_needs_adopt_and_lets_a_cluster_the_program_made_be_adopted() -> None:
+    with pytest.raises(SettingsError) as error:
+        parse_settings(_raw({"recover": True}))
+    assert problems(error.value) == [
+        "lab-mgmt:recover: true needs adopt=true: recovering takes the running lab over without changing it"
+    ]
+    settings = parse_settings(_raw(RECOVER))
+    assert settings.cluster_api.existing_capmox_secret is None
+    assert [(c.adopt, c.recover, c.taken_over) for c in settings.workload.clusters] == [(True, True, False)]
+
+
+def test_without_recover_a_cluster_not_taken_over_cannot_be_adopted() -> None:
+    lines = workload_problems({**LAB1, "adopt": True})
+    assert lines == [
+        "lab-mgmt:workloadClusters[0].adopt: true needs takenOver: true (the cluster was made by clusterctl and "
+        "stays as it was made), or, for a cluster lab-mgmt made under a stack whose state is lost, recover=true"
+    ]
+
+
+def _raw(overrides: dict[str, Any]) -> dict[str, str]:
+    return {key.split(":", 1)[1]: value for key, value in harness.stack_config(overrides).items()}
+
+
+def test_the_box_types_every_line_of_the_section_but_the_vms() -> None:
+    page = (harness.REPO / "docs" / "operations.md").read_text()
+    section = page[page.index("## Lost state or passphrase") :]
+    section = section[: section.index("\n## ", 1)]
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+    # The box has no VM of the program's: the management VM's run and the node's line are not its.
+    typed = [
+        line
+        for block in blocks
+        if not block.startswith(("# the management VM's run", "# on the Proxmox node"))
+        for line in block.splitlines()
+    ]
+    assert tuple(typed) == RECOVERY_LINES
+    assert len(blocks) == 6
