@@ -108,8 +108,12 @@ class ReadOnlyAccess(pulumi.ComponentResource):
         super().__init__("homelab:index:ReadOnlyAccess", name, None, opts)
         child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), on_cluster)
 
-        def imported(import_id: str, kept: list[str]) -> pulumi.ResourceOptions:
-            return pulumi.ResourceOptions.merge(child, adoption.imported(import_id, kept, adopt=adopt))
+        def imported(
+            import_id: str, kept: list[str], otherwise_ignored: list[str] | None = None
+        ) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions.merge(
+                child, adoption.imported(import_id, kept, adopt=adopt, otherwise_ignored=otherwise_ignored)
+            )
 
         role = kubernetes.rbac.v1.ClusterRole(
             f"{name}-role",
@@ -139,7 +143,10 @@ class ReadOnlyAccess(pulumi.ComponentResource):
             f"{name}-token",
             token_name,
             account,
-            imported(f"{ACCOUNT_NAMESPACE}/{token_name}", ["metadata", "type", "data"]),
+            # The token controller's `data`: an import brings it among the inputs, and a Secret's
+            # data that leaves them replaces it (pulumi-kubernetes' forceNewProperties), which would
+            # revoke the token (found by the box: the run after a recovery replaced both tokens).
+            imported(f"{ACCOUNT_NAMESPACE}/{token_name}", ["metadata", "type", "data"], otherwise_ignored=["data"]),
         )
 
         self.kubeconfig = pulumi.Output.secret(

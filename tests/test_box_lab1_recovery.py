@@ -55,14 +55,22 @@ def test_the_run_with_adopt_off_rolls_nothing_and_the_next_preview_is_empty(lab1
     for run in (preview, up):
         assert {s["op"] for s in run["changed"] if _of_the_lab(s)} <= {"update"}, run["changed"]
     recovered = lab1_box["recovery"]["recovered"]
+    # The read-only tokens among what stayed: the kubeconfigs given out with them still work.
     assert recovered["gone"] == []
     # One Helm revision more for each release, nothing else new: no Machine, no Node.
     assert all(name.startswith("helm-releases/") for name in recovered["appeared"]), recovered["appeared"]
     assert len(recovered["appeared"]) == 4, recovered["appeared"]
-    # Metadata only: no spec of lab1's moved.
+    # Metadata only: no spec of lab1's moved, nor any Deployment's the releases made.
     for line in recovered["rewritten"]:
         if not line.startswith("helm-releases/"):
             generations = line.rpartition(" generation ")[2]
             before, after = generations.split("->")
             assert before == after, line
     assert (last["action"], last["rc"], last["changed"]) == ("preview --expect-no-changes", 0, [])
+
+
+def test_the_autoscaler_runs_on_through_the_recovery(lab1_box: Any) -> None:
+    recovery = lab1_box["recovery"]
+    events = lab1_box["runner"]["events"]
+    assert events[0]["event"] == "started"
+    assert [e for e in events if recovery["began"] <= e["at"] <= recovery["ended"]] == []

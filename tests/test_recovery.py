@@ -189,3 +189,11 @@ def test_the_box_types_every_line_of_the_section_but_the_vms() -> None:
     ]
     assert tuple(typed) == RECOVERY_LINES
     assert len(blocks) == 6
+
+
+def test_a_read_only_token_is_never_replaced_for_its_data(made: harness.Run, recovered: harness.Run) -> None:
+    # An imported token Secret brings the token controller's data among its inputs; a Secret's data
+    # that leaves them is a replacement, a new token: the data stays out of every diff.
+    for run in (made, recovered):
+        for name in ("mgmt-readonly-token", "lab1-readonly-token"):
+            assert "data" in run.get(SECRET, name).ignore_changes, name

@@ -13,9 +13,11 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
+from components.readonly_access import ACCOUNT, ACCOUNT_NAMESPACE
 from e2e.box.scenarios import _lab_secrets, _step
 from e2e.box.workload import workload_box
 from e2e.box.workload.lab1_reads import Workload, get, run
@@ -51,8 +53,8 @@ RELEASE_NAMESPACES = ("cert-manager", "capi-operator-system")
 
 def identities(mgmt: ControlPlane, lab1: Path, cluster: Workload) -> dict[str, dict[str, Any]]:
     """uid, resourceVersion and generation of everything the recovery must leave alone: lab1's
-    objects and what Cluster API made of them, lab1's Nodes (uid), and the Helm release records on
-    both clusters."""
+    objects and what Cluster API made of them, lab1's Nodes (uid), the Helm release records and the
+    Deployments they made on both clusters, and the read-only tokens."""
     found: dict[str, dict[str, Any]] = {}
     kinds = ("clusters", "proxmoxclusters", "kubeadmcontrolplanes", "proxmoxmachinetemplates")
     for kind in (*kinds, "machinedeployments", "kubeadmconfigtemplates", *MADE):
@@ -66,6 +68,11 @@ def identities(mgmt: ControlPlane, lab1: Path, cluster: Workload) -> dict[str, d
     ):
         for item in get(mgmt, "secrets", namespace=namespace, selector="owner=helm", kubeconfig=kubeconfig)["items"]:
             found[f"helm-releases/{namespace}/{item['metadata']['name']}"] = _identity(item)
+        for item in get(mgmt, "deployments", namespace=namespace, kubeconfig=kubeconfig)["items"]:
+            found[f"deployments/{namespace}/{item['metadata']['name']}"] = _identity(item)
+    for where, kubeconfig in (("mgmt", None), ("lab1", lab1)):
+        token = get(mgmt, "secret", f"{ACCOUNT}-token-1", namespace=ACCOUNT_NAMESPACE, kubeconfig=kubeconfig)
+        found[f"readonly-tokens/{where}"] = _identity(token)
     return found
 
 
@@ -86,7 +93,7 @@ def recover(
     shutil.copy2(lost.project / STACK_FILE, engine.project / STACK_FILE)
     shutil.copytree(lost.root / ".ssh", engine.root / ".ssh")
     before = identities(mgmt, lab1, cluster)
-    out: dict[str, Any] = {"typed": [], "runs": {}}
+    out: dict[str, Any] = {"typed": [], "runs": {}, "began": time.time()}
     secrets = {**_lab_secrets(), "sshPrivateKey": (engine.root / ".ssh" / "id_ed25519").read_text()}
     for index, line in enumerate(RECOVERY_LINES):
         words = shlex.split(line)
@@ -107,5 +114,6 @@ def recover(
         if out["typed"][-1]["rc"] != 0:
             break
     out["recovered"] = changed(before, identities(mgmt, lab1, cluster))
+    out["ended"] = time.time()
     out["stack_file"] = (engine.project / STACK_FILE).read_text()
     return engine, out
