@@ -108,12 +108,8 @@ class ReadOnlyAccess(pulumi.ComponentResource):
         super().__init__("homelab:index:ReadOnlyAccess", name, None, opts)
         child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), on_cluster)
 
-        def imported(
-            import_id: str, kept: list[str], otherwise_ignored: list[str] | None = None
-        ) -> pulumi.ResourceOptions:
-            return pulumi.ResourceOptions.merge(
-                child, adoption.imported(import_id, kept, adopt=adopt, otherwise_ignored=otherwise_ignored)
-            )
+        def imported(import_id: str, kept: list[str]) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions.merge(child, adoption.imported(import_id, kept, adopt=adopt))
 
         role = kubernetes.rbac.v1.ClusterRole(
             f"{name}-role",
@@ -138,16 +134,7 @@ class ReadOnlyAccess(pulumi.ComponentResource):
                 pulumi.ResourceOptions(depends_on=[role, account]),
             ),
         )
-        token_name = f"{ACCOUNT}-token-{token_generation}"
-        token = _token(
-            f"{name}-token",
-            token_name,
-            account,
-            # The token controller's `data`: an import brings it among the inputs, and a Secret's
-            # data that leaves them replaces it (pulumi-kubernetes' forceNewProperties), which would
-            # revoke the token (found by the box: the run after a recovery replaced both tokens).
-            imported(f"{ACCOUNT_NAMESPACE}/{token_name}", ["metadata", "type", "data"], otherwise_ignored=["data"]),
-        )
+        token = _token(f"{name}-token", token_generation, account, child, adopt=adopt)
 
         self.kubeconfig = pulumi.Output.secret(
             pulumi.Output.all(admin_kubeconfig, token.data).apply(
@@ -158,9 +145,22 @@ class ReadOnlyAccess(pulumi.ComponentResource):
 
 
 def _token(
-    name: str, secret_name: str, account: kubernetes.core.v1.ServiceAccount, child: pulumi.ResourceOptions
+    name: str,
+    generation: int,
+    account: kubernetes.core.v1.ServiceAccount,
+    child: pulumi.ResourceOptions,
+    *,
+    adopt: bool,
 ) -> kubernetes.core.v1.Secret:
-    """The account's long-lived token, in a Secret named after its generation (`secret_name`)."""
+    """The account's long-lived token, in a Secret named after its generation."""
+    secret_name = f"{ACCOUNT}-token-{generation}"
+    # The token controller's `data`: an import brings it among the inputs, and a Secret's data
+    # that leaves them replaces the Secret (pulumi-kubernetes' forceNewProperties), a new token
+    # (found by the box: the run after a recovery replaced both tokens). Never declared, so never
+    # diffed.
+    imported = adoption.imported(
+        f"{ACCOUNT_NAMESPACE}/{secret_name}", ["metadata", "type", "data"], adopt=adopt, otherwise_ignored=["data"]
+    )
     return kubernetes.core.v1.Secret(
         name,
         metadata={
@@ -176,7 +176,7 @@ def _token(
         type="kubernetes.io/service-account-token",
         # The token controller fills the Secret in only once the account exists.
         opts=pulumi.ResourceOptions.merge(
-            child,
+            pulumi.ResourceOptions.merge(child, imported),
             pulumi.ResourceOptions(
                 depends_on=[account],
                 additional_secret_outputs=["data"],
