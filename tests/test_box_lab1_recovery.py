@@ -1,6 +1,7 @@
 """The state and its passphrase lost, in the box (e2e/box/workload/lab1_recovery.py, a step of the
 program's lab1 scenario, the session fixture `lab1_box`): a new stack on an empty backend, with a
-new passphrase, types docs/operations.md "Lost state or passphrase" line by line and takes over
+new passphrase, types docs/operations.md "Lost state or passphrase" line by line (but the VM's
+step and the node's line) and takes over
 the lab the lost stack made, lab1 with a worker running: the adoption run imports and writes
 nothing, the run with adopt off writes metadata and one Helm revision per release and no node
 rolls, and the zero-change preview passes; the rest of the scenario runs on the new stack.
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from e2e.box.workload.lab1_recovery import RECOVERY_LINES
+from e2e.box.takeover import lost_state_page
 
 pytestmark = pytest.mark.engine
 
@@ -33,7 +34,7 @@ def _of_the_lab(step: dict[str, str]) -> bool:
 
 def test_every_line_of_the_section_is_typed_and_succeeds(lab1_box: Any) -> None:
     typed = lab1_box["recovery"]["typed"]
-    assert [t["line"] for t in typed] == list(RECOVERY_LINES)
+    assert [t["line"] for t in typed] == [line.text for line in lost_state_page.for_the_lab1_box()]
     for entry in typed:
         assert entry["rc"] == 0, entry
 

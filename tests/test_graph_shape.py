@@ -36,6 +36,9 @@ RELEASES = {
     "kubernetes:helm.sh/v3:Release::mgmt-cert-manager",
     "kubernetes:helm.sh/v3:Release::mgmt-cluster-api-operator",
 }
+# Since issue 41 (the recovery of a lost state) the read-only token's data, which the token
+# controller writes, stays out of every diff.
+TOKEN = "kubernetes:core/v1:Secret::mgmt-readonly-token"
 STACKS: dict[str, dict[str, Any]] = {
     "lab": {},
     # As test_adoption.py adopts it: lab1's objects are taken over only in issue 31.
@@ -83,8 +86,8 @@ def test_the_graph_keeps_its_shape(stack: str) -> None:
     assert shape(harness.run_program(STACKS[stack])) == expected
 
 
-def _with_local_charts(graph: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The graph with issue 29's change to the releases made."""
+def _with_later_changes(graph: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The graph with issue 29's change to the releases and issue 41's to the token made."""
 
     def without_repository(names: list[str] | None) -> list[str] | None:
         return None if names is None else [name for name in names if name != "repositoryOpts"]
@@ -96,6 +99,8 @@ def _with_local_charts(graph: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "ignore_changes": without_repository(resource["ignore_changes"]),
         }
         if resource["resource"] in RELEASES
+        else {**resource, "ignore_changes": [*(resource["ignore_changes"] or []), "data"]}
+        if resource["resource"] == TOKEN
         else resource
         for resource in graph
     ]
@@ -112,7 +117,7 @@ def _without_operator_wait(graph: list[dict[str, Any]], wait: set[str]) -> list[
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_design_pass_moved_only_the_operator_wait(stack: str) -> None:
-    before = _with_local_charts(json.loads(BEFORE_DESIGN_PASS.read_text())[stack])
+    before = _with_later_changes(json.loads(BEFORE_DESIGN_PASS.read_text())[stack])
     # That graph had no workload cluster: lab1's objects came later (issue 30).
     after = shape(harness.run_program({**STACKS[stack], "workloadClusters": []}))
     assert _without_operator_wait(after, OPERATOR_WAIT_AFTER) == _without_operator_wait(before, OPERATOR_WAIT_BEFORE)

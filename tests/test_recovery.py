@@ -7,7 +7,6 @@ adopt off finds lab1 its own. The live lab is the one a run of the program decla
 from __future__ import annotations
 
 import copy
-import re
 from typing import Any
 
 import harness
@@ -27,7 +26,7 @@ from components.adoption import OBJECT_INPUTS, RELEASE_INPUTS
 from components.cluster_takeover import RECORD_OUTPUT, TakeoverMismatchError, object_path
 from components.hand_made_clusters import STACK_MARK, HandMadeClusterError
 from components.settings import SettingsError, parse_settings
-from e2e.box.workload.lab1_recovery import RECOVERY_LINES
+from e2e.box.takeover import lost_state_page
 
 [LAB1] = harness.stack_workload_clusters()
 RECOVER = {"adopt": True, "recover": True, "workloadClusters": [{**LAB1, "adopt": True}]}
@@ -175,20 +174,27 @@ def _raw(overrides: dict[str, Any]) -> dict[str, str]:
     return {key.split(":", 1)[1]: value for key, value in harness.stack_config(overrides).items()}
 
 
-def test_the_box_types_every_line_of_the_section_but_the_vms() -> None:
-    page = (harness.REPO / "docs" / "operations.md").read_text()
-    section = page[page.index("## Lost state or passphrase") :]
-    section = section[: section.index("\n## ", 1)]
-    blocks = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
-    # The box has no VM of the program's: the management VM's run and the node's line are not its.
-    typed = [
-        line
-        for block in blocks
-        if not block.startswith(("# the management VM's run", "# on the Proxmox node"))
-        for line in block.splitlines()
+def test_the_section_reads_as_a_script_for_both_boxes() -> None:
+    lines = lost_state_page.lines()
+    assert [line.text for line in lines if line.with_lab1] == [
+        "pulumi config set --path 'workloadClusters[0].adopt' true",
+        "pulumi config rm --path 'workloadClusters[0].adopt'",
     ]
-    assert tuple(typed) == RECOVERY_LINES
-    assert len(blocks) == 6
+    assert [line.filled({"<image file>": "x.qcow2"}) for line in lines if line.on_node] == [
+        "pvesm free local:import/x.qcow2"
+    ]
+    assert [line.step for line in lines] == sorted(line.step for line in lines)
+    whole, lab1 = lost_state_page.for_the_whole_box(), lost_state_page.for_the_lab1_box()
+    assert len(whole) + 2 == len(lost_state_page.lines())
+    assert [line.text for line in lines if line not in lab1] == [
+        *(line.text for line in lines if line.step == lost_state_page.VM_STEP),
+        "pvesm free local:import/<image file>",
+    ]
+    # Every laptop line is one the boxes can type: the CLI, the page's sed, or the adoption check.
+    for line in whole + lab1:
+        assert line.on_node or line.text.startswith(("pulumi ", "sed -i ", ".venv/bin/python tools/")), line
+    secrets = {"proxmoxApiTokenSecret": "p", "capmoxTokenSecret": "c", "sshPrivateKey": "k"}
+    assert [lost_state_page.typed_in(line, secrets) for line in lines if "--secret" in line.text] == ["p", "c", None]
 
 
 def test_a_read_only_token_is_never_replaced_for_its_data(made: harness.Run, recovered: harness.Run) -> None:

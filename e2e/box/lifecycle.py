@@ -2,8 +2,8 @@
 tests/test_box_whole.py and tests/test_box_lifecycle.py read
 (`in_new_netns("lifecycle.whole_box_lifecycle", ...)`, run once for both): the README's first run,
 `pulumi up` on the empty box (box.py), a second run that must do nothing, then a lab's life: the
-bumps, a rebuild from a new image, the program's SSH key rotated, and a `pulumi destroy` that the
-locks refuse.
+bumps, a rebuild from a new image, the program's SSH key rotated, the state lost and the lab taken
+over by a new stack, and a `pulumi destroy` that the locks refuse.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from e2e.box import floor, scenarios
+from e2e.box import floor, lost_state, scenarios
 from e2e.box.box import (
     CAPMOX_BUMP,
     CERT_MANAGER_BUMP,
@@ -304,13 +304,17 @@ def whole_box_bench(root: str) -> dict[str, Any]:
 
 def whole_box_lifecycle(root: str) -> dict[str, Any]:
     """The first run and the no-op second one (`_installed`), then the bumps, a rebuild from a
-    new image, a new SSH key for the program, and a `pulumi destroy` that the locks refuse."""
+    new image, a new SSH key for the program, the state lost and the lab taken over by a new stack
+    (lost_state.py), and a `pulumi destroy` of that stack that the locks refuse."""
     with running(Path(root)) as box:
         result = _installed(box)
         if result["second_up"]["rc"] == 0:
             result["bumps"] = _bumps(box)
             result["rebuild"] = _rebuild(box)
             result["key_rotation"] = _key_rotation(box)
+            # The state and its passphrase lost: a new stack takes the lab over, and is the one
+            # whose destroy the locks refuse.
+            result["recovery"] = lost_state.recovered(box)
             result["destroy"] = observe(box, "destroy")
             result["vm_running_after_destroy"] = box.guests.running(VMID)
         return {**result, **standin_problems(box)}

@@ -25,8 +25,9 @@ LAPTOP_SHELL = (
 _LAPTOP_BINARIES = (("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl"), ("LAB_MGMT_HELM_BIN", "helm"))
 
 
-def laptop(engine: Engine, line: str) -> dict[str, Any]:
-    """One line typed on the laptop, in the repository's folder (the engine's project)."""
+def laptop(engine: Engine, line: str, *, typed_in: str | None = None) -> dict[str, Any]:
+    """One line typed on the laptop, in the repository's folder (the engine's project); `typed_in`:
+    what the owner types at its prompt (a `pulumi config set --secret KEY`'s value)."""
     tools = [engine.bin_dir, *(built_bin(v, b) for v, b in _LAPTOP_BINARIES), Path("/usr/bin"), Path("/bin")]
     env = {
         **engine.env(),
@@ -36,7 +37,8 @@ def laptop(engine: Engine, line: str) -> dict[str, Any]:
         "LINE": line,
     }
     argv = ["unshare", "--mount", "--", "bash", "-c", LAPTOP_SHELL]
-    return _ran(line, subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, check=False))
+    done = subprocess.run(argv, env=env, input=typed_in, capture_output=True, text=True, timeout=900, check=False)
+    return _ran(line, done)
 
 
 def node(shell: NodeShell, home: Path, line: str) -> dict[str, Any]:
@@ -51,9 +53,14 @@ def laptop_as_the_owners(engine: Engine, address: str, host_key_file: Path) -> N
     """What the owner's laptop holds beside the engine's project: the repository's tools (the page
     runs tools/adoption_check.py), and the VM's host key in known_hosts, as the owner has dialled it
     before."""
-    shutil.copytree(REPO / "tools", engine.project / "tools", ignore=shutil.ignore_patterns("__pycache__"))
+    with_the_tools(engine)
     algorithm, key = host_key_file.read_text().split()[:2]
     (engine.root / ".ssh" / "known_hosts").write_text(f"{address} {algorithm} {key}\n")
+
+
+def with_the_tools(engine: Engine) -> None:
+    """The repository's tools/ beside the engine's project, as in the owner's clone."""
+    shutil.copytree(REPO / "tools", engine.project / "tools", ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def _ran(line: str, done: subprocess.CompletedProcess[str]) -> dict[str, Any]:

@@ -1,24 +1,24 @@
 """The state and its passphrase lost, in the box (tests/test_box_lab1_recovery.py): a new stack, on
 another laptop's empty backend with a new passphrase, takes over the lab the lost stack made, lab1
-with a worker running, as docs/operations.md "Lost state or passphrase" says, each of its lines
-below (RECOVERY_LINES) typed as that section shows it: the stack file as the owner kept it, its old
-salt taken out, the secrets set again, `adopt` and `recover`, a previewed run that imports, then
-adoption off, a previewed run, and the zero-change preview. Read around it: every object of lab1's
+with a worker running, typing docs/operations.md "Lost state or passphrase" as it stands but for
+the VM's step and the node's line (the box has no VM of the program's; lost_state_page.py): the
+stack file as the owner kept it, its old salt taken out, the secrets set again, `adopt` and
+`recover`, a previewed run that imports, then adoption off, a previewed run, and the zero-change
+preview. Read around it: every object of lab1's
 and the Helm releases on both clusters, before and after (what appeared, went or was rewritten), and
 each run's plan and writes. The rest of the lab1 scenario goes on with the new stack.
 """
 
 from __future__ import annotations
 
-import shlex
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from components.readonly_access import ACCOUNT, ACCOUNT_NAMESPACE
-from e2e.box.scenarios import _lab_secrets, _step
+from e2e.box.scenarios import _lab_secrets
+from e2e.box.takeover import keyboard, lost_state_page
 from e2e.box.workload import workload_box
 from e2e.box.workload.lab1_reads import Workload, get, run
 from e2e.box.workload.lab1_state import MADE, changed
@@ -27,26 +27,6 @@ from e2e.engine.control_plane import ControlPlane
 
 NEW_PASSPHRASE = "a-new-passphrase-for-a-new-stack"
 STACK_FILE = f"Pulumi.{STACK}.yaml"
-# The section's lines, in its order; a `--secret` line reads the value the lost stack had, and
-# the runs are made by `run` (which reads their plan and writes) where the section has them.
-RECOVERY_LINES = (
-    f"sed -i '/^encryptionsalt:/d' {STACK_FILE}",
-    f"pulumi stack init {STACK}",
-    "pulumi config set --secret proxmoxApiTokenSecret",
-    "pulumi config set --secret capmoxTokenSecret",
-    "pulumi config set --secret sshPrivateKey < ~/.ssh/id_ed25519",
-    "pulumi config set adopt true",
-    "pulumi config set recover true",
-    "pulumi config set --path 'workloadClusters[0].adopt' true",
-    "pulumi preview",
-    "pulumi up",
-    "pulumi config rm recover",
-    "pulumi config rm adopt",
-    "pulumi config rm --path 'workloadClusters[0].adopt'",
-    "pulumi preview",
-    "pulumi up",
-    "pulumi preview --expect-no-changes",
-)
 # What the operator chart and cert-manager's release live in, beside the autoscaler's.
 RELEASE_NAMESPACES = ("cert-manager", "capi-operator-system")
 
@@ -94,23 +74,17 @@ def recover(
     shutil.copytree(lost.root / ".ssh", engine.root / ".ssh")
     before = identities(mgmt, lab1, cluster)
     out: dict[str, Any] = {"typed": [], "runs": {}, "began": time.time()}
-    secrets = {**_lab_secrets(), "sshPrivateKey": (engine.root / ".ssh" / "id_ed25519").read_text()}
-    for index, line in enumerate(RECOVERY_LINES):
-        words = shlex.split(line)
-        if words[0] == "sed":
-            done = subprocess.run(words, cwd=engine.project, capture_output=True, text=True, check=False)
-            out["typed"].append({"line": line, "rc": done.returncode, "output": done.stdout + done.stderr})
-        elif words[1] in ("preview", "up"):
+    secrets = _lab_secrets()
+    for index, line in enumerate(lost_state_page.for_the_lab1_box()):
+        words = line.text.split()
+        if words[:2] in (["pulumi", "preview"], ["pulumi", "up"]):
             ran = run(engine, mgmt, *words[1:])
-            out["runs"][f"{index}: {line}"] = ran
-            out["typed"].append({"line": line, "rc": ran["rc"], "output": ran["error"]})
+            out["runs"][f"{index}: {line.text}"] = ran
+            out["typed"].append({"line": line.text, "rc": ran["rc"], "output": ran["error"]})
             if words[1] == "up" and "adopted" not in out:
                 out["adopted"] = changed(before, identities(mgmt, lab1, cluster))
         else:
-            # What a `--secret` line reads from its terminal, or from the file after `<`.
-            args = tuple(words[1 : words.index("<")] if "<" in words else words[1:])
-            stdin = next((secrets[w] for w in args if w in secrets), None) if "--secret" in args else None
-            out["typed"].append({"line": line, **_step(engine, args, stdin=stdin)})
+            out["typed"].append(keyboard.laptop(engine, line.text, typed_in=lost_state_page.typed_in(line, secrets)))
         if out["typed"][-1]["rc"] != 0:
             break
     out["recovered"] = changed(before, identities(mgmt, lab1, cluster))

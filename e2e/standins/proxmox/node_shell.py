@@ -1,6 +1,7 @@
 """The Proxmox node's own commands, for a procedure that has the owner type them on the node
 (docs/adoption.md: `vzdump 201 ...`, `qm config 201 > ...`, `qm set 201 --ostype l26`,
-`qm status 201 --verbose | grep uptime`): `qm` and `vzdump` executables that a real bash runs,
+`qm status 201 --verbose | grep uptime`; docs/operations.md: `pvesm free local:import/...`): `qm`,
+`vzdump` and `pvesm` executables that a real bash runs,
 with its own pipes and redirections, answered by the Proxmox VE stand-in's node state, as the real
 tools go through the same library as the API.
 
@@ -29,7 +30,7 @@ from e2e.standins.proxmox.common import ApiError
 from e2e.standins.proxmox.pve_api_standin import PveApiStandIn
 from e2e.standins.proxmox.pve_vms import Vms
 
-COMMANDS = ("qm", "vzdump")
+COMMANDS = ("qm", "vzdump", "pvesm")
 # What `qm status --verbose` prints, in its order (a subset of qm's keys, each one the stand-in keeps).
 STATUS_KEYS = ("cpus", "maxdisk", "maxmem", "name", "pid", "qmpstatus", "status", "uptime", "vmid")
 
@@ -67,14 +68,16 @@ class NodeShell:
             ("qm", "set"): self._qm_set,
             ("qm", "status"): self._qm_status,
             ("vzdump", ""): self._vzdump,
+            ("pvesm", "free"): self._pvesm_free,
         }
         command, rest = argv[0], argv[1:]
-        key = (command, rest[0] if rest and command == "qm" else "")
+        with_subcommand = command in ("qm", "pvesm")
+        key = (command, rest[0] if rest and with_subcommand else "")
         handler = handlers.get(key)
         if handler is None:
             return self._unknown(argv)
         try:
-            return 0, handler(rest[1:] if command == "qm" else rest), ""
+            return 0, handler(rest[1:] if with_subcommand else rest), ""
         except KeyError:
             return self._unknown(argv)
         except RefusedError as refused:
@@ -123,6 +126,20 @@ class NodeShell:
             raise KeyError(" ".join(args[1:]))
         status = self._vms.status_of(vmid)
         return "".join(f"{key}: {status[key]}\n" for key in STATUS_KEYS if key in status)
+
+    def _pvesm_free(self, args: list[str]) -> str:
+        """A volume deleted, as the API's DELETE of storage content does (the image the program
+        downloaded, say): one `<storage>:<content>/<file>` argument."""
+        if len(args) != 1 or ":" not in args[0]:
+            raise KeyError(" ".join(args))
+        volid = args[0]
+        storage = self._vms.storage
+        with self._vms.state.lock:
+            if volid not in storage.volumes:
+                raise RefusedError(f"volume '{volid}' does not exist", 255)
+            del storage.volumes[volid]
+            self._vms.state.save()
+        return ""
 
     def _vzdump(self, args: list[str]) -> str:
         """A snapshot-mode backup onto a storage that takes backups: a new volume, nothing else."""
