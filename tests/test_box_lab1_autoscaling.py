@@ -214,7 +214,8 @@ def test_the_upgrade_rolls_the_control_plane_one_machine_more_first(lab1_box: An
 
 def test_an_annotation_edited_by_hand_stops_a_refreshed_run_until_taken_off(lab1_box: Any) -> None:
     """docs/troubleshooting.md, "`pulumi preview` shows a change after the autoscaler scaled"."""
-    edit, workers = lab1_box["edited_by_hand"], lab1_reads.Workload.of(lab1_box["entry"]).workers
+    edit, cluster = lab1_box["edited_by_hand"], lab1_reads.Workload.of(lab1_box["entry"])
+    workers = cluster.workers
     print("plain preview:", edit["plain_preview"]["summary"], "\nwith --refresh:", *edit["refreshed_preview"]["errors"])
     # The state's object is what pulumi-kubernetes diffs against: the edit is not seen.
     assert edit["hand"] != edit["declared"]
@@ -227,7 +228,7 @@ def test_an_annotation_edited_by_hand_stops_a_refreshed_run_until_taken_off(lab1
         "server-side apply field conflict" in error
         and 'conflict with "kubectl-annotate"' in error
         and f".metadata.annotations.{lab1_faults.MIN_SIZE}" in error
-        and f"default/{workers}" in error
+        and f"{cluster.namespace}/{workers}" in error
         for error in refreshed["errors"]
     ), refreshed["errors"]
     # Taken off by hand, the setting is written back by the refreshed up, to that object alone.
