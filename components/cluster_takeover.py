@@ -269,10 +269,11 @@ def refuse_unlike_applied(cluster: WorkloadCluster, declared: ClusterObjects, ku
 def refuse_unlike_running(cluster: WorkloadCluster, declared: ClusterObjects, kubeconfig: str) -> None:
     """Raises unless each object of a cluster lab-mgmt made runs with every field the settings
     declare as declared (what the program applied is what runs, and nothing recorded it but the lost
-    state). The stack's mark is not compared: the run with adopt off puts this stack's on."""
+    state). Only declared fields are compared, so not the stack's mark, which the objects as
+    rendered do not carry: the run with adopt off puts this stack's on."""
 
     def unlike(kind: str, live: dict[str, Any], rendered: dict[str, Any]) -> list[str]:
-        return list(_unlike_live(_unmarked(_compared(kind, live)), _unmarked(rendered)))
+        return list(_unlike_live(_compared(kind, live), rendered))
 
     differences = _unlike(cluster, declared, kubeconfig, unlike)
     if differences:
@@ -282,15 +283,6 @@ def refuse_unlike_running(cluster: WorkloadCluster, declared: ClusterObjects, ku
             'to the values the lost stack had (docs/operations.md, "Lost state or passphrase"):\n    '
             + "\n    ".join(differences)
         )
-
-
-def _unmarked(compared: dict[str, Any]) -> dict[str, Any]:
-    annotations = {
-        k: v
-        for k, v in compared.get("metadata", {}).get("annotations", {}).items()
-        if k != hand_made_clusters.STACK_MARK
-    }
-    return {**compared, "metadata": {**compared.get("metadata", {}), "annotations": annotations}}
 
 
 def _unlike(

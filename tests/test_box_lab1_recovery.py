@@ -23,8 +23,8 @@ WEBHOOK_PATCH = "WebhookConfigurationPatch::"
 
 
 def _runs(lab1_box: Any) -> list[dict[str, Any]]:
-    recovery = lab1_box["recovery"]
-    return [recovery["runs"][key] for key in sorted(recovery["runs"], key=lambda key: int(key.split(":")[0]))]
+    """The typed `pulumi preview` and `up` lines, each with its plan and writes."""
+    return [typed for typed in lab1_box["recovery"]["typed"] if "action" in typed]
 
 
 def _of_the_lab(step: dict[str, str]) -> bool:

@@ -26,7 +26,7 @@ from components.adoption import OBJECT_INPUTS, RELEASE_INPUTS
 from components.cluster_takeover import RECORD_OUTPUT, TakeoverMismatchError, object_path
 from components.hand_made_clusters import STACK_MARK, HandMadeClusterError
 from components.settings import SettingsError, parse_settings
-from e2e.box.takeover import lost_state_page
+from e2e.box.takeover import keyboard, lost_state_page
 
 [LAB1] = harness.stack_workload_clusters()
 RECOVER = {"adopt": True, "recover": True, "workloadClusters": [{**LAB1, "adopt": True}]}
@@ -194,7 +194,7 @@ def test_the_section_reads_as_a_script_for_both_boxes() -> None:
     for line in whole + lab1:
         assert line.on_node or line.text.startswith(("pulumi ", "sed -i ", ".venv/bin/python tools/")), line
     secrets = {"proxmoxApiTokenSecret": "p", "capmoxTokenSecret": "c", "sshPrivateKey": "k"}
-    assert [lost_state_page.typed_in(line, secrets) for line in lines if "--secret" in line.text] == ["p", "c", None]
+    assert [keyboard.typed_in(line.text, secrets) for line in lines if "--secret" in line.text] == ["p", "c", None]
 
 
 def test_a_read_only_token_is_never_replaced_for_its_data(made: harness.Run, recovered: harness.Run) -> None:

@@ -10,6 +10,7 @@ The box goes on with the new stack (box.engine).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from typing import Any
@@ -53,17 +54,15 @@ def recovered(box: Box) -> dict[str, Any]:
     boots = len(box.guests.log_dirs(VMID))
     values = {IMAGE_FILE: _image_file(box)}
     box.engine = engine
-    typed: list[dict[str, Any]] = []
+    lines = [dataclasses.replace(line, text=line.filled(values)) for line in lost_state_page.for_the_whole_box()]
     with node_shell.serving(box.pve, engine.root / "node") as shell:
-        for line in lost_state_page.for_the_whole_box():
-            if line.on_node:
-                typed.append(keyboard.node(shell, engine.root / "node-home", line.filled(values)))
-            elif line.text.split()[:2] in (["pulumi", "preview"], ["pulumi", "up"]):
-                typed.append(observe_typed(box, line.text, lambda text: keyboard.laptop(engine, text)))
-            else:
-                typed.append(keyboard.laptop(engine, line.text, typed_in=lost_state_page.typed_in(line, secrets)))
-            if typed[-1]["rc"] != 0:
-                break
+        typed = keyboard.type_page(
+            lines,
+            engine,
+            secrets,
+            run=lambda line: observe_typed(box, line, lambda text: keyboard.laptop(engine, text)),
+            on_node=lambda line: keyboard.node(shell, engine.root / "node-home", line),
+        )
         unknown = list(shell.unknown)
     return {
         "typed": typed,

@@ -2,7 +2,8 @@
 repository's folder, with the CLI, kubectl and helm on PATH) or on the Proxmox node (a real bash
 with the node's own `qm` and `vzdump`, e2e/standins/proxmox/node_shell.py). The owner's takeover
 (journey.py) and the adoption box at another site (e2e/box/box_adoption.py) type docs/adoption.md
-through it.
+through it; the lost state's two boxes (e2e/box/lost_state.py, e2e/box/workload/lab1_recovery.py)
+type docs/operations.md's section a page at a time (`type_page`).
 
 A laptop line's HOME is the laptop's (the engine's root, where the README's first run left the key
 and the CLI's state); ssh, which reads the password database's home instead, finds the laptop's
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from e2e.engine.cli import REPO, Engine, built_bin
 from e2e.standins.proxmox.node_shell import NodeShell
@@ -56,6 +58,51 @@ def laptop_as_the_owners(engine: Engine, address: str, host_key_file: Path) -> N
     with_the_tools(engine)
     algorithm, key = host_key_file.read_text().split()[:2]
     (engine.root / ".ssh" / "known_hosts").write_text(f"{address} {algorithm} {key}\n")
+
+
+class PageLine(Protocol):
+    """A line of a page's `sh` blocks (lost_state_page.Line): what is typed, and where."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def on_node(self) -> bool: ...
+
+
+def typed_in(line: str, secrets: Mapping[str, str]) -> str | None:
+    """What the owner types at a line's prompt: the value of a `pulumi config set --secret KEY`
+    that reads it from the terminal (not one that reads a file, `< ~/.ssh/...`)."""
+    words = line.split()
+    if words[:4] != ["pulumi", "config", "set", "--secret"] or "<" in words:
+        return None
+    return secrets[words[4]]
+
+
+def type_page(
+    lines: Iterable[PageLine],
+    engine: Engine,
+    secrets: Mapping[str, str],
+    *,
+    run: Callable[[str], dict[str, Any]],
+    on_node: Callable[[str], dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """A page's lines typed in order, each as `{"line", "rc", …}`, up to the first that fails: a
+    `pulumi preview` or `up` through `run` (which reads its plan), a node's line through `on_node`,
+    any other on the laptop, its prompt answered from `secrets`."""
+    typed: list[dict[str, Any]] = []
+    for line in lines:
+        if line.on_node:
+            if on_node is None:
+                raise ValueError(f"no Proxmox node to type {line.text!r} on")
+            typed.append(on_node(line.text))
+        elif line.text.split()[:2] in (["pulumi", "preview"], ["pulumi", "up"]):
+            typed.append({"line": line.text, **run(line.text)})
+        else:
+            typed.append(laptop(engine, line.text, typed_in=typed_in(line.text, secrets)))
+        if typed[-1]["rc"] != 0:
+            break
+    return typed
 
 
 def with_the_tools(engine: Engine) -> None:

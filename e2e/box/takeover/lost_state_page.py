@@ -73,12 +73,3 @@ def for_the_lab1_box() -> list[Line]:
     """What the box beside lab1, with no VM of the program's, types: every line but the VM step's
     and the node's."""
     return [line for line in lines() if line.step != VM_STEP and not line.on_node]
-
-
-def typed_in(line: Line, secrets: dict[str, str]) -> str | None:
-    """What the owner types at the line's prompt: the value of a `pulumi config set --secret KEY`
-    that reads it from the terminal (not one that reads a file, `< ~/.ssh/...`)."""
-    words = line.text.split()
-    if words[:4] != ["pulumi", "config", "set", "--secret"] or "<" in words:
-        return None
-    return secrets[words[4]]

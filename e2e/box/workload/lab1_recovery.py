@@ -21,7 +21,7 @@ from e2e.box.scenarios import _lab_secrets
 from e2e.box.takeover import keyboard, lost_state_page
 from e2e.box.workload import workload_box
 from e2e.box.workload.lab1_reads import Workload, get, run
-from e2e.box.workload.lab1_state import MADE, changed
+from e2e.box.workload.lab1_state import MADE, changed, identity
 from e2e.engine.cli import STACK, Engine
 from e2e.engine.control_plane import ControlPlane
 
@@ -39,7 +39,7 @@ def identities(mgmt: ControlPlane, lab1: Path, cluster: Workload) -> dict[str, d
     kinds = ("clusters", "proxmoxclusters", "kubeadmcontrolplanes", "proxmoxmachinetemplates")
     for kind in (*kinds, "machinedeployments", "kubeadmconfigtemplates", *MADE):
         for item in get(mgmt, kind, namespace=cluster.namespace)["items"]:
-            found[f"{kind}/{item['metadata']['name']}"] = _identity(item)
+            found[f"{kind}/{item['metadata']['name']}"] = identity(item)
     for item in get(mgmt, "nodes", kubeconfig=lab1)["items"]:
         found[f"nodes/{item['metadata']['name']}"] = {"uid": item["metadata"]["uid"]}
     for namespace, kubeconfig in (
@@ -47,25 +47,21 @@ def identities(mgmt: ControlPlane, lab1: Path, cluster: Workload) -> dict[str, d
         ("kube-system", lab1),
     ):
         for item in get(mgmt, "secrets", namespace=namespace, selector="owner=helm", kubeconfig=kubeconfig)["items"]:
-            found[f"helm-releases/{namespace}/{item['metadata']['name']}"] = _identity(item)
+            found[f"helm-releases/{namespace}/{item['metadata']['name']}"] = identity(item)
         for item in get(mgmt, "deployments", namespace=namespace, kubeconfig=kubeconfig)["items"]:
-            found[f"deployments/{namespace}/{item['metadata']['name']}"] = _identity(item)
+            found[f"deployments/{namespace}/{item['metadata']['name']}"] = identity(item)
     for where, kubeconfig in (("mgmt", None), ("lab1", lab1)):
         token = get(mgmt, "secret", f"{ACCOUNT}-token-1", namespace=ACCOUNT_NAMESPACE, kubeconfig=kubeconfig)
-        found[f"readonly-tokens/{where}"] = _identity(token)
+        found[f"readonly-tokens/{where}"] = identity(token)
     return found
-
-
-def _identity(item: dict[str, Any]) -> dict[str, Any]:
-    meta = item["metadata"]
-    return {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"], "generation": meta.get("generation")}
 
 
 def recover(
     box: workload_box.WorkloadBox, lost: Engine, lab1: Path, cluster: Workload
 ) -> tuple[Engine, dict[str, Any]]:
-    """The new stack, and what each step did: `typed` (each line and its exit code), the three
-    runs, and what changed on the clusters across the adoption run and across the whole recovery."""
+    """The new stack, and what each step did: `typed` (each line and its exit code; a run's plan
+    and writes too), and what changed on the clusters across the adoption run and across the whole
+    recovery."""
     mgmt = box.mgmt
     engine = box.engine(workload_clusters=True, folder="engine-recovered", passphrase=NEW_PASSPHRASE)
     # The owner's stack file as the lost stack last ran with it (kept in git, the old salt and
@@ -73,20 +69,15 @@ def recover(
     shutil.copy2(lost.project / STACK_FILE, engine.project / STACK_FILE)
     shutil.copytree(lost.root / ".ssh", engine.root / ".ssh")
     before = identities(mgmt, lab1, cluster)
-    out: dict[str, Any] = {"typed": [], "runs": {}, "began": time.time()}
-    secrets = _lab_secrets()
-    for index, line in enumerate(lost_state_page.for_the_lab1_box()):
-        words = line.text.split()
-        if words[:2] in (["pulumi", "preview"], ["pulumi", "up"]):
-            ran = run(engine, mgmt, *words[1:])
-            out["runs"][f"{index}: {line.text}"] = ran
-            out["typed"].append({"line": line.text, "rc": ran["rc"], "output": ran["error"]})
-            if words[1] == "up" and "adopted" not in out:
-                out["adopted"] = changed(before, identities(mgmt, lab1, cluster))
-        else:
-            out["typed"].append(keyboard.laptop(engine, line.text, typed_in=lost_state_page.typed_in(line, secrets)))
-        if out["typed"][-1]["rc"] != 0:
-            break
+    out: dict[str, Any] = {"began": time.time()}
+
+    def run_line(line: str) -> dict[str, Any]:
+        ran = run(engine, mgmt, *line.split()[1:])
+        if line == "pulumi up" and "adopted" not in out:
+            out["adopted"] = changed(before, identities(mgmt, lab1, cluster))
+        return ran
+
+    out["typed"] = keyboard.type_page(lost_state_page.for_the_lab1_box(), engine, _lab_secrets(), run=run_line)
     out["recovered"] = changed(before, identities(mgmt, lab1, cluster))
     out["ended"] = time.time()
     out["stack_file"] = (engine.project / STACK_FILE).read_text()

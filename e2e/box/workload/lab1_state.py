@@ -40,7 +40,7 @@ def objects(mgmt: ControlPlane) -> dict[str, Any]:
     return {f"{kind}/{name}": get(mgmt, kind, name) for kind, name in OBJECTS}
 
 
-def _identity(item: dict[str, Any]) -> dict[str, Any]:
+def identity(item: dict[str, Any]) -> dict[str, Any]:
     meta = item["metadata"]
     return {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"], "generation": meta.get("generation")}
 
@@ -51,10 +51,10 @@ def snapshot(mgmt: ControlPlane, lab1: Path) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for name, item in objects(mgmt).items():
         if item is not None:
-            found[name] = _identity(item)
+            found[name] = identity(item)
     for kind in MADE:
         for item in (get(mgmt, kind) or {}).get("items", []):
-            found[f"{kind}/{item['metadata']['name']}"] = _identity(item)
+            found[f"{kind}/{item['metadata']['name']}"] = identity(item)
     for item in (get(mgmt, "nodes", kubeconfig=lab1) or {}).get("items", []):
         # A Node's resourceVersion moves with every status the kubelet posts: its uid says whether
         # it is the same Node.
@@ -62,7 +62,7 @@ def snapshot(mgmt: ControlPlane, lab1: Path) -> dict[str, dict[str, Any]]:
     for item in (get(mgmt, "secrets", namespace="kube-system", selector="owner=helm", kubeconfig=lab1) or {}).get(
         "items", []
     ):
-        found[f"helm-releases/{item['metadata']['name']}"] = _identity(item)
+        found[f"helm-releases/{item['metadata']['name']}"] = identity(item)
     return found
 
 

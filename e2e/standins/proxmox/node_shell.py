@@ -128,17 +128,10 @@ class NodeShell:
         return "".join(f"{key}: {status[key]}\n" for key in STATUS_KEYS if key in status)
 
     def _pvesm_free(self, args: list[str]) -> str:
-        """A volume deleted, as the API's DELETE of storage content does (the image the program
-        downloaded, say): one `<storage>:<content>/<file>` argument."""
+        """One `<storage>:<content>/<file>` volume deleted (the image the program downloaded, say)."""
         if len(args) != 1 or ":" not in args[0]:
             raise KeyError(" ".join(args))
-        volid = args[0]
-        storage = self._vms.storage
-        with self._vms.state.lock:
-            if volid not in storage.volumes:
-                raise RefusedError(f"volume '{volid}' does not exist", 255)
-            del storage.volumes[volid]
-            self._vms.state.save()
+        self.pve.pvesm_free(args[0])
         return ""
 
     def _vzdump(self, args: list[str]) -> str:

@@ -80,6 +80,15 @@ class PveApiStandIn:
             vms.update(Ask("root@pam", {}, dict(options)), vms.state.node, str(vmid))
             vms.state.save()
 
+    def pvesm_free(self, volid: str) -> None:
+        """`pvesm free VOLID` typed on the node (docs/operations.md, "Lost state or passphrase", has
+        the owner delete the image file the lost stack downloaded): the storage's own delete, not
+        through this API, so not among `calls`."""
+        vms = self._vms_on_node()
+        with vms.state.lock:
+            vms.storage.delete(Ask("root@pam", {}, {}), vms.state.node, volid.split(":", 1)[0], volid)
+            vms.state.save()
+
     def qm_reboot(self, vmid: int) -> None:
         """`qm reboot VMID` typed on the node (docs/adoption.md step 8.6 has the owner reboot in a
         window of their choosing): not through this API, so not among `calls`."""
