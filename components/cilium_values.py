@@ -64,9 +64,14 @@ def declared(kept: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def dropped(running: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
+# The program's values that its upgrade may set over a running one: the operator's, which roll
+# its Deployment for a few seconds. Not ipam.mode: Cilium cannot change a running cluster's.
+SET_OVER_RUNNING = ("operator.replicas", "operator.podDisruptionBudget.enabled")
+
+
+def dropped(running: Mapping[str, Any], values: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Each value the owner set on the running release (`helm get values`) that `values` would not
-    keep as it is, as `path: running X, the program sets Y`."""
+    keep as it is: its path, and `path: running X, the program sets Y`."""
     found = []
     for path, value in leaves(running):
         node: Any = values
@@ -74,7 +79,7 @@ def dropped(running: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
             node = node.get(key, _ABSENT) if isinstance(node, Mapping) else _ABSENT
         if node != value:
             shown = "nothing" if node is _ABSENT else _shown(node)
-            found.append(f"{path}: running {_shown(value)}, the program sets {shown}")
+            found.append((path, f"{path}: running {_shown(value)}, the program sets {shown}"))
     return found
 
 

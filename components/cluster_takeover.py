@@ -53,13 +53,21 @@ import copy
 import gzip
 import json
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import pulumi
 
-from components import autoscaler_flags, cilium_values, hand_made_clusters
+from components import autoscaler_flags, cilium_values, hand_made_clusters, kept_fields
 from components.cluster_template import ClusterObjects
 from components.settings import PROJECT, WorkloadCluster
+from components.settings.workload import (
+    CAPACITY_ANNOTATION,
+    CAPACITY_KEYS,
+    MAX_SIZE_ANNOTATION,
+    MIN_SIZE_ANNOTATION,
+)
 
 RECORD_OUTPUT = "adoptedWorkloadClusters"
 """`{"<namespace>/<name>": {"<machine template's Pulumi name>": "<its Kubernetes name>"}}`, one
@@ -68,6 +76,13 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # What the program leaves to others on purpose: the autoscaler owns the replicas
 # (cluster_template._patch_machine_deployment), which clusterctl rendered from WORKER_MACHINE_COUNT.
 NOT_DECLARED = {"MachineDeployment": ("spec", "replicas")}
+# The node group's annotations the program sets on the MachineDeployment, and the key under
+# `workers` that sets each.
+PROGRAM_ANNOTATION_KEYS = {
+    MIN_SIZE_ANNOTATION: "minSize",
+    MAX_SIZE_ANNOTATION: "maxSize",
+    **{f"{CAPACITY_ANNOTATION}{name}": f"capacity.{key}" for name, key in CAPACITY_KEYS.items()},
+}
 
 
 class AdoptedClusterMissingError(pulumi.RunError):
@@ -136,22 +151,54 @@ def named(objects: ClusterObjects, names: Mapping[str, str] | None) -> ClusterOb
     return named_objects
 
 
+@dataclass(frozen=True)
+class TakeoverPlan:
+    """What the live cluster decided for this run, read once before any object is sent."""
+
+    forced: bool
+    """This run's applies take the fields they set from every other manager: only the run that
+    makes a taken-over cluster the program's (W6), whose values the adoption run checked; from
+    then on a hand edit of a declared field stops the run as a conflict, as on a cluster the
+    program made (docs/troubleshooting.md)."""
+
+
 def check_owner(
-    cluster: WorkloadCluster, objects: ClusterObjects, kubeconfig: str, *, recorded: bool, stack: str
-) -> None:
+    cluster: WorkloadCluster,
+    objects: ClusterObjects,
+    kubeconfig: str,
+    *,
+    names: Mapping[str, str] | None,
+    recorded: bool,
+    stack: str,
+) -> TakeoverPlan:
     """Before any of the cluster's objects is sent: adopting, the running cluster must be exactly
     what the settings render (`objects`, named as it names them); else a cluster this stack
-    took over (`recorded`) is its own, and any other must carry the mark of this stack (`stack`)."""
+    took over (`recorded`, its template names `names`) is its own, and any other must carry the
+    mark of this stack (`stack`). A taken-over cluster that does not carry it yet is becoming the
+    program's in this run (W6): what the owner set by hand since the adoption run is checked again,
+    and so are Cilium's values, which this run's upgrade of the release replaces."""
     if cluster.recover:
         refuse_unlike_running(cluster, as_running(cluster, objects), kubeconfig)
     elif cluster.adopt:
         refuse_unlike_applied(cluster, as_running(cluster, objects), kubeconfig)
     elif not recorded:
         hand_made_clusters.refuse_hand_made(cluster.namespace, cluster.name, kubeconfig, stack=stack)
+    becoming_the_programs = cluster.taken_over and not cluster.adopt and not _marked(cluster, kubeconfig, stack)
+    if becoming_the_programs:
+        refuse_hand_set(cluster, named(objects, names), kubeconfig)
     if cluster.taken_over:
         refuse_replicas_outside_range(cluster, objects, kubeconfig)
-        refuse_dropped_cilium_values(cluster, kubeconfig)
+        if cluster.adopt or becoming_the_programs:
+            refuse_dropped_cilium_values(cluster, kubeconfig)
         refuse_dropped_autoscaler_flags(cluster, kubeconfig)
+    return TakeoverPlan(forced=becoming_the_programs)
+
+
+def _marked(cluster: WorkloadCluster, kubeconfig: str, stack: str) -> bool:
+    """Whether the running Cluster carries this stack's mark (the run with adopt off puts it on)."""
+    path = hand_made_clusters.CLUSTER_API_PATH.format(namespace=cluster.namespace, name=cluster.name)
+    live = hand_made_clusters.read_object(kubeconfig, path) or {}
+    return (live.get("metadata", {}).get("annotations") or {}).get(hand_made_clusters.STACK_MARK) == stack
 
 
 # Helm keeps each revision of a release in a Secret of the release's namespace, labelled so; the
@@ -174,7 +221,9 @@ def _deployed(kubeconfig: str, path: str, cluster: str = "the management cluster
 def refuse_dropped_cilium_values(cluster: WorkloadCluster, kubeconfig: str) -> None:
     """Raises while Cilium's running release holds a value the owner set that the entry does not
     keep: the run with adopt off would drop it (components.cilium_values). Read through the
-    cluster's own admin kubeconfig, which Cluster API keeps on the management cluster."""
+    cluster's own admin kubeconfig, which Cluster API keeps on the management cluster; only until
+    that run has upgraded the release, so that a value kept is dropped again by taking it out of
+    the entry, and a later run does not need the cluster's API."""
     secret = hand_made_clusters.read_object(
         kubeconfig, f"/api/v1/namespaces/{cluster.namespace}/secrets/{cluster.name}-kubeconfig"
     )
@@ -182,7 +231,15 @@ def refuse_dropped_cilium_values(cluster: WorkloadCluster, kubeconfig: str) -> N
         return
     workload = base64.b64decode(secret["data"]["value"]).decode()
     for release in _deployed(workload, CILIUM_RELEASE, cluster.name):
-        dropped = cilium_values.dropped(release.get("config") or {}, cilium_values.declared(cluster.cilium_values))
+        changed = cilium_values.dropped(release.get("config") or {}, cilium_values.declared(cluster.cilium_values))
+        # The operator's values are the program's to set (no entry may keep another): named, not refused.
+        for path, line in changed:
+            if path in cilium_values.SET_OVER_RUNNING:
+                pulumi.log.warn(
+                    f"{PROJECT}:workloadClusters: {cluster.name}'s Cilium runs with a value of the program's own, "
+                    f"which the run with adopt off sets: {line}"
+                )
+        dropped = [line for path, line in changed if path not in cilium_values.SET_OVER_RUNNING]
         if dropped:
             raise CiliumValuesDroppedError(
                 f"{PROJECT}:workloadClusters: {cluster.name}'s Cilium runs with values the program does not set, "
@@ -247,33 +304,37 @@ def _held_by_kubectl(live: Mapping[str, Any], field: tuple[str, ...]) -> bool:
 
 
 def refuse_unlike_applied(cluster: WorkloadCluster, declared: ClusterObjects, kubeconfig: str) -> None:
-    """Raises unless each object runs and was applied exactly as `declared`, and runs with every
-    declared field as declared, naming every field that differs and the object it is on."""
+    """Raises unless each object runs and was applied exactly as `declared`, runs with every
+    declared field as declared, and holds no field set by hand that the settings do not keep,
+    naming every field that differs and the object it is on."""
 
-    def unlike(kind: str, live: dict[str, Any], rendered: dict[str, Any]) -> list[str]:
+    def unlike(role: str, body: dict[str, Any], live: dict[str, Any]) -> list[str]:
+        rendered = _compared(body["kind"], _with_running_annotations(body, live))
         return [
-            *_unlike_live(_compared(kind, live), rendered),
-            *_differences(_compared(kind, _as_applied(live)), rendered),
+            *_unlike_live(_compared(body["kind"], live), rendered),
+            *_differences(_compared(body["kind"], _as_applied(live)), rendered),
         ]
 
     differences = _unlike(cluster, declared, kubeconfig, unlike)
     if differences:
         raise TakeoverMismatchError(
-            f"{PROJECT}:workloadClusters: {cluster.name}'s settings do not render what clusterctl applied, so "
-            "the adoption would change the running cluster (a machine field rolls every node). Set the keys "
-            'these fields come from (docs/adoption.md, the table in "A workload cluster made with clusterctl") '
-            "to the running values:\n    " + "\n    ".join(differences)
+            f"{PROJECT}:workloadClusters: {cluster.name}'s settings do not render what clusterctl applied and the "
+            "owner set by hand, so the adoption would change the running cluster (a machine field rolls every node, "
+            "a control-plane field the control plane). Set the keys these fields come from (docs/adoption.md, the "
+            'table in "A workload cluster made with clusterctl") to the running values:\n    '
+            + "\n    ".join(differences)
         )
 
 
 def refuse_unlike_running(cluster: WorkloadCluster, declared: ClusterObjects, kubeconfig: str) -> None:
     """Raises unless each object of a cluster lab-mgmt made runs with every field the settings
     declare as declared (what the program applied is what runs, and nothing recorded it but the lost
-    state). Only declared fields are compared, so not the stack's mark, which the objects as
-    rendered do not carry: the run with adopt off puts this stack's on."""
+    state), and holds no field set by hand that the settings do not keep. Only declared fields are
+    compared, so not the stack's mark, which the objects as rendered do not carry: the run with
+    adopt off puts this stack's on."""
 
-    def unlike(kind: str, live: dict[str, Any], rendered: dict[str, Any]) -> list[str]:
-        return list(_unlike_live(_compared(kind, live), rendered))
+    def unlike(role: str, body: dict[str, Any], live: dict[str, Any]) -> list[str]:
+        return list(_unlike_live(_compared(body["kind"], live), _compared(body["kind"], body)))
 
     differences = _unlike(cluster, declared, kubeconfig, unlike)
     if differences:
@@ -285,18 +346,35 @@ def refuse_unlike_running(cluster: WorkloadCluster, declared: ClusterObjects, ku
         )
 
 
+def refuse_hand_set(cluster: WorkloadCluster, declared: ClusterObjects, kubeconfig: str) -> None:
+    """Raises while an object holds a field set by hand since the adoption run that the settings
+    do not keep: this run, which takes kubectl's fields, would remove it."""
+    differences = _unlike(cluster, declared, kubeconfig, lambda role, body, live: [], adopting=False)
+    if differences:
+        raise TakeoverMismatchError(
+            f"{PROJECT}:workloadClusters: {cluster.name}'s objects hold fields set by hand that the settings do not "
+            "render; this run takes kubectl's fields (docs/adoption.md, W6) and would remove them:\n    "
+            + "\n    ".join(differences)
+        )
+
+
 def _unlike(
     cluster: WorkloadCluster,
     declared: ClusterObjects,
     kubeconfig: str,
     unlike: Callable[[str, dict[str, Any], dict[str, Any]], list[str]],
+    *,
+    adopting: bool = True,
 ) -> list[str]:
-    """`kind name: field…` for each field that `unlike` finds between a live object and its
-    rendering (`_compared`), and for each object that does not run; raises for a missing Cluster."""
+    """`kind name: field…` for each field set by hand that the settings do not render
+    (components.kept_fields), then each other field that `unlike` finds between a live object and
+    its rendering; adopting, each object that does not run too, and a missing Cluster raises."""
     differences: list[str] = []
-    for body in declared.resources():
+    for role, body in declared.roles().items():
         kind, name = body["kind"], body["metadata"]["name"]
         live = hand_made_clusters.read_object(kubeconfig, object_path(body))
+        if live is None and not adopting:
+            continue
         if live is None and kind == "Cluster":
             raise AdoptedClusterMissingError(
                 f"{PROJECT}:workloadClusters: {cluster.name} has adopt: true, but its Cluster "
@@ -306,9 +384,66 @@ def _unlike(
         if live is None:
             differences.append(f"{kind} {name}: does not exist")
             continue
-        found = unlike(kind, live, _compared(kind, body))
+        hand_set = kept_fields.held(live, _walked(body, live), skipped=_NOT_DECLARED_PATHS.get(kind, ()))
+        where = {"entry": cluster.key, "role": role, "kind": kind, "name": name, "namespace": cluster.namespace}
+        found = [kept_fields.advice(field, **where) for field in hand_set]
+        found += [
+            _with_key(line)
+            for line in unlike(role, body, live)
+            if not any(_within(line, field.shown) for field in hand_set)
+        ]
         differences += [f"{kind} {name}: {line}" for line in dict.fromkeys(found)]
     return differences
+
+
+def _walked(body: Mapping[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
+    """The rendering as components.kept_fields.held walks it: labels and annotations always maps,
+    so that each is looked at on its own; the program's own annotations as _with_running_annotations
+    leaves them."""
+    metadata = _with_running_annotations(body, live)["metadata"]
+    return {
+        "metadata": {"labels": metadata.get("labels") or {}, "annotations": metadata.get("annotations") or {}},
+        "spec": body.get("spec") or {},
+    }
+
+
+def _within(line: str, path: str) -> bool:
+    field = line.split(": ", 1)[0]
+    return field == path or field.startswith((f"{path}.", f"{path}["))
+
+
+# What the program leaves to Cluster API's defaulting webhook: the template's null `matchLabels`,
+# which the program leaves out (cluster_template._patch_machine_deployment) and the webhook fills in.
+_NOT_DECLARED_PATHS = {
+    "MachineDeployment": (NOT_DECLARED["MachineDeployment"], ("spec", "selector", "matchLabels")),
+}
+
+
+def _with_running_annotations(body: Mapping[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
+    """`body` with the node group's annotations (cluster_template.program_annotations) as they are
+    to be compared with the running object: one it lacks, and kubectl never applied, is the
+    program's to add at W6; a capacity of the same quantity in another form (16Gi for 16384Mi)
+    is the same capacity."""
+    if body["kind"] != "MachineDeployment":
+        return dict(body)
+    running = {**(_as_applied(live).get("metadata", {}).get("annotations") or {})}
+    running |= live.get("metadata", {}).get("annotations") or {}
+    annotations = dict(body["metadata"].get("annotations") or {})
+    for key in PROGRAM_ANNOTATION_KEYS:
+        if key not in annotations:
+            continue
+        if key not in running:
+            del annotations[key]
+        elif key.startswith(CAPACITY_ANNOTATION) and same_quantity(running[key], annotations[key]):
+            annotations[key] = running[key]
+    return {**body, "metadata": {**body["metadata"], "annotations": annotations}}
+
+
+def _with_key(line: str) -> str:
+    """A difference in one of the program's own annotations, with the entry's key that sets it."""
+    field = line.split(": ", 1)[0].removeprefix("metadata.annotations.")
+    key = PROGRAM_ANNOTATION_KEYS.get(field)
+    return f"{line} (set it with workers.{key})" if key else line
 
 
 def object_path(body: Mapping[str, Any]) -> str:
@@ -324,6 +459,28 @@ def _as_applied(live: Mapping[str, Any]) -> dict[str, Any]:
     recorded = (live.get("metadata", {}).get("annotations") or {}).get(LAST_APPLIED)
     applied: dict[str, Any] = json.loads(recorded) if recorded else dict(live)
     return applied
+
+
+def same_quantity(a: str, b: str) -> bool:
+    """Whether two Kubernetes quantities are equal (resource.Quantity's suffixes)."""
+    return _quantity(a) is not None and _quantity(a) == _quantity(b)
+
+
+_SUFFIXES: dict[str, int | Fraction] = {
+    **{"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18},
+    **{"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60},
+}
+
+
+def _quantity(text: str) -> Fraction | None:
+    number = text.rstrip("kMGTPEimu")
+    suffix = text[len(number) :]
+    if suffix not in _SUFFIXES:
+        return None
+    try:
+        return Fraction(number) * _SUFFIXES[suffix]
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 def _compared(kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -363,10 +520,12 @@ def _unlike_live(live: Any, declared: Any, path: str = "") -> Iterator[str]:
 
 
 def _differences(applied: Any, declared: Any, path: str = "") -> Iterator[str]:
-    """`path: running <value>, the settings render <value>` for each field that differs."""
+    """`path: running <value>, the settings render <value>` for each field kubectl applied that
+    the settings render otherwise or not at all. One they render that kubectl did not apply is
+    compared with the live object (_unlike_live): the owner may have set it by hand since."""
     if isinstance(applied, dict) and isinstance(declared, dict):
-        for key in sorted(set(applied) | set(declared)):
-            yield from _differences(applied.get(key, _ABSENT), declared.get(key, _ABSENT), f"{path}.{key}".lstrip("."))
+        for key in sorted(applied):
+            yield from _differences(applied[key], declared.get(key, _ABSENT), f"{path}.{key}".lstrip("."))
     elif isinstance(applied, list) and isinstance(declared, list) and len(applied) == len(declared):
         for index, (a, d) in enumerate(zip(applied, declared, strict=True)):
             yield from _differences(a, d, f"{path}[{index}]")

@@ -29,14 +29,15 @@ from typing import Any
 import pulumi
 import yaml
 
+from components import kept_fields
 from components.settings import MachineSizing, WorkloadCluster
+from components.settings.workload import (
+    CAPACITY_ANNOTATION,
+    MAX_SIZE_ANNOTATION,
+    MIN_SIZE_ANNOTATION,
+    derived_capacity,
+)
 
-# cluster-autoscaler's clusterapi provider reads these on the MachineDeployment.
-MIN_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
-MAX_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
-CAPACITY_ANNOTATION = "capacity.cluster-autoscaler.kubernetes.io/"
-# kubelet's default --max-pods; the autoscaler assumes the same when the annotation is absent.
-MAX_PODS = 110
 DIGEST_LENGTH = 8
 
 # The objects the template renders, by kind, and how many of each.
@@ -148,6 +149,15 @@ class ClusterObjects:
     """Each machine template's digested name -> the name the template gives it, as clusterctl
     named it (`<cluster>-control-plane`, `<cluster>-worker`)."""
 
+    def by_role(self, role: str) -> dict[str, Any]:
+        """The object a keptFields role names (components.kept_fields.ROLES)."""
+        body: dict[str, Any] = getattr(self, re.sub(r"([A-Z])", lambda m: "_" + m[1].lower(), role))
+        return body
+
+    def roles(self) -> dict[str, dict[str, Any]]:
+        """The seven objects by their keptFields role (components.kept_fields.ROLES)."""
+        return {role: self.by_role(role) for role in kept_fields.ROLES}
+
     def resources(self) -> list[dict[str, Any]]:
         """The seven objects."""
         return [
@@ -227,10 +237,8 @@ def _split(rendered: str) -> _Rendering:
 
 def _patched(objects: ClusterObjects, cluster: WorkloadCluster) -> ClusterObjects:
     """What the template gets wrong for this lab, and the machine templates' digested names.
-    Of a cluster clusterctl made (takenOver), the networks stay as it rendered them; while it is
-    being adopted, the MachineDeployment carries no annotation of the program's either, so that
-    every object is what clusterctl rendered from the same values (components.cluster_takeover);
-    recovered (WorkloadCluster.recover), every object is what the program made."""
+    Of a cluster clusterctl made (takenOver), the networks stay as it rendered them; the fields
+    the owner set by hand and keeps (keptFields) are rendered beside the program's."""
     for resource in objects.resources():
         # clusterctl puts them in --target-namespace the same way; the template names none.
         resource["metadata"]["namespace"] = cluster.namespace
@@ -243,6 +251,7 @@ def _patched(objects: ClusterObjects, cluster: WorkloadCluster) -> ClusterObject
     for template in (objects.control_plane_template, objects.worker_template):
         _set_vlan(template, cluster.vlan)
     _patch_machine_deployment(objects.machine_deployment, cluster)
+    _kept(objects, cluster)
     _digest_templates(objects)
     return objects
 
@@ -268,22 +277,32 @@ def _patch_machine_deployment(deployment: dict[str, Any], cluster: WorkloadClust
     # server prunes it, and Cluster API's webhook fills it in): leave it out, keep the selector.
     if spec.get("selector", {}).get("matchLabels", {}) is None:
         del spec["selector"]["matchLabels"]
-    # A cluster lab-mgmt made runs with them, recovered too.
-    if cluster.adopt and not cluster.recover:
-        return
-    sizing = cluster.workers.sizing
-    deployment["metadata"].setdefault("annotations", {}).update(
-        {
-            MIN_SIZE_ANNOTATION: str(cluster.workers.min_size),
-            MAX_SIZE_ANNOTATION: str(cluster.workers.max_size),
-            # Scale from zero: CAPMOX publishes no capacity on its templates, so the autoscaler
-            # learns a new node's size from these, derived from the worker template's sizing.
-            f"{CAPACITY_ANNOTATION}cpu": str(sizing.cpus),
-            f"{CAPACITY_ANNOTATION}memory": f"{sizing.memory_mib}Mi",
-            f"{CAPACITY_ANNOTATION}ephemeral-disk": f"{sizing.disk_gib}Gi",
-            f"{CAPACITY_ANNOTATION}maxPods": str(MAX_PODS),
-        }
-    )
+    # Rendered while adopting too: the takeover's check compares each with the running one where
+    # the owner's hand-installed autoscaler put it there (components.cluster_takeover).
+    deployment["metadata"].setdefault("annotations", {}).update(program_annotations(cluster))
+
+
+def program_annotations(cluster: WorkloadCluster) -> dict[str, str]:
+    """The node group's annotations: min and max, and for scale from zero the capacity of a new
+    node (CAPMOX publishes none on its templates), derived from the worker sizing unless kept."""
+    return {
+        MIN_SIZE_ANNOTATION: str(cluster.workers.min_size),
+        MAX_SIZE_ANNOTATION: str(cluster.workers.max_size),
+        **{
+            f"{CAPACITY_ANNOTATION}{name}": value
+            for name, value in {**derived_capacity(cluster.workers.sizing), **cluster.workers.capacity}.items()
+        },
+    }
+
+
+def _kept(objects: ClusterObjects, cluster: WorkloadCluster) -> None:
+    """The entry's keptFields rendered beside the program's fields (components.kept_fields)."""
+    for role, fields in cluster.kept_fields.items():
+        body = objects.by_role(role)
+        try:
+            kept_fields.merge(body, fields, f"{cluster.key}.keptFields.{role}")
+        except kept_fields.KeptFieldError as error:
+            raise ClusterTemplateError(f"{cluster.name}: {error}") from None
 
 
 def _digest_templates(objects: ClusterObjects) -> None:

@@ -247,20 +247,16 @@ class _Parts:
     ) -> None:
         # Every object's metadata waits on the check: a refusal fails the run before any is sent.
         # What it yields is nothing secret, though it comes from the admin kubeconfig.
-        self.checked = pulumi.Output.unsecret(
-            pulumi.Output.all(management_kubeconfig, recorded).apply(
-                lambda args: cluster_takeover.check_owner(cluster, objects, args[0], recorded=args[1], stack=stack)
+        self.plan = pulumi.Output.unsecret(
+            pulumi.Output.all(management_kubeconfig, recorded, kept_names).apply(
+                lambda args: cluster_takeover.check_owner(
+                    cluster, objects, args[0], names=args[2], recorded=args[1], stack=stack
+                )
             )
         )
         self.declared = kept_names.apply(lambda names: cluster_takeover.named(objects, names))
         self.made = cluster_takeover.as_running(cluster, objects)
         self.adopt = cluster.adopt
-        # A taken-over object's fields stay kubectl's until the program applies them once, in the
-        # run with adopt off. That run's `up` takes them, but its preview's dry run forces only
-        # over pulumi-kubernetes's own managers (await.go patchForce) and stopped on a conflict
-        # with kubectl-client-side-apply over the MachineDeployment's .spec.selector (found by the
-        # box): with the annotation both force, and the adoption run has checked every value.
-        self.forced = cluster.taken_over and not cluster.adopt
 
     def resource(
         self, resource_name: str, pick: _Pick, opts: pulumi.ResourceOptions, after: list[pulumi.Resource]
@@ -274,8 +270,8 @@ class _Parts:
             resource_name,
             api_version=plain["apiVersion"],
             kind=plain["kind"],
-            metadata=pulumi.Output.all(self.checked, self.declared).apply(
-                lambda args: _forced(pick(args[1])["metadata"]) if self.forced else pick(args[1])["metadata"]
+            metadata=pulumi.Output.all(self.plan, self.declared).apply(
+                lambda args: _forced(pick(args[1])["metadata"]) if args[0].forced else pick(args[1])["metadata"]
             ),
             spec=self.declared.apply(lambda objects: pick(objects)["spec"]),
             opts=pulumi.ResourceOptions.merge(
@@ -286,7 +282,11 @@ class _Parts:
 
 PATCH_FORCE = "pulumi.com/patchForce"
 """pulumi-kubernetes's annotation (pkg/metadata/annotations.go) for an apply that takes the fields
-it sets from any other field manager."""
+it sets from any other field manager. Only the run that makes a taken-over cluster the program's
+carries it (cluster_takeover.TakeoverPlan.forced): that run's `up` takes kubectl's fields, but its
+preview's dry run forces only over pulumi-kubernetes's own managers (await.go patchForce) and
+stopped on a conflict with kubectl-client-side-apply over the MachineDeployment's .spec.selector
+(found by the box)."""
 
 
 def _forced(metadata: dict[str, Any]) -> dict[str, Any]:

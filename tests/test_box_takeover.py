@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from components.readonly_access import ACCOUNT
-from e2e.box.takeover import doc_script, inspector, scaling
+from e2e.box.takeover import doc_script, inspector, owners_lab, scaling
 from e2e.box.workload import lab1_box, lab1_state
 from e2e.engine.control_plane import CLUSTER_API_USER, PROVIDERS_USER
 from e2e.engine.netns import in_new_netns
@@ -48,6 +48,40 @@ def test_the_lab_starts_as_its_owner_runs_it(takeover: Any) -> None:
     assert made["site"]["workers"] == 2
     assert len(made["machines"]) == 3  # the control plane's and the workers'
     assert [release["name"] for release in made["helm_list"]] == ["cilium"]
+
+
+def test_the_owners_hand_work_is_on_lab1(takeover: Any) -> None:
+    assert [done["rc"] for done in takeover["made"]["hand_work"]] == [0] * len(owners_lab.HAND_WORK)
+    hand_work = takeover["before"]["hand_work"]
+    assert hand_work["machinedeployment"]["capacity.cluster-autoscaler.kubernetes.io/labels"] == "disk=ssd"
+    assert hand_work["cluster"]["site"] == "home"
+    assert hand_work["kubeadmconfigtemplate"] == {"lab.home/phase": "1"}
+    assert hand_work["clusterConfiguration"] == {
+        "apiServer": {"extraArgs": [{"name": "audit-log-maxage", "value": "30"}]}
+    }
+
+
+def test_the_hand_work_is_kept_through_the_takeover_and_the_control_plane_keeps_its_generation(
+    takeover: Any,
+) -> None:
+    """Step 5's preview named each field with the line that keeps it, the page collected them
+    and ran them; W6 then took kubectl's fields without removing any (issue 54)."""
+    before, after = takeover["before"], takeover["after"]
+    assert {
+        key: value
+        for key, value in after["hand_work"]["machinedeployment"].items()
+        if key in before["hand_work"]["machinedeployment"]
+    } == before["hand_work"]["machinedeployment"]
+    for part in ("cluster", "kubeadmconfigtemplate", "clusterConfiguration"):
+        assert after["hand_work"][part] == before["hand_work"][part], part
+    control_plane = f"kubeadmcontrolplane/{lab1_state.CLUSTER}-control-plane"
+    assert after["lab1"][control_plane]["generation"] == before["lab1"][control_plane]["generation"]
+    keep = [
+        entry for entry in takeover["typed"] if entry["line"].startswith("cat ") and "lab1-keep.sh" in entry["line"]
+    ]
+    assert len(keep) == 1
+    # The label hint, the label, the template's annotation and the API server flag's name and value.
+    assert keep[0]["stdout"].count("keptFields") == 5, keep[0]["stdout"]
 
 
 def test_every_line_of_the_page_ran_as_typed_and_none_failed(takeover: Any) -> None:

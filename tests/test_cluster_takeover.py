@@ -23,6 +23,7 @@ from components.cluster_takeover import (
     CILIUM_RELEASE,
     EVERY_RELEASE,
     LAST_APPLIED,
+    PROGRAM_ANNOTATION_KEYS,
     RECORD_OUTPUT,
     AdoptedClusterMissingError,
     CiliumValuesDroppedError,
@@ -119,9 +120,13 @@ def test_each_object_is_imported_under_clusterctls_name_as_it_runs(adopted: harn
     )
 
 
-def test_adopting_declares_nothing_clusterctl_did_not_render(adopted: harness.Run) -> None:
+def test_adopting_declares_nothing_clusterctl_did_not_render_but_the_node_groups_annotations(
+    adopted: harness.Run,
+) -> None:
+    """The node group's annotations are declared, and compared only where the running object has
+    them (the owner's hand-installed autoscaler needed them): clusterctl's lab1 has none."""
     deployment = adopted.get(MD, "lab1-workers").plain
-    assert "annotations" not in deployment["metadata"]
+    assert sorted(deployment["metadata"]["annotations"]) == sorted(PROGRAM_ANNOTATION_KEYS)
     assert "replicas" not in deployment["spec"]
     cluster = adopted.get(CLUSTER, "lab1-cluster").plain
     assert "annotations" not in cluster["metadata"]
@@ -157,10 +162,15 @@ def test_after_the_adoption_the_record_keeps_the_names_and_the_cluster_is_the_st
         previous_outputs={RECORD_OUTPUT: record_of(adopted)},
         live_objects=clusterctl_lab1(entry),
     )
-    # Only the MachineDeployment, for who holds its replicas (refuse_replicas_outside_range),
-    # lab1's kubeconfig, for Cilium's running values (none here: no lab1-kubeconfig Secret), and
-    # the releases on the management cluster, for an autoscaler installed by hand (none).
-    assert after.cluster_reads == [
+    # The Cluster, for the stack's mark (none yet: this run makes it the program's), the seven
+    # objects for what was set by hand since the adoption run, the MachineDeployment again, for
+    # who holds its replicas (refuse_replicas_outside_range), lab1's kubeconfig, for Cilium's
+    # running values (none here: no lab1-kubeconfig Secret), and the releases on the management
+    # cluster, for an autoscaler installed by hand (none).
+    seven = [object_path(r.plain) for r in cluster_objects(after)]
+    assert after.cluster_reads[0] == object_path(after.get(CLUSTER, "lab1-cluster").plain)
+    assert sorted(after.cluster_reads[1:8]) == sorted(seven)
+    assert after.cluster_reads[8:] == [
         object_path(adopted.get(MD, "lab1-workers").plain),
         "/api/v1/namespaces/default/secrets/lab1-kubeconfig",
         EVERY_RELEASE,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from components import autoscaler_flags, cilium_values
+from components import autoscaler_flags, cilium_values, kept_fields
 from components.settings.config import (
     BARE_SEMVER,
     CORES_RANGE,
@@ -52,6 +52,16 @@ CONTROL_PLANE_MINUTES_RANGE = (1, 240)
 GO_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+$")
 BOOT_DEVICE = re.compile(r"^(?:scsi|virtio|sata|ide)\d+$")
 INTERFACE = re.compile(r"^[A-Za-z0-9._-]{1,15}$")
+# cluster-autoscaler's clusterapi provider reads these on the MachineDeployment.
+MIN_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
+MAX_SIZE_ANNOTATION = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size"
+CAPACITY_ANNOTATION = "capacity.cluster-autoscaler.kubernetes.io/"
+# The capacity annotations the program sets, by name, and workers.capacity's key for each.
+CAPACITY_KEYS = {"cpu": "cpu", "memory": "memory", "ephemeral-disk": "ephemeralDisk", "maxPods": "maxPods"}
+# kubelet's default --max-pods; the autoscaler assumes the same when the annotation is absent.
+MAX_PODS = 110
+# A Kubernetes quantity (resource.Quantity's text form), as the capacity annotations take one.
+QUANTITY = re.compile(r"^[0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 # Image tags of cluster-autoscaler that are known broken for this setup.
 BROKEN_AUTOSCALER_TAGS = {
     "v1.35.0": "mis-resolves the infrastructure provider's API version (kubernetes/autoscaler#9439); use v1.35.2",
@@ -79,6 +89,16 @@ class MachineSizing:
         return self.sockets * self.cores
 
 
+def derived_capacity(sizing: MachineSizing) -> dict[str, str]:
+    """The capacity annotations' values (by CAPACITY_KEYS' names) that a worker's sizing gives."""
+    return {
+        "cpu": str(sizing.cpus),
+        "memory": f"{sizing.memory_mib}Mi",
+        "ephemeral-disk": f"{sizing.disk_gib}Gi",
+        "maxPods": str(MAX_PODS),
+    }
+
+
 @dataclass(frozen=True)
 class ControlPlane:
     replicas: int
@@ -92,6 +112,9 @@ class Workers:
     min_size: int
     max_size: int
     sizing: MachineSizing
+    capacity: Mapping[str, str]
+    """Capacity annotations' values kept over the ones derived from the sizing (CAPACITY_KEYS):
+    those an owner gave the hand-installed autoscaler for scale-from-zero."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +190,11 @@ class WorkloadCluster:
     cilium_values: Mapping[str, Any]
     """Helm values for Cilium kept beside the program's (components.cilium_values): those an owner
     set when installing it by hand, which the run with adopt off would otherwise drop."""
+    kept_fields: Mapping[str, Mapping[str, Any]]
+    """Fields of the seven objects kept beside the program's, by role (components.kept_fields):
+    those an owner set by hand, which the run that takes kubectl's fields would otherwise remove."""
+    key: str = WORKLOAD_CLUSTERS_KEY
+    """The entry's own key, `workloadClusters[i]`, which refusals name."""
 
     @property
     def node_network(self) -> ipaddress.IPv4Network:
@@ -367,6 +395,8 @@ def _read_workload_cluster(e: _Entry, lab: LabNetwork, *, recover: bool) -> Work
         adopt=(adopt := e.boolean("adopt", default=False)),
         recover=recover and adopt,
         cilium_values=_read_cilium_values(e),
+        kept_fields=_read_kept_fields(e.entry("keptFields")),
+        key=e.path,
     )
     if len(name) > CLUSTER_NAME_MAX:
         e.fail(
@@ -389,6 +419,65 @@ def _read_cilium_values(e: _Entry) -> Mapping[str, Any]:
     for path in cilium_values.programs_own(value):
         e.fail(f"ciliumValues.{path}", "is the program's own value for Cilium, not one to keep beside it")
     return value
+
+
+def _read_kept_fields(e: _Entry) -> Mapping[str, Mapping[str, Any]]:
+    """keptFields.<role>: `metadata.labels`, `metadata.annotations` (strings) and `spec` of one of
+    the seven objects, as the owner set them by hand (components.kept_fields)."""
+    kept: dict[str, Mapping[str, Any]] = {}
+    for role in kept_fields.ROLES:
+        fields = e.entry(role)
+        metadata = fields.entry("metadata")
+        labels = _read_strings_map(metadata, "labels")
+        annotations = _read_strings_map(metadata, "annotations")
+        for annotation in annotations:
+            if kept_fields.reserved(annotation):
+                metadata.fail(
+                    f"annotations[{json.dumps(annotation)}]",
+                    "is not the owner's to keep: the program or kubectl writes it",
+                )
+        if role == "machineDeployment":
+            for annotation in annotations:
+                if (why := _program_annotation(annotation)) is not None:
+                    metadata.fail(f"annotations[{json.dumps(annotation)}]", why)
+        metadata.done()
+        spec = fields.raw("spec", {})
+        if not isinstance(spec, dict):
+            fields.fail("spec", f"{spec!r} is not an object of the object's spec fields")
+            spec = {}
+        fields.done()
+        body = {
+            **(
+                {"metadata": {k: v for k, v in (("labels", labels), ("annotations", annotations)) if v}}
+                if labels or annotations
+                else {}
+            ),
+            **({"spec": spec} if spec else {}),
+        }
+        if body:
+            kept[role] = body
+    e.done()
+    return kept
+
+
+def _read_strings_map(e: _Entry, name: str) -> dict[str, str]:
+    """A map of strings (labels, annotations); a number or boolean is its text, as `pulumi config
+    set --path` may store one typed."""
+    value = e.raw(name, {})
+    if not isinstance(value, dict) or any(isinstance(v, (dict, list)) or v is None for v in value.values()):
+        e.fail(name, f"{value!r} is not an object of strings")
+        return {}
+    return {str(k): autoscaler_flags.flag_value(v) for k, v in value.items()}
+
+
+def _program_annotation(annotation: str) -> str | None:
+    """Why a MachineDeployment annotation the program sets itself cannot be kept, naming its key."""
+    keys = {
+        MIN_SIZE_ANNOTATION: "workers.minSize",
+        MAX_SIZE_ANNOTATION: "workers.maxSize",
+        **{f"{CAPACITY_ANNOTATION}{name}": f"workers.capacity.{key}" for name, key in CAPACITY_KEYS.items()},
+    }
+    return f"is the program's own annotation: set {keys[annotation]}" if annotation in keys else None
 
 
 def _check_lab_hosts(e: _Entry, cluster: WorkloadCluster, lab: LabNetwork) -> None:
@@ -576,9 +665,26 @@ def _read_workers(e: _Entry) -> Workers:
     max_size = e.integer("maxSize", (1, WORKER_COUNT_RANGE[1]), "worker count")
     if e.has("maxSize") and max_size < min_size:
         e.fail("maxSize", f"{max_size} is below minSize {min_size}")
-    workers = Workers(min_size=min_size, max_size=max_size, sizing=_read_sizing(e))
+    workers = Workers(
+        min_size=min_size, max_size=max_size, sizing=_read_sizing(e), capacity=_read_capacity(e.entry("capacity"))
+    )
     e.done()
     return workers
+
+
+def _read_capacity(e: _Entry) -> dict[str, str]:
+    """workers.capacity: the capacity annotations' values an owner keeps over the derived ones
+    (by the annotation's name), as Kubernetes quantities."""
+    capacity = {}
+    for name, key in CAPACITY_KEYS.items():
+        if not e.has(key):
+            continue
+        value = autoscaler_flags.flag_value(e.raw(key))
+        if QUANTITY.fullmatch(value) is None:
+            e.fail(key, f"{value!r} is not a Kubernetes quantity such as 8, 16Gi or 100G")
+        capacity[name] = value
+    e.done()
+    return capacity
 
 
 def _read_autoscaler_timings(e: _Entry) -> AutoscalerTimings:

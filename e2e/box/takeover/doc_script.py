@@ -29,7 +29,10 @@ STEP = re.compile(r"^##+ +(.+?) *$", re.MULTILINE)
 PLACEHOLDER = re.compile(r"<[a-z][^<>\n]*>")
 # The tools the page has the owner type, by where: what the journey must provide, and no other.
 LAPTOP_TOOLS = frozenset(
-    ("pulumi", "ssh", "kubectl", "helm", "mkdir", "chmod", ".venv/bin/python", "diff", "grep", "sort", "tr", "echo")
+    (
+        *("pulumi", "ssh", "kubectl", "helm", "mkdir", "chmod", ".venv/bin/python"),
+        *("diff", "grep", "sort", "tr", "echo", "sed", "cat", "sh"),
+    )
 )
 NODE_TOOLS = frozenset(("qm", "vzdump", "grep"))
 # Step 7 lists what is left behind and step 8 converges one target at a time, in a window the

@@ -38,11 +38,32 @@ PLACEHOLDERS = {
 
 def _lab(lab: owners_lab.OwnersLab) -> dict[str, Any]:
     """What the owner must find unchanged: the VM's power (a reboot starts it anew), k3s's files
-    (a restart rewrites k3s.yaml), lab1's objects and what was made from them."""
+    (a restart rewrites k3s.yaml), lab1's objects and what was made from them, and the hand work
+    on them (owners_lab.HAND_WORK)."""
     return {
         "vm": box_adoption._vm_power(lab.box),
         "fingerprints": box_adoption._fingerprints(lab.box),
         "lab1": lab1_state.snapshot(lab.box.cluster, lab.lab1_kubeconfig),
+        "hand_work": _hand_work(lab),
+    }
+
+
+def _hand_work(lab: owners_lab.OwnersLab) -> dict[str, Any]:
+    """What HAND_WORK set, as the seven objects hold it now: the MachineDeployment's and the
+    KubeadmConfigTemplate's annotations and the Cluster's labels that are not the program's or
+    kubectl's, and the control plane's clusterConfiguration."""
+    objects = lab1_state.objects(lab.box.cluster)
+
+    def metadata(name: str, section: str) -> dict[str, str]:
+        found = (objects[name] or {}).get("metadata", {}).get(section) or {}
+        return {k: v for k, v in found.items() if not k.startswith(("kubectl.kubernetes.io/", "pulumi.com/"))}
+
+    control_plane = objects[f"kubeadmcontrolplane/{lab1_state.CLUSTER}-control-plane"] or {}
+    return {
+        "machinedeployment": metadata(f"machinedeployment/{lab1_state.CLUSTER}-workers", "annotations"),
+        "cluster": metadata(f"cluster/{lab1_state.CLUSTER}", "labels"),
+        "kubeadmconfigtemplate": metadata(f"kubeadmconfigtemplate/{lab1_state.CLUSTER}-worker", "annotations"),
+        "clusterConfiguration": control_plane.get("spec", {}).get("kubeadmConfigSpec", {}).get("clusterConfiguration"),
     }
 
 

@@ -7,6 +7,7 @@
   workers and applied client-side, Cilium installed into it with `helm install`
   (workload/clusterctl_lab1.py), brought up by the real Cluster API manager and the workload
   stand-ins;
+- phase 1's hand work on lab1's objects with `kubectl annotate`, `label` and `patch` (HAND_WORK);
 - a cluster-autoscaler installed by hand with Helm from a values file like the owner's
   `configs/cluster-autoscaler/values.yaml` (`kube-system/cluster-autoscaler`);
 - the owner's laptop: the repository's folder (the engine's project) with `Pulumi.lab.yaml` as
@@ -59,6 +60,26 @@ HAND_AUTOSCALER_VALUES = {
     # One flag the program's release does not pass (docs/adoption.md W2 keeps it), one it passes alike.
     "extraArgs": {"balance-similar-node-groups": True, "scale-down-unneeded-time": "10m"},
 }
+
+
+# Phase 1's hand work on lab1 after clusterctl's apply (issue 54), as the owner typed it: the
+# node group's bounds and a scale-from-zero hint for their autoscaler, a label, an annotation on
+# the workers' bootstrap template, and an API server flag patched into the control plane.
+# docs/adoption.md keeps every one of them through the takeover.
+HAND_WORK = (
+    "kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig -n default annotate machinedeployment lab1-workers"
+    " cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size=0"
+    " cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size=3"
+    " capacity.cluster-autoscaler.kubernetes.io/labels=disk=ssd",
+    "kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig -n default label cluster lab1 site=home",
+    "kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig -n default annotate kubeadmconfigtemplate lab1-worker"
+    " lab.home/phase=1",
+    "kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig -n default patch kubeadmcontrolplane lab1-control-plane"
+    " --type=merge -p '"
+    '{"spec":{"kubeadmConfigSpec":{"clusterConfiguration":{"apiServer":{"extraArgs":'
+    '[{"name":"audit-log-maxage","value":"30"}]}}}}}'
+    "'",
+)
 
 
 @dataclass
@@ -135,6 +156,7 @@ def running(base: Path) -> Iterator[OwnersLab]:
             _Management(base, box.cluster, box.charts), base, SITE, lab.made, mark=marks.append
         )
         _laptop_files(lab)
+        lab.made["hand_work"] = [lab.laptop(line) for line in HAND_WORK]
         lab.made["hand_autoscaler"] = _hand_autoscaler(lab)
         # The inspector's files as this week's refresh left them (lab1's RBAC applied there once).
         for cluster in inspector.CONTEXTS:

@@ -1,0 +1,257 @@
+"""What an owner set by hand on a workload cluster's objects, and the entry's `keptFields` that
+keeps it (docs/adoption.md, W1).
+
+A cluster clusterctl made carries phase 1's hand work: `kubectl annotate`, `label`, `patch` and
+`edit` after clusterctl's apply, or fields added to the manifest before it. The run that makes the
+cluster the program's (W6) takes every field that a manager whose name starts with `kubectl`
+holds (pulumi-kubernetes 4.32 `fixCSAFieldManagers`, provider/pkg/await/await.go, a prefix match;
+never in a preview), and server-side apply then removes each such field the program does not
+declare: on a KubeadmControlPlane, a rollout of the control plane. So each of them is found
+before that run, from the objects' managedFields (`held`), and either kept, as the entry's
+`keptFields.<role>` that the program renders beside its own fields (`merge`), or refused, naming
+the field, its manager, the key that keeps it and the kubectl line that removes it (`advice`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# The key under keptFields for each of the seven objects (components.cluster_template.ClusterObjects).
+ROLES = {
+    "cluster": "Cluster",
+    "proxmoxCluster": "ProxmoxCluster",
+    "controlPlane": "KubeadmControlPlane",
+    "controlPlaneTemplate": "the control plane's ProxmoxMachineTemplate",
+    "workerTemplate": "the workers' ProxmoxMachineTemplate",
+    "workerConfig": "KubeadmConfigTemplate",
+    "machineDeployment": "MachineDeployment",
+}
+# Annotations that are never the owner's to keep: kubectl's record of its last apply (the apply
+# that takes kubectl's fields drops it, as it should), pulumi-kubernetes's own
+# (pkg/metadata/annotations.go) and the program's stack mark (components.hand_made_clusters).
+RESERVED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration", "lab-mgmt.homelab/stack")
+RESERVED_ANNOTATION_PREFIXES = ("pulumi.com/",)
+# The managers whose fields fixCSAFieldManagers hands to the program's, by name prefix and
+# operation; a field only they hold is removed when the program's apply leaves it out.
+TAKEN_MANAGERS = (
+    ("kubectl", ("Apply", "Update")),
+    ("before-first-apply", ("Update",)),
+    ("pulumi-kubernetes", ("Update",)),
+    ("pulumi-resource-kubernetes", ("Update",)),
+)
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+class KeptFieldError(Exception):
+    """A kept field the program renders itself (the caller raises it as a RunError of its own)."""
+
+
+def reserved(annotation: str) -> bool:
+    return annotation in RESERVED_ANNOTATIONS or annotation.startswith(RESERVED_ANNOTATION_PREFIXES)
+
+
+def merge(body: dict[str, Any], kept: Mapping[str, Any], where: str) -> None:
+    """`kept` (an object's `keptFields.<role>`) added to its rendering `body`. A field the program
+    renders itself is not the owner's to keep: KeptFieldError naming it at `where` (its key)."""
+    _merge(body, kept, where)
+
+
+def _merge(target: dict[str, Any], extra: Mapping[str, Any], where: str) -> None:
+    for key, value in extra.items():
+        if key not in target:
+            target[key] = copy.deepcopy(value)
+        elif isinstance(target[key], dict) and isinstance(value, Mapping):
+            _merge(target[key], value, f"{where}{_segment(key)}")
+        else:
+            raise KeptFieldError(
+                f"{where}{_segment(key)}: the program renders this field itself "
+                f"({json.dumps(target[key])}): take it out of keptFields"
+            )
+
+
+@dataclass(frozen=True)
+class HandSet:
+    """A field the rendering lacks, held by a manager whose fields the program's apply takes."""
+
+    path: tuple[str | int, ...]
+    """From the object's root: a key of an object, or the index of an element in a list."""
+    value: Any
+    managers: tuple[str, ...]
+
+    @property
+    def shown(self) -> str:
+        return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in self.path).lstrip(".")
+
+
+def held(live: Mapping[str, Any], rendered: Mapping[str, Any], skipped: tuple[tuple[str, ...], ...]) -> list[HandSet]:
+    """Each field of `live` under metadata.labels, metadata.annotations or spec that a taken
+    manager holds (TAKEN_MANAGERS, not a subresource's entry) and that `rendered` lacks, at its
+    highest level the rendering lacks; unless a manager that stays holds it too (it survives), or
+    it is one of `skipped` (what the program leaves to others on purpose)."""
+    taken: dict[tuple[str | int, ...], set[str]] = {}
+    staying: set[tuple[str | int, ...]] = set()
+    for entry in live.get("metadata", {}).get("managedFields") or []:
+        if entry.get("subresource"):
+            continue
+        fields = entry.get("fieldsV1") or {}
+        manager = str(entry.get("manager", ""))
+        is_taken = any(
+            manager.startswith(prefix) and entry.get("operation") in operations for prefix, operations in TAKEN_MANAGERS
+        )
+        for path in _absent(fields, live, rendered, ()) if is_taken else _leaves(fields, live, ()):
+            if is_taken:
+                taken.setdefault(path, set()).add(manager)
+            else:
+                staying.add(path)
+    found = []
+    for path, managers in sorted(taken.items(), key=lambda item: [str(p) for p in item[0]]):
+        if path in staying or _skipped(path, skipped):
+            continue
+        found.append(HandSet(path, _at(live, path), tuple(sorted(managers))))
+    return found
+
+
+def _skipped(path: tuple[str | int, ...], skipped: tuple[tuple[str, ...], ...]) -> bool:
+    return (path[:2] == ("metadata", "annotations") and reserved(str(path[2]))) or any(
+        path[: len(s)] == s for s in skipped
+    )
+
+
+def _children(fields: Mapping[str, Any], live: Any) -> Iterator[tuple[str | int, Any, Any]]:
+    """(key or index, its fieldsV1, its live value) for each member fieldsV1 names that `live` has."""
+    for key, sub in fields.items():
+        if key.startswith("f:") and isinstance(live, Mapping) and key[2:] in live:
+            yield key[2:], sub, live[key[2:]]
+        elif key[:2] in ("k:", "v:", "i:") and isinstance(live, list):
+            index = _element(key, live)
+            if index is not None:
+                yield index, sub, live[index]
+
+
+def _element(key: str, items: list[Any]) -> int | None:
+    """The index in `items` of the list element a fieldsV1 key names (`k:{...}`, `v:...`, `i:n`)."""
+    kind, text = key[:2], key[2:]
+    if kind == "i:":
+        index = int(text)
+        return index if index < len(items) else None
+    wanted = json.loads(text)
+    for index, item in enumerate(items):
+        if kind == "v:" and item == wanted:
+            return index
+        if kind == "k:" and isinstance(item, Mapping) and all(item.get(k) == v for k, v in wanted.items()):
+            return index
+    return None
+
+
+def _absent(
+    fields: Mapping[str, Any], live: Any, rendered: Any, path: tuple[str | int, ...]
+) -> Iterator[tuple[str | int, ...]]:
+    """The paths of the fields `fields` names that `rendered` lacks, each at its highest such level."""
+    for key, sub, value in _children(fields, live):
+        here = (*path, key)
+        if not path and key not in ("metadata", "spec"):
+            continue
+        if len(here) == 2 and here[0] == "metadata" and key not in ("labels", "annotations"):
+            continue
+        counterpart = _counterpart(rendered, key, value)
+        if counterpart is _ABSENT:
+            yield here
+        elif isinstance(sub, Mapping) and set(sub) - {"."}:
+            yield from _absent(sub, value, counterpart, here)
+
+
+def _leaves(fields: Mapping[str, Any], live: Any, path: tuple[str | int, ...]) -> Iterator[tuple[str | int, ...]]:
+    """Every path `fields` names, at every level."""
+    for key, sub, value in _children(fields, live):
+        here = (*path, key)
+        yield here
+        if isinstance(sub, Mapping):
+            yield from _leaves(sub, value, here)
+
+
+def _counterpart(rendered: Any, key: str | int, value: Any) -> Any:
+    """What the rendering has where the live object has `value` under `key`: a list element is
+    matched by equality, or by its `name` or `path` (how Cluster API keys its lists)."""
+    if isinstance(key, str):
+        return rendered.get(key, _ABSENT) if isinstance(rendered, Mapping) else _ABSENT
+    if not isinstance(rendered, list):
+        return _ABSENT
+    for item in rendered:
+        if item == value:
+            return item
+        for identity in ("name", "path"):
+            if (
+                isinstance(item, Mapping)
+                and isinstance(value, Mapping)
+                and identity in value
+                and item.get(identity) == value[identity]
+            ):
+                return item
+    return _ABSENT
+
+
+def _at(body: Any, path: tuple[str | int, ...]) -> Any:
+    for key in path:
+        body = body[key]
+    return body
+
+
+_ABSENT = object()
+
+
+KEEP = "keep it: "
+"""Opens each line of a refusal that keeps a field: docs/adoption.md step 5 collects them with sed."""
+
+
+def advice(found: HandSet, *, entry: str, role: str, kind: str, name: str, namespace: str) -> str:
+    """The lines that name `found` on the object `kind name` and the two ways out: the entry's key
+    that keeps it (not for a field inside a list the program renders), one `keep it:` line per
+    value, and the kubectl command that takes it off the object first."""
+    managers = ", ".join(found.managers)
+    lines = [f"{found.shown}: running {json.dumps(found.value)}, set by {managers}, the settings render nothing"]
+    if any(isinstance(p, int) for p in found.path):
+        lines.append(
+            "no keptFields key reaches into a list the program renders: set the entry's key it comes from "
+            "(docs/adoption.md, W1's table)"
+        )
+    else:
+        key = f"{entry}.keptFields.{role}" + "".join(_segment(str(p)) for p in found.path)
+        lines += [KEEP + line for line in _config_set(key, found.value)]
+    lines.append("or take it off first: " + _removal(found, f"-n {namespace} {kind.lower()} {name}"))
+    return "\n        ".join(lines)
+
+
+def _segment(key: str) -> str:
+    """A key as one step of a Pulumi config path (`.name`, or `["a.b/c"]` where it must be quoted)."""
+    return f".{key}" if _IDENTIFIER.fullmatch(key) else f"[{json.dumps(key)}]"
+
+
+def _config_set(key: str, value: Any) -> Iterator[str]:
+    """`pulumi config set --path` lines that write `value` under `key`, one per leaf."""
+    if isinstance(value, Mapping) and value:
+        for child, sub in value.items():
+            yield from _config_set(f"{key}{_segment(str(child))}", sub)
+    elif isinstance(value, list) and value:
+        for index, sub in enumerate(value):
+            yield from _config_set(f"{key}[{index}]", sub)
+    else:
+        kind = "bool" if isinstance(value, bool) else "int" if isinstance(value, int) else "string"
+        shown = json.dumps(value).lower() if isinstance(value, bool) else str(value)
+        yield f"pulumi config set --path {shlex.quote(key)} --type {kind} {shlex.quote(shown)}"
+
+
+def _removal(found: HandSet, target: str) -> str:
+    """The kubectl command that takes `found` off the object."""
+    if len(found.path) == 3 and found.path[:2] == ("metadata", "annotations"):
+        return f"kubectl annotate {target} {shlex.quote(str(found.path[2]) + '-')}"
+    if len(found.path) == 3 and found.path[:2] == ("metadata", "labels"):
+        return f"kubectl label {target} {shlex.quote(str(found.path[2]) + '-')}"
+    pointer = "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in found.path)
+    patch = json.dumps([{"op": "remove", "path": pointer}])
+    return f"kubectl patch {target} --type=json -p {shlex.quote(patch)}"
