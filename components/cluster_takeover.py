@@ -173,10 +173,11 @@ def check_owner(
 ) -> TakeoverPlan:
     """Before any of the cluster's objects is sent: adopting, the running cluster must be exactly
     what the settings render (`objects`, named as it names them); else a cluster this stack
-    took over (`recorded`, its template names `names`) is its own, and any other must carry the
-    mark of this stack (`stack`). A taken-over cluster that does not carry it yet is becoming the
-    program's in this run (W6): what the owner set by hand since the adoption run is checked again,
-    and so are Cilium's values, which this run's upgrade of the release replaces."""
+    took over or declared before (`recorded`; a taken-over one's template names `names`) is its
+    own, and any other must carry the mark of this stack (`stack`). A taken-over cluster that
+    does not carry it yet is becoming the program's in this run (W6): what the owner set by hand
+    since the adoption run is checked again, and so are Cilium's values, which this run's upgrade
+    of the release replaces."""
     if cluster.recover:
         refuse_unlike_running(cluster, as_running(cluster, objects), kubeconfig)
     elif cluster.adopt:

@@ -68,9 +68,12 @@ def refuse_hand_made(namespace: str, name: str, kubeconfig: str, *, stack: str) 
     where = f"{PROJECT}:workloadClusters: the Cluster {namespace}/{name} exists on the management cluster"
     if owner:
         raise HandMadeClusterError(
-            f"{where}, marked as the cluster of the stack {owner} ({STACK_MARK}), not of this one ({stack}). Two "
-            "stacks declaring one cluster would each roll it to their own settings: declare it in one stack only, "
-            "or leave it out of workloadClusters"
+            f"{where}, marked as the cluster of the stack {owner} ({STACK_MARK}), not of this one ({stack}), and "
+            "this stack's last run did not declare it. Two stacks declaring one cluster would each roll it to their "
+            "own settings: declare it in one stack only. If this stack's state holds the cluster all the same "
+            f"(`pulumi stack --show-urns | grep {name}-cluster`), taking it out of workloadClusters would delete it "
+            "unless it is protected: put this stack's mark on it instead, "
+            f"kubectl annotate --overwrite cluster -n {namespace} {name} {STACK_MARK}={stack}"
         )
     managers = sorted({str(entry.get("manager", "")) for entry in metadata.get("managedFields") or []})
     raise HandMadeClusterError(

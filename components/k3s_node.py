@@ -385,18 +385,24 @@ def _kubeconfig_file(
 ) -> command.local.Command:
     """The admin kubeconfig at `path` on this machine, mode 0600, written again at each new
     `generation` (write_generation). The program writes over no file of anyone else's: created,
-    it refuses a path where something already is; updated (a new kubeconfig), it rewrites the
-    file it wrote."""
+    it refuses a path where something else already is, and takes over a regular file that holds
+    exactly this kubeconfig (a lost stack's, docs/operations.md "Lost state or passphrase"),
+    writing nothing; updated (a new kubeconfig), it rewrites the file it wrote."""
     quoted, directory = shlex.quote(str(path)), shlex.quote(str(path.parent))
     write = f"umask 077 && mkdir -p {directory} && cat > {quoted} && chmod 0600 {quoted}"
     refusal = shlex.quote(
-        f"{PROJECT}:kubeconfigPath: {path} exists, and this program writes no file over one it did not write: "
-        "move it away or choose another path, then run again (docs/operations.md, 'Outputs')"
+        f"{PROJECT}:kubeconfigPath: {path} exists and holds another kubeconfig, and this program writes no file "
+        "over one it did not write: move it away or choose another path, then run again (docs/operations.md, "
+        "'Outputs'; after a lost state, the lost stack's file of an older kubeconfig: move it away)"
     )
+    same = f"[ -f {quoted} ] && [ ! -L {quoted} ] && cmp -s {quoted} -"
     return command.local.Command(
         name,
         # noclobber (set -C) keeps a file that appears after the check from being overwritten too.
-        create=f"if [ -e {quoted} ] || [ -L {quoted} ]; then echo {refusal} >&2; exit 1; fi && set -C && {write}",
+        create=(
+            f"if [ -e {quoted} ] || [ -L {quoted} ]; then {same} && exit 0; echo {refusal} >&2; exit 1; fi"
+            f" && set -C && {write}"
+        ),
         update=write,
         delete=f"rm -f {quoted}",
         # A new path replaces the command, so the old one's delete removes the old file; an

@@ -54,15 +54,11 @@ def manage_cluster(
         adopt=settings.recover,
     )
     taken_over = records.last_value(cluster_takeover.RECORD_OUTPUT)
-    workload_clusters = [
-        workload
+    made = (
+        _workload_cluster(settings, cluster, node, cluster_charts, records, providers=cluster_api.providers)
         for cluster in settings.workload.clusters
-        if (
-            workload := _workload_cluster(
-                settings, cluster, node, cluster_charts, providers=cluster_api.providers, taken_over=taken_over
-            )
-        )
-    ]
+    )
+    workload_clusters = [workload for workload in made if workload is not None]
     kubeconfigs = pulumi.Output.all(**{w.name: w.readonly_kubeconfig for w in workload_clusters})
     records.keep("readonlyKubeconfig", readonly.kubeconfig)
     # Workload cluster name -> its read-only kubeconfig, secret as a whole. all() of no outputs is
@@ -98,15 +94,16 @@ def _workload_cluster(
     cluster: WorkloadClusterSettings,
     node: ClusterNode,
     cluster_charts: ClusterCharts,
+    records: RunRecords,
     *,
     providers: list[kubernetes.apiextensions.CustomResource],
-    taken_over: pulumi.Output[Mapping[str, Mapping[str, str]] | None],
 ) -> WorkloadCluster | None:
     """The cluster's Cluster API objects, once the providers are Ready, and what goes with it.
     None, in a best-effort run (skipCredentialsCheck) that could not fetch CAPMOX's template, for
     a protected cluster: the engine refuses to delete its protected objects, so leaving it out of
-    that run can plan nothing worse than a refusal. `taken_over`: the last run's record of the
-    clusters it took over (components.cluster_takeover)."""
+    that run can plan nothing worse than a refusal. From the last run's `records`: the clusters it
+    took over (components.cluster_takeover) and those it declared (components.rollouts), whatever
+    the stack is called now (a `pulumi stack rename` keeps the state, not the name in the mark)."""
     workload_charts = cluster_charts.workload
     template = workload_charts.cluster_templates.get(cluster.template_version) if workload_charts else None
     if workload_charts is None or template is None:
@@ -131,5 +128,10 @@ def _workload_cluster(
         workload=settings.workload,
         providers=providers,
         token_generation=settings.access.readonly_token_generation,
-        last_names=taken_over.apply(lambda record: (record or {}).get(cluster_takeover.record_key(cluster))),
+        last_names=records.last_value(cluster_takeover.RECORD_OUTPUT).apply(
+            lambda record: (record or {}).get(cluster_takeover.record_key(cluster))
+        ),
+        held=records.last_value(rollouts.ROLLOUT_OUTPUT).apply(
+            lambda record: cluster_takeover.record_key(cluster) in (record or {})
+        ),
     )

@@ -152,8 +152,13 @@ def _token(
     *,
     adopt: bool,
 ) -> kubernetes.core.v1.Secret:
-    """The account's long-lived token, in a Secret named after its generation."""
+    """The account's long-lived token, in a Secret named after its generation; from the second
+    generation on, its Pulumi name too, so that a rotation is a new resource with no inputs of the
+    old one's (an imported token's `data`, which `ignore_changes` would copy into a replacement:
+    the new Secret then held the revoked token, and the token controller fills in only a missing
+    one)."""
     secret_name = f"{ACCOUNT}-token-{generation}"
+    resource_name = name if generation == 1 else f"{name}-{generation}"
     # The token controller's `data`: an import brings it among the inputs, and a Secret's data
     # that leaves them replaces the Secret (pulumi-kubernetes' forceNewProperties), a new token
     # (found by the box: the run after a recovery replaced both tokens). Never declared, so never
@@ -162,7 +167,7 @@ def _token(
         f"{ACCOUNT_NAMESPACE}/{secret_name}", ["metadata", "type", "data"], adopt=adopt, otherwise_ignored=["data"]
     )
     return kubernetes.core.v1.Secret(
-        name,
+        resource_name,
         metadata={
             "name": secret_name,
             "namespace": ACCOUNT_NAMESPACE,

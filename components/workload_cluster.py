@@ -68,13 +68,12 @@ class WorkloadCluster(pulumi.ComponentResource):
         providers: Sequence[pulumi.Resource],
         token_generation: int,
         last_names: pulumi.Output[Mapping[str, str] | None],
+        held: pulumi.Output[bool],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        """`management`, `management_kubeconfig` and `on_cluster`: the management cluster's
-        provider, admin kubeconfig and object options (components.cluster_api.ClusterNode).
-        `last_names`: the last run's record of this cluster, if it was taken over."""
-        self.name = name = cluster.name
-        self.record_key = cluster_takeover.record_key(cluster)
+        """`management`, `management_kubeconfig`, `on_cluster`: the management cluster's (ClusterNode).
+        `last_names`: the last run's record of a taken-over cluster; `held`: the last run declared it."""
+        self.name, self.record_key = (name := cluster.name), cluster_takeover.record_key(cluster)
         super().__init__("homelab:index:WorkloadCluster", name, None, opts)
         self._objects(
             cluster,
@@ -84,6 +83,7 @@ class WorkloadCluster(pulumi.ComponentResource):
             providers=providers,
             timeout_minutes=workload.control_plane_timeout_minutes,
             last_names=last_names,
+            held=held,
         )
         admin_kubeconfig = self._admin_access(cluster, management)
         child = pulumi.ResourceOptions(parent=self)
@@ -126,10 +126,11 @@ class WorkloadCluster(pulumi.ComponentResource):
         providers: Sequence[pulumi.Resource],
         timeout_minutes: int,
         last_names: pulumi.Output[Mapping[str, str] | None],
+        held: pulumi.Output[bool],
     ) -> None:
         name, namespace = cluster.name, cluster.namespace
         self.kept_names = last_names.apply(lambda last: cluster_takeover.kept_names(cluster, objects, last))
-        recorded = last_names.apply(lambda last: last is not None)
+        recorded = pulumi.Output.all(last_names, held).apply(lambda args: args[0] is not None or bool(args[1]))
         child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), on_cluster)
         # What deleting would take machines with is protected; a machine template is not: another
         # sizing deletes the old one (found by the box: a protected one stopped the rollout's run).

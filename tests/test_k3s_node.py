@@ -386,8 +386,9 @@ def test_the_kubeconfig_file_is_written_over_no_file_the_program_did_not_write(
     assert (updated.returncode, path.read_text(), path.stat().st_ino) == (0, "renewed\n", inode)
 
     refusal = (
-        f"lab-mgmt:kubeconfigPath: {path} exists, and this program writes no file over one it did not write: "
-        "move it away or choose another path, then run again (docs/operations.md, 'Outputs')\n"
+        f"lab-mgmt:kubeconfigPath: {path} exists and holds another kubeconfig, and this program writes no file "
+        "over one it did not write: move it away or choose another path, then run again (docs/operations.md, "
+        "'Outputs'; after a lost state, the lost stack's file of an older kubeconfig: move it away)\n"
     )
     path.write_text("apiVersion: v1\nclusters: []  # someone else's\n")
     refused = local_shell(writer["create"], kubeconfig)
@@ -397,6 +398,24 @@ def test_the_kubeconfig_file_is_written_over_no_file_the_program_did_not_write(
     path.symlink_to(path.parent / "elsewhere")
     assert local_shell(writer["create"], kubeconfig).returncode == 1
     assert not (path.parent / "elsewhere").exists()
+
+
+def test_a_lost_stacks_kubeconfig_file_is_taken_over_as_it_is(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """After a lost state the laptop still has the file the lost stack wrote (docs/operations.md,
+    "Lost state or passphrase"): holding this very kubeconfig, the new stack's writer takes it over
+    and writes nothing; a symlink to the same content is still refused."""
+    path = tmp_path_factory.mktemp("home") / "lab-mgmt.yaml"
+    writer = run_program({"kubeconfigPath": str(path), "adopt": True, "recover": True}).get(*KUBECONFIG_FILE).plain
+    kubeconfig = writer["stdin"]
+    path.write_text(kubeconfig)
+    path.chmod(0o600)
+    inode, written = path.stat().st_ino, path.stat().st_mtime_ns
+    taken = local_shell(writer["create"], kubeconfig)
+    assert (taken.returncode, taken.stderr) == (0, "")
+    assert (path.read_text(), path.stat().st_ino, path.stat().st_mtime_ns) == (kubeconfig, inode, written)
+    link = path.parent / "link.yaml"
+    link.symlink_to(path)
+    assert local_shell(writer["create"].replace(str(path), str(link)), kubeconfig).returncode == 1
 
 
 def test_the_kubeconfig_file_output_records_path_and_generation(

@@ -248,17 +248,27 @@ def test_bumping_the_generation_rotates_every_token_and_nothing_else(with_worklo
         "mgmt-readonly-token": "lab-mgmt-readonly-token-1",
         "lab1-readonly-token": "lab-mgmt-readonly-token-1",
     }
+    # A new resource, never a replacement of the old one: a replacement would take the old one's
+    # inputs that ignore_changes keeps, an imported token's `data` among them (review 4, finding 4).
     assert token_secrets(rotated) == {
-        "mgmt-readonly-token": "lab-mgmt-readonly-token-2",
-        "lab1-readonly-token": "lab-mgmt-readonly-token-2",
+        "mgmt-readonly-token-2": "lab-mgmt-readonly-token-2",
+        "lab1-readonly-token-2": "lab-mgmt-readonly-token-2",
     }
-    assert harness.changed(with_workload, rotated) == {(SECRET, "mgmt-readonly-token"), (SECRET, "lab1-readonly-token")}
+    assert harness.changed(with_workload, rotated) == {
+        *((SECRET, f"{name}-readonly-token") for name in ("mgmt", "lab1")),
+        *((SECRET, f"{name}-readonly-token-2") for name in ("mgmt", "lab1")),
+    }
+    third = harness.run_program(overrides={"readonlyTokenGeneration": 3})
+    assert set(token_secrets(third)) == {"mgmt-readonly-token-3", "lab1-readonly-token-3"}
 
 
 def test_bumping_the_generation_without_workload_clusters() -> None:
     without: dict[str, object] = {"workloadClusters": []}
     rotated = harness.run_program(overrides={**without, "readonlyTokenGeneration": 2})
-    assert harness.changed(harness.run_program(without), rotated) == {(SECRET, "mgmt-readonly-token")}
+    assert harness.changed(harness.run_program(without), rotated) == {
+        (SECRET, "mgmt-readonly-token"),
+        (SECRET, "mgmt-readonly-token-2"),
+    }
 
 
 # --- kubeconfig outputs ------------------------------------------------------------------------

@@ -192,7 +192,7 @@ def test_the_section_reads_as_a_script_for_both_boxes() -> None:
     ]
     # Every laptop line is one the boxes can type: the CLI, the page's sed, or the adoption check.
     for line in whole + lab1:
-        assert line.on_node or line.text.startswith(("pulumi ", "sed -i ", ".venv/bin/python tools/")), line
+        assert line.on_node or line.text.startswith(("pulumi ", "sed -i.bak ", ".venv/bin/python tools/")), line
     secrets = {"proxmoxApiTokenSecret": "p", "capmoxTokenSecret": "c", "sshPrivateKey": "k"}
     assert [keyboard.typed_in(line.text, secrets) for line in lines if "--secret" in line.text] == ["p", "c", None]
 
@@ -203,3 +203,15 @@ def test_a_read_only_token_is_never_replaced_for_its_data(made: harness.Run, rec
     for run in (made, recovered):
         for name in ("mgmt-readonly-token", "lab1-readonly-token"):
             assert "data" in run.get(SECRET, name).ignore_changes, name
+
+
+def test_a_rotation_after_a_recovery_makes_each_token_anew(recovered: harness.Run) -> None:
+    """The recovered token's inputs hold its data (an import reads them all), which ignore_changes
+    keeps: a rotation that replaced that resource would create the new Secret holding the revoked
+    token. The next generation is a resource of its own, with no inputs of the old one's."""
+    rotated = harness.run_program(overrides={"readonlyTokenGeneration": 2})
+    for name in ("mgmt-readonly-token", "lab1-readonly-token"):
+        assert (SECRET, name) not in rotated.resources
+        fresh = rotated.get(SECRET, f"{name}-2")
+        assert (fresh.import_id, "data" in fresh.plain) == ("", False)
+        assert recovered.get(SECRET, name).plain["metadata"]["name"] == "lab-mgmt-readonly-token-1"

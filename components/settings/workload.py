@@ -573,6 +573,9 @@ def _read_cluster_network(e: _Entry) -> dict[str, Any]:
         e.fail(
             "controlPlaneEndpoint", f"{endpoint} is outside the nodes' network {network}; kube-vip announces it there"
         )
+    if endpoint is not None and endpoint == gateway:
+        # kube-vip would answer ARP for the router's address: every host of the VLAN loses its gateway.
+        e.fail("controlPlaneEndpoint", f"{endpoint} is the cluster's gateway (gateway)")
     if endpoint is not None and any(first <= endpoint <= last for _, (first, last) in spans):
         e.fail("controlPlaneEndpoint", f"{endpoint} is inside nodeIpRanges; a node could be given the same address")
     return {
