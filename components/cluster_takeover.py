@@ -117,14 +117,27 @@ def kept_names(
     stack's). None for a cluster that was never taken over. Names of templates no longer declared
     stay: a sizing changed back finds its template's name again."""
     if cluster.adopt:
-        return {**(last or {}), **(objects.made_names if cluster.taken_over else {})}
+        return {**(last or {}), **_running_names(cluster, objects)}
     return dict(last) if last is not None else None
 
 
 def as_running(cluster: WorkloadCluster, objects: ClusterObjects) -> ClusterObjects:
     """`objects` named as the running cluster names them, which an adoption imports: clusterctl's
-    names for a cluster it made, the digested ones for a cluster lab-mgmt made."""
-    return named(objects, objects.made_names) if cluster.taken_over else objects
+    names for a cluster it made, the digested ones for a cluster lab-mgmt made, and those the entry
+    gives a taken-over cluster being recovered whose templates rolled (templateNames)."""
+    return named(objects, _running_names(cluster, objects)) if cluster.taken_over else objects
+
+
+def _running_names(cluster: WorkloadCluster, objects: ClusterObjects) -> dict[str, str]:
+    """Digested name -> running name of each machine template of a taken-over cluster whose
+    running name is not its digested one (none for a cluster lab-mgmt made)."""
+    if not cluster.taken_over:
+        return {}
+    names = dict(objects.made_names)
+    for role, template in (("controlPlane", objects.control_plane_template), ("worker", objects.worker_template)):
+        if role in cluster.template_names:
+            names[template["metadata"]["name"]] = cluster.template_names[role]
+    return {digested: name for digested, name in names.items() if name != digested}
 
 
 def record(
@@ -337,6 +350,8 @@ def refuse_unlike_running(cluster: WorkloadCluster, declared: ClusterObjects, ku
     def unlike(role: str, body: dict[str, Any], live: dict[str, Any]) -> list[str]:
         return list(_unlike_live(_compared(body["kind"], live), _compared(body["kind"], body)))
 
+    if cluster.taken_over:
+        _refuse_rolled_templates(cluster, declared, kubeconfig)
     differences = _unlike(cluster, declared, kubeconfig, unlike)
     if differences:
         raise TakeoverMismatchError(
@@ -344,6 +359,32 @@ def refuse_unlike_running(cluster: WorkloadCluster, declared: ClusterObjects, ku
             "with adopt off would change it (a machine field rolls every node). Set the keys these fields come from "
             'to the values the lost stack had (docs/operations.md, "Lost state or passphrase"):\n    '
             + "\n    ".join(differences)
+        )
+
+
+def _refuse_rolled_templates(cluster: WorkloadCluster, declared: ClusterObjects, kubeconfig: str) -> None:
+    """Raises where the running control plane or workers use another machine template than the
+    recovery would import: a taken-over cluster keeps clusterctl's names only until its first
+    rollout (a Kubernetes upgrade, a sizing), and only the lost state recorded which ones rolled.
+    The lines that name them as they run are given (templateNames)."""
+    lines = []
+    for role, referrer, ref in (
+        ("controlPlane", declared.control_plane, ("spec", "machineTemplate", "spec", "infrastructureRef", "name")),
+        ("worker", declared.machine_deployment, ("spec", "template", "spec", "infrastructureRef", "name")),
+    ):
+        live: Any = hand_made_clusters.read_object(kubeconfig, object_path(referrer))
+        for key in ref:
+            live = live.get(key) if isinstance(live, dict) else None
+        wanted: Any = referrer
+        for key in ref:
+            wanted = wanted[key]
+        if isinstance(live, str) and live != wanted:
+            lines.append(f"pulumi config set --path '{cluster.key}.templateNames.{role}' {live}")
+    if lines:
+        raise TakeoverMismatchError(
+            f"{PROJECT}:workloadClusters: {cluster.name}'s machine templates rolled since its takeover: it runs them "
+            "under other names than clusterctl's, which only the lost state recorded. Name them as they run "
+            '(docs/operations.md, "Lost state or passphrase"), then preview again:\n    ' + "\n    ".join(lines)
         )
 
 

@@ -64,12 +64,20 @@ PROGRAM_PRIVILEGES = tuple(
 # template pool, PVESDNUser on its bridge, PVEDatastoreAdmin on the cloud-init ISO storage and
 # Datastore.AllocateSpace on the disk storage. Those paths are the owner's choice, so the
 # privileges of those roles that CAPMOX uses are required on some path, Sys.Audit on `/`.
+# Datastore.Allocate: CAPMOX deletes each VM's cloud-init ISO from its storage once the VM has
+# booted (pkg/proxmox/goproxmox/api_client.go UnmountCloudInitISO; pve-storage's content DELETE).
 CAPMOX_ROOT_PRIVILEGES = ("Sys.Audit",)
 CAPMOX_PRIVILEGES = (
     *("VM.Allocate", "VM.Audit", "VM.Clone", "VM.PowerMgmt", "VM.Config.CDROM", "VM.Config.Cloudinit"),
     *("VM.Config.CPU", "VM.Config.Disk", "VM.Config.Memory", "VM.Config.Network", "VM.Config.Options"),
-    *("SDN.Use", "Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit"),
+    *("SDN.Use", "Datastore.Allocate", "Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit"),
 )
+# CAPMOX waits for each new VM's guest agent and asks it for cloud-init's status (the agent's
+# get-osinfo, exec and exec-status; internal/service/vmservice/vm.go checkCloudInitStatus, with
+# the cluster template's default checks): VM.Monitor on Proxmox VE 8; on 9, which has no
+# VM.Monitor, VM.GuestAgent.Unrestricted (exec; qemu-server src/PVE/API2/Qemu/Agent.pm). Either
+# holds; without one, every Machine waits on its VM for ever.
+CAPMOX_GUEST_AGENT = ("VM.Monitor", "VM.GuestAgent.Unrestricted")
 
 
 class CredentialsError(pulumi.RunError):
@@ -92,6 +100,9 @@ class TokenCheck:
     on_paths: Mapping[str, tuple[str, ...]]
     """Path -> the privileges that must hold there."""
     anywhere: tuple[str, ...] = ()
+    any_of_anywhere: tuple[tuple[str, ...], ...] = ()
+    """Groups of privileges of which one must hold on some path: a privilege that Proxmox VE 9
+    renamed, by its names on each version."""
 
 
 def read_permissions(endpoint: str, token_id: str, token_secret: str, *, insecure: bool) -> Permissions:
@@ -151,6 +162,11 @@ def missing_privileges(permissions: Permissions, check: TokenCheck) -> list[str]
         if not holds(permissions, path, privilege)
     ]
     missing += [privilege for privilege in check.anywhere if privilege not in anywhere]
+    missing += [
+        f"{' or '.join(group)} (by its name on Proxmox VE 8 or 9)"
+        for group in check.any_of_anywhere
+        if not anywhere.intersection(group)
+    ]
     return missing
 
 
@@ -187,6 +203,7 @@ def token_checks(settings: Settings) -> tuple[TokenCheck, TokenCheck]:
             settings.cluster_api.capmox_token_secret,
             on_paths={ROOT_PATH: CAPMOX_ROOT_PRIVILEGES},
             anywhere=CAPMOX_PRIVILEGES,
+            any_of_anywhere=(CAPMOX_GUEST_AGENT,),
         ),
     )
 

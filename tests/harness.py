@@ -301,7 +301,13 @@ def changed(before: Run, after: Run) -> set[tuple[str, str]]:
 # Every privilege either token is asked for, on `/`: what a correctly set up lab answers.
 FULL_PERMISSIONS: dict[str, dict[str, int]] = {
     "/": dict.fromkeys(
-        (*credentials.PROGRAM_PRIVILEGES, *credentials.CAPMOX_ROOT_PRIVILEGES, *credentials.CAPMOX_PRIVILEGES), 1
+        (
+            *credentials.PROGRAM_PRIVILEGES,
+            *credentials.CAPMOX_ROOT_PRIVILEGES,
+            *credentials.CAPMOX_PRIVILEGES,
+            credentials.CAPMOX_GUEST_AGENT[0],
+        ),
+        1,
     )
 }
 TokenTable = Mapping[tuple[str, str], Mapping[str, Mapping[str, int]]]

@@ -165,6 +165,9 @@ def test_before_the_takeover_the_inspector_answers_through_the_old_accounts_file
 
 
 def test_after_w7_the_inspector_answers_through_the_programs_accounts(takeover: Any) -> None:
+    """Through the files in the owner's own repository, where it reads: W7 writes nothing into the
+    lab-mgmt clone."""
+    assert takeover["written_into_the_clone"] == []
     found = takeover["inspector_after"]
     assert inspector.problems(found) == []
     assert {cluster: result["who"] for cluster, result in found.items()} == dict.fromkeys(

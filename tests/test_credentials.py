@@ -158,13 +158,35 @@ def test_capmox_least_privilege_layout_passes() -> None:
     storages, whose paths are the owner's choice."""
     least = {
         "/": {"Sys.Audit": 0},
-        "/pool/capi": {p: 0 for p in credentials.CAPMOX_PRIVILEGES if not p.startswith("Datastore.")},
-        "/storage/capi_files": {"Datastore.AllocateTemplate": 0, "Datastore.Audit": 0, "Datastore.AllocateSpace": 0},
+        "/pool/capi": {
+            **{p: 0 for p in credentials.CAPMOX_PRIVILEGES if not p.startswith("Datastore.")},
+            "VM.GuestAgent.Unrestricted": 0,  # PVEVMAdmin's, on Proxmox VE 9
+        },
+        "/storage/capi_files": {
+            **dict.fromkeys(("Datastore.Allocate", "Datastore.AllocateTemplate", "Datastore.Audit"), 0),
+            "Datastore.AllocateSpace": 0,
+        },
     }
     run = harness.run_program(
         tokens={(PROGRAM_TOKEN, PROGRAM_SECRET): harness.FULL_PERMISSIONS, (CAPMOX_TOKEN, CAPMOX_SECRET): least}
     )
     assert len(run.permission_calls) == 2
+
+
+@pytest.mark.parametrize("guest_agent", ["VM.Monitor", "VM.GuestAgent.Unrestricted", None])
+def test_capmox_token_needs_the_guest_agent_by_either_name(guest_agent: str | None) -> None:
+    """CAPMOX asks each VM's guest agent for cloud-init's status: Proxmox VE 8's VM.Monitor or 9's
+    VM.GuestAgent.Unrestricted; VM.GuestAgent.Audit alone cannot run the agent's exec."""
+    held = dict.fromkeys((*credentials.CAPMOX_ROOT_PRIVILEGES, *credentials.CAPMOX_PRIVILEGES), 0)
+    held |= {"VM.GuestAgent.Audit": 0} | ({guest_agent: 0} if guest_agent else {})
+    tokens = {(PROGRAM_TOKEN, PROGRAM_SECRET): harness.FULL_PERMISSIONS, (CAPMOX_TOKEN, CAPMOX_SECRET): {"/": held}}
+    if guest_agent is not None:
+        harness.run_program(tokens=tokens)
+        return
+    assert failure(tokens).endswith(
+        f"lab-mgmt:capmoxTokenSecret (token {CAPMOX_TOKEN}): lacks VM.Monitor or VM.GuestAgent.Unrestricted "
+        "(by its name on Proxmox VE 8 or 9)"
+    )
 
 
 def test_capmox_token_without_sys_audit_on_root_fails() -> None:

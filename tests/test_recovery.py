@@ -17,7 +17,9 @@ from test_cluster_takeover import (
     PMT,
     RELEASE,
     cluster_objects,
+    clusterctl_lab1,
     record_of,
+    taken_over_entry,
     workload_problems,
 )
 from test_settings import problems
@@ -215,3 +217,40 @@ def test_a_rotation_after_a_recovery_makes_each_token_anew(recovered: harness.Ru
         fresh = rotated.get(SECRET, f"{name}-2")
         assert (fresh.import_id, "data" in fresh.plain) == ("", False)
         assert recovered.get(SECRET, name).plain["metadata"]["name"] == "lab-mgmt-readonly-token-1"
+
+
+def test_a_taken_over_cluster_whose_templates_rolled_is_recovered_by_their_running_names() -> None:
+    """After its takeover, lab1's first upgrade (a new template VM) rolled both machine templates to
+    their digested names; only the lost state recorded that. The recovery names what runs from the
+    live referrers, and imports them under the names the entry then gives (review 4, finding 3)."""
+    taken_over = taken_over_entry()
+    adopted = harness.run_program(
+        {"workloadClusters": [{**taken_over, "adopt": True}]}, live_objects=clusterctl_lab1(taken_over)
+    )
+    upgraded_entry = {**taken_over, "templateVmId": 9001}
+    upgraded = harness.run_program(
+        {"workloadClusters": [upgraded_entry]}, previous_outputs={RECORD_OUTPUT: record_of(adopted)}
+    )
+    rolled = {r.name: r.plain["metadata"]["name"] for r in upgraded.of_type(PMT)}
+    assert all(name == kubernetes_name for name, kubernetes_name in rolled.items())
+    live = running(upgraded)
+    recover = {"adopt": True, "recover": True, "workloadClusters": [{**upgraded_entry, "adopt": True}]}
+    with pytest.raises(TakeoverMismatchError) as refused:
+        harness.run_program(recover, live_objects=live)
+    control_plane, worker = (next(n for n in rolled if n.startswith(f"lab1-{p}-")) for p in ("control-plane", "worker"))
+    assert str(refused.value).split("\n    ")[1:] == [
+        f"pulumi config set --path 'workloadClusters[0].templateNames.controlPlane' {control_plane}",
+        f"pulumi config set --path 'workloadClusters[0].templateNames.worker' {worker}",
+    ]
+    names = {"controlPlane": control_plane, "worker": worker}
+    recover["workloadClusters"] = [{**upgraded_entry, "adopt": True, "templateNames": names}]
+    recovered = harness.run_program(recover, live_objects=live)
+    assert {r.import_id for r in recovered.of_type(PMT)} == {f"default/{control_plane}", f"default/{worker}"}
+    assert record_of(recovered) == {"default/lab1": {}}
+
+
+def test_template_names_are_read_only_while_recovering_a_taken_over_cluster() -> None:
+    assert workload_problems(taken_over_entry(templateNames={"worker": "lab1-worker-1a2b3c4d"})) == [
+        "lab-mgmt:workloadClusters[0].templateNames: is read only while recovering a taken-over cluster (recover, "
+        "adopt and takenOver): the record of a live stack names the templates"
+    ]

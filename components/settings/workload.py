@@ -9,6 +9,7 @@ clusters.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import re
@@ -193,6 +194,9 @@ class WorkloadCluster:
     kept_fields: Mapping[str, Mapping[str, Any]]
     """Fields of the seven objects kept beside the program's, by role (components.kept_fields):
     those an owner set by hand, which the run that takes kubectl's fields would otherwise remove."""
+    template_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Recovering a taken-over cluster: the machine templates' names as it runs them, by
+    `controlPlane` and `worker`, where they rolled since the takeover (components.cluster_takeover)."""
     key: str = WORKLOAD_CLUSTERS_KEY
     """The entry's own key, `workloadClusters[i]`, which refusals name."""
 
@@ -396,6 +400,7 @@ def _read_workload_cluster(e: _Entry, lab: LabNetwork, *, recover: bool) -> Work
         recover=recover and adopt,
         cilium_values=_read_cilium_values(e),
         kept_fields=_read_kept_fields(e.entry("keptFields")),
+        template_names=_read_template_names(e.entry("templateNames")),
         key=e.path,
     )
     if len(name) > CLUSTER_NAME_MAX:
@@ -458,6 +463,21 @@ def _read_kept_fields(e: _Entry) -> Mapping[str, Mapping[str, Any]]:
             kept[role] = body
     e.done()
     return kept
+
+
+# A Kubernetes object name (RFC 1123 subdomain), as a machine template's.
+OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def _read_template_names(e: _Entry) -> dict[str, str]:
+    """templateNames.controlPlane and .worker: what a recovery imports each machine template as."""
+    names = {
+        role: e.text(role, OBJECT_NAME, "a Kubernetes object name", default="")
+        for role in ("controlPlane", "worker")
+        if e.has(role)
+    }
+    e.done()
+    return names
 
 
 def _read_strings_map(e: _Entry, name: str) -> dict[str, str]:
@@ -535,6 +555,12 @@ def _check_taken_over(e: _Entry, cluster: WorkloadCluster) -> None:
     adopt needs takenOver or the stack's recover is checked with the stack's keys (components.settings)."""
     if cluster.adopt and not cluster.protected:
         e.fail("adopt", "true needs protected: true: a cluster being taken over is never deleted by Pulumi")
+    if cluster.template_names and not (cluster.recover and cluster.taken_over):
+        e.fail(
+            "templateNames",
+            "is read only while recovering a taken-over cluster (recover, adopt and takenOver): the record of a "
+            "live stack names the templates",
+        )
     if cluster.taken_over and e.has("serviceCidr"):
         # clusterctl's template declares none, so kubeadm took its default; declaring one now
         # would change a running cluster's network.

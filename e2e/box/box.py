@@ -91,7 +91,14 @@ INJECT_SECONDS = 10.0
 # Every privilege components/credentials.py checks, on `/`, for both tokens.
 ALL_PRIVILEGES = {
     "/": dict.fromkeys(
-        (*credentials.PROGRAM_PRIVILEGES, *credentials.CAPMOX_ROOT_PRIVILEGES, *credentials.CAPMOX_PRIVILEGES), 1
+        (
+            *credentials.PROGRAM_PRIVILEGES,
+            *credentials.CAPMOX_ROOT_PRIVILEGES,
+            *credentials.CAPMOX_PRIVILEGES,
+            # Proxmox VE 8's name for the guest agent's privilege (the stand-in is 8.4).
+            credentials.CAPMOX_GUEST_AGENT[0],
+        ),
+        1,
     )
 }
 TOKENS = {

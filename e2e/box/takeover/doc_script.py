@@ -31,7 +31,7 @@ PLACEHOLDER = re.compile(r"<[a-z][^<>\n]*>")
 LAPTOP_TOOLS = frozenset(
     (
         *("pulumi", "ssh", "kubectl", "helm", "mkdir", "chmod", ".venv/bin/python"),
-        *("diff", "grep", "sort", "tr", "echo", "sed", "cat", "sh"),
+        *("diff", "grep", "sort", "tr", "echo", "sed", "cat", "sh", "true"),
     )
 )
 NODE_TOOLS = frozenset(("qm", "vzdump", "grep"))

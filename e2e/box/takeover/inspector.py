@@ -1,6 +1,7 @@
 """The owner's read-only inspector (the spec's "The owner's read-only inspector"; issue 40): its
 kubeconfigs as the owner's make-kubeconfig.sh mints them today, and its checks, typed on the
-laptop through whichever kubeconfigs sit where it reads them, before the takeover (the old
+laptop through whichever kubeconfigs sit where it reads them (the owner's own repository, not the
+lab-mgmt clone), before the takeover (the old
 `capi-readonly` account's 7-day tokens) and after it (the program's read-only accounts, written
 there by docs/adoption.md's W7).
 
@@ -19,9 +20,11 @@ import yaml
 from components.kubeconfig import token_kubeconfig
 from e2e.standins.cluster import playbook_lab
 
-# Where the inspector reads, in the owner's repository (the laptop's project folder), and the
-# context each file names.
-FOLDER = Path(".claude/cluster-inspector/kubeconfigs")
+# Where the inspector reads: in the owner's own repository, beside the lab-mgmt clone in the
+# laptop's home (docs/adoption.md W7), as the laptop's shell names it; and the context each file names.
+OWNERS_REPOSITORY = Path("src/cluster-autoscaler-with-capi")
+FOLDER = OWNERS_REPOSITORY / ".claude/cluster-inspector/kubeconfigs"
+TYPED_FOLDER = f"~/{FOLDER}"
 CONTEXTS = {"lab-mgmt": "lab-mgmt-ro", "lab1": "lab1-ro"}
 # make-kubeconfig.sh's token lifetime: seven days, refreshed weekly.
 OLD_TOKEN_DURATION = "168h"
@@ -66,7 +69,7 @@ class Laptop(Protocol):
     def laptop(self, line: str) -> dict[str, Any]: ...
 
 
-def mint_old_file(lab: Laptop, project: Path, cluster: str, admin: str, *, apply_rbac: bool) -> None:
+def mint_old_file(lab: Laptop, home: Path, cluster: str, admin: str, *, apply_rbac: bool) -> None:
     """make-kubeconfig.sh NAME --admin-kubeconfig ... [--apply-rbac]: the inspector's RBAC applied
     where asked, a 7-day token of `capi-readonly` and the file written where the inspector reads."""
     if apply_rbac:
@@ -81,7 +84,7 @@ def mint_old_file(lab: Laptop, project: Path, cluster: str, admin: str, *, apply
         _answer(lab.laptop(f"kubectl --kubeconfig {admin} config view --raw --minify --flatten"))
     )
     cluster_entry = admin_config["clusters"][0]["cluster"]
-    path = project / FOLDER / f"{cluster}.kubeconfig"
+    path = home / FOLDER / f"{cluster}.kubeconfig"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         token_kubeconfig(cluster_entry["server"], cluster_entry["certificate-authority-data"], token, CONTEXTS[cluster])
@@ -94,7 +97,7 @@ def checks(lab: Laptop) -> dict[str, dict[str, Any]]:
     per cluster, its context, each read's exit code and output, and each `can-i`'s answer."""
     found: dict[str, dict[str, Any]] = {}
     for cluster, reads in READS.items():
-        base = f"kubectl --kubeconfig {FOLDER / cluster}.kubeconfig"
+        base = f"kubectl --kubeconfig {TYPED_FOLDER}/{cluster}.kubeconfig"
         context = lab.laptop(f"{base} config current-context")
         found[cluster] = {
             "context": context["stdout"].strip(),

@@ -33,6 +33,7 @@ PLACEHOLDERS = {
     "<its release>": owners_lab.HAND_AUTOSCALER[1],
     "<flag>": "balance-similar-node-groups",
     "<its value>": "true",
+    "<your inspector's kubeconfigs folder>": inspector.TYPED_FOLDER,
 }
 
 
@@ -94,6 +95,9 @@ def owners_takeover(root: str) -> dict[str, Any]:
             typed_until = len(lab.box.cluster.audit())
             out["after"] = _lab(lab)
             out["inspector_after"] = inspector.checks(lab)
+            out["written_into_the_clone"] = sorted(
+                str(path.relative_to(lab.box.engine.project)) for path in lab.box.engine.project.rglob("*.kubeconfig")
+            )
             start = out["typed"][0]["audit_mark"]
             w6 = next((entry["audit_mark"] for entry in out["typed"] if entry["step"].startswith("W6")), None)
             out["writes_before_w6"] = lab1_state.writes(lab.box.cluster, start, until=w6)

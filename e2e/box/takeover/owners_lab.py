@@ -161,5 +161,5 @@ def running(base: Path) -> Iterator[OwnersLab]:
         # The inspector's files as this week's refresh left them (lab1's RBAC applied there once).
         for cluster in inspector.CONTEXTS:
             admin = f"~/.kube/{cluster}.kubeconfig"
-            inspector.mint_old_file(lab, box.engine.project, cluster, admin, apply_rbac=cluster == "lab1")
+            inspector.mint_old_file(lab, lab.home, cluster, admin, apply_rbac=cluster == "lab1")
         yield lab
