@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from components import cilium_values
+
 # The clusterapi provider reads each MachineDeployment's /scale several times a main loop through a
 # client held at client-go's default 5 requests a second (burst 10): in the box one loop with one
 # MachineDeployment waited about 6 s on that limit, and scale-from-zero took 16 s from the pending
@@ -78,6 +80,17 @@ def dropped(hand_made: Mapping[str, Any], flags: Mapping[str, str]) -> Iterator[
         key = f"autoscaler.{TIMING_KEYS[flag]}" if flag in TIMING_KEYS else f"autoscaler.extraArgs.{flag}"
         passes = f"passes {flags[flag]}" if flag in flags else "does not pass it"
         yield f"{flag}: running {running}, the program's release {passes} (keep it with {key})"
+
+
+# The values a comparison of two releases' values leaves out: the flags (dropped names them with
+# their keys) and the program's restart-on-new-kubeconfig annotation.
+NOT_COMPARED = ("extraArgs", "podAnnotations")
+
+
+def changed_values(hand_made: Mapping[str, Any], program: Mapping[str, Any]) -> list[str]:
+    """Each value of a hand-installed release (`helm get values`) that the program's release sets
+    otherwise or not at all, flags aside, as `path: running X, the program sets Y`."""
+    return [line for path, line in cilium_values.dropped(hand_made, program) if path.split(".")[0] not in NOT_COMPARED]
 
 
 def flag_value(value: Any) -> str:

@@ -67,7 +67,9 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             version=chart.version,
             namespace=cluster.namespace,
             # A digest reveals nothing of the kubeconfig: unsecret, the preview shows it change.
-            values=_values(cluster, image_tag, pulumi.Output.unsecret(workload_kubeconfig.apply(kubeconfig_digest))),
+            values=release_values(
+                cluster, image_tag, pulumi.Output.unsecret(workload_kubeconfig.apply(kubeconfig_digest))
+            ),
             timeout=RELEASE_TIMEOUT_SECONDS,
             opts=pulumi.ResourceOptions.merge(
                 pulumi.ResourceOptions.merge(
@@ -81,7 +83,8 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         self.register_outputs({"status": self.release.status})
 
 
-def _values(cluster: WorkloadCluster, image_tag: str, digest: pulumi.Output[str]) -> dict[str, object]:
+def release_values(cluster: WorkloadCluster, image_tag: str, digest: pulumi.Input[str]) -> dict[str, object]:
+    """The release's values; `digest`: the workload kubeconfig's (KUBECONFIG_DIGEST_ANNOTATION)."""
     return {
         "cloudProvider": "clusterapi",
         "clusterAPIMode": "kubeconfig-incluster",

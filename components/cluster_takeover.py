@@ -59,7 +59,7 @@ from typing import Any
 
 import pulumi
 
-from components import autoscaler_flags, cilium_values, hand_made_clusters, kept_fields
+from components import autoscaler_flags, cilium_values, cluster_autoscaler, hand_made_clusters, kept_fields
 from components.cluster_template import ClusterObjects
 from components.settings import PROJECT, WorkloadCluster
 from components.settings.workload import (
@@ -183,11 +183,13 @@ def check_owner(
     names: Mapping[str, str] | None,
     recorded: bool,
     stack: str,
+    autoscaler_image_tag: str,
 ) -> TakeoverPlan:
     """Before any of the cluster's objects is sent: adopting, the running cluster must be exactly
     what the settings render (`objects`, named as it names them); else a cluster this stack
     took over or declared before (`recorded`; a taken-over one's template names `names`) is its
-    own, and any other must carry the mark of this stack (`stack`). A taken-over cluster that
+    own, and any other must carry the mark of this stack (`stack`); `autoscaler_image_tag`: the
+    program's autoscaler's, against a hand-installed one's. A taken-over cluster that
     does not carry it yet is becoming the program's in this run (W6): what the owner set by hand
     since the adoption run is checked again, and so are Cilium's values, which this run's upgrade
     of the release replaces."""
@@ -204,7 +206,7 @@ def check_owner(
         refuse_replicas_outside_range(cluster, objects, kubeconfig)
         if cluster.adopt or becoming_the_programs:
             refuse_dropped_cilium_values(cluster, kubeconfig)
-        refuse_dropped_autoscaler_flags(cluster, kubeconfig)
+        refuse_dropped_autoscaler_flags(cluster, kubeconfig, autoscaler_image_tag)
     return TakeoverPlan(forced=becoming_the_programs)
 
 
@@ -263,19 +265,28 @@ def refuse_dropped_cilium_values(cluster: WorkloadCluster, kubeconfig: str) -> N
             )
 
 
-def refuse_dropped_autoscaler_flags(cluster: WorkloadCluster, kubeconfig: str) -> None:
-    """Raises while a cluster-autoscaler installed by hand for this cluster passes a flag that the
-    program's release would not: uninstalled before the program's is installed (docs/adoption.md
-    step 5), it would go without a word (components.autoscaler_flags)."""
+def refuse_dropped_autoscaler_flags(cluster: WorkloadCluster, kubeconfig: str, image_tag: str) -> None:
+    """Raises while a cluster-autoscaler installed by hand for this cluster (or for no cluster in
+    particular) passes a flag that the program's release would not: uninstalled before the
+    program's is installed (docs/adoption.md step 5), it would go without a word
+    (components.autoscaler_flags). Every other value of it that the program's release sets
+    otherwise is named too, as a warning: no key keeps those."""
     flags = cluster.autoscaler.flags()
+    program = cluster_autoscaler.release_values(cluster, image_tag, "")
     for release in _deployed(kubeconfig, EVERY_RELEASE):
         config = release.get("config") or {}
         if (
             release.get("chart", {}).get("metadata", {}).get("name") != "cluster-autoscaler"
             or release.get("name") == f"{cluster.name}-autoscaler"
-            or (config.get("autoDiscovery") or {}).get("clusterName") != cluster.name
+            or (config.get("autoDiscovery") or {}).get("clusterName") not in (cluster.name, None)
         ):
             continue
+        where = f"{release.get('namespace')}/{release.get('name')}"
+        for line in autoscaler_flags.changed_values(config, program):
+            pulumi.log.warn(
+                f"{PROJECT}:workloadClusters: the cluster-autoscaler installed by hand for {cluster.name} ({where}) "
+                f"runs with a value the program's release sets otherwise: {line}"
+            )
         dropped = list(autoscaler_flags.dropped(config, flags))
         if dropped:
             raise HandMadeAutoscalerFlagsError(
@@ -426,7 +437,13 @@ def _unlike(
         if live is None:
             differences.append(f"{kind} {name}: does not exist")
             continue
-        hand_set = kept_fields.held(live, _walked(body, live), skipped=_NOT_DECLARED_PATHS.get(kind, ()))
+        recorded = (live.get("metadata", {}).get("annotations") or {}).get(LAST_APPLIED)
+        hand_set = kept_fields.held(
+            live,
+            _walked(body, live),
+            skipped=_NOT_DECLARED_PATHS.get(kind, ()),
+            applied=json.loads(recorded) if recorded else None,
+        )
         where = {"entry": cluster.key, "role": role, "kind": kind, "name": name, "namespace": cluster.namespace}
         found = [kept_fields.advice(field, **where) for field in hand_set]
         found += [

@@ -45,6 +45,8 @@ TAKEN_MANAGERS = (
     ("pulumi-kubernetes", ("Update",)),
     ("pulumi-resource-kubernetes", ("Update",)),
 )
+# kubectl apply's manager: its record of what it sent is the object's last-applied annotation.
+CLIENT_SIDE_APPLY = "kubectl-client-side-apply"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
@@ -89,11 +91,19 @@ class HandSet:
         return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in self.path).lstrip(".")
 
 
-def held(live: Mapping[str, Any], rendered: Mapping[str, Any], skipped: tuple[tuple[str, ...], ...]) -> list[HandSet]:
+def held(
+    live: Mapping[str, Any],
+    rendered: Mapping[str, Any],
+    skipped: tuple[tuple[str, ...], ...],
+    applied: Mapping[str, Any] | None = None,
+) -> list[HandSet]:
     """Each field of `live` under metadata.labels, metadata.annotations or spec that a taken
     manager holds (TAKEN_MANAGERS, not a subresource's entry) and that `rendered` lacks, at its
     highest level the rendering lacks; unless a manager that stays holds it too (it survives), or
-    it is one of `skipped` (what the program leaves to others on purpose)."""
+    it is one of `skipped` (what the program leaves to others on purpose). Of what kubectl apply's
+    create holds, only what its record `applied` (last-applied-configuration) has: the API server
+    gives the creator the fields the CRD's schema defaults too (found by the box: a
+    ProxmoxCluster's `ipv4Config.metric`), which its apply did not send and which come back."""
     taken: dict[tuple[str | int, ...], set[str]] = {}
     staying: set[tuple[str | int, ...]] = set()
     for entry in live.get("metadata", {}).get("managedFields") or []:
@@ -105,16 +115,29 @@ def held(live: Mapping[str, Any], rendered: Mapping[str, Any], skipped: tuple[tu
             manager.startswith(prefix) and entry.get("operation") in operations for prefix, operations in TAKEN_MANAGERS
         )
         for path in _absent(fields, live, rendered, ()) if is_taken else _leaves(fields, live, ()):
-            if is_taken:
-                taken.setdefault(path, set()).add(manager)
-            else:
+            if not is_taken:
                 staying.add(path)
+            elif manager != CLIENT_SIDE_APPLY or applied is None or _has(applied, path, live):
+                taken.setdefault(path, set()).add(manager)
     found = []
     for path, managers in sorted(taken.items(), key=lambda item: [str(p) for p in item[0]]):
         if path in staying or _skipped(path, skipped):
             continue
         found.append(HandSet(path, _at(live, path), tuple(sorted(managers))))
     return found
+
+
+def _has(applied: Mapping[str, Any], path: tuple[str | int, ...], live: Mapping[str, Any]) -> bool:
+    """Whether the record `applied` has the field at `path` of `live` (a list element matched as
+    _counterpart matches it)."""
+    node: Any = applied
+    here: Any = live
+    for key in path:
+        here = here[key]
+        node = _counterpart(node, key, here)
+        if node is _ABSENT:
+            return False
+    return True
 
 
 def _skipped(path: tuple[str | int, ...], skipped: tuple[tuple[str, ...], ...]) -> bool:

@@ -81,7 +81,7 @@ class WorkloadCluster(pulumi.ComponentResource):
             management_kubeconfig=management_kubeconfig,
             on_cluster=on_cluster,
             providers=providers,
-            timeout_minutes=workload.control_plane_timeout_minutes,
+            workload=workload,
             last_names=last_names,
             held=held,
         )
@@ -124,7 +124,7 @@ class WorkloadCluster(pulumi.ComponentResource):
         management_kubeconfig: pulumi.Output[str],
         on_cluster: pulumi.ResourceOptions,
         providers: Sequence[pulumi.Resource],
-        timeout_minutes: int,
+        workload: WorkloadSettings,
         last_names: pulumi.Output[Mapping[str, str] | None],
         held: pulumi.Output[bool],
     ) -> None:
@@ -136,7 +136,9 @@ class WorkloadCluster(pulumi.ComponentResource):
         # sizing deletes the old one (found by the box: a protected one stopped the rollout's run).
         lasting = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=cluster.protected))
         stack = hand_made_clusters.this_stack()
-        parts = _Parts(cluster, objects, self.kept_names, management_kubeconfig, recorded, stack=stack)
+        parts = _Parts(
+            cluster, objects, self.kept_names, management_kubeconfig, recorded, stack=stack, workload=workload
+        )
         self.machine_specs = parts.declared.apply(rollouts.machine_specs)
         before = [*providers, *_namespace(cluster, lasting)]
 
@@ -158,7 +160,7 @@ class WorkloadCluster(pulumi.ComponentResource):
         self.machine_deployment = custom(
             f"{name}-workers", lambda o: o.machine_deployment, worker_template, worker_config
         )
-        within = f"{timeout_minutes}m"
+        within = f"{workload.control_plane_timeout_minutes}m"
         self.cluster = parts.resource(
             f"{name}-cluster",
             (lambda o: _owned_cluster(o, stack)) if not cluster.adopt else lambda o: o.cluster,
@@ -245,13 +247,20 @@ class _Parts:
         recorded: pulumi.Output[bool],
         *,
         stack: str,
+        workload: WorkloadSettings,
     ) -> None:
         # Every object's metadata waits on the check: a refusal fails the run before any is sent.
         # What it yields is nothing secret, though it comes from the admin kubeconfig.
         self.plan = pulumi.Output.unsecret(
             pulumi.Output.all(management_kubeconfig, recorded, kept_names).apply(
                 lambda args: cluster_takeover.check_owner(
-                    cluster, objects, args[0], names=args[2], recorded=args[1], stack=stack
+                    cluster,
+                    objects,
+                    args[0],
+                    names=args[2],
+                    recorded=args[1],
+                    stack=stack,
+                    autoscaler_image_tag=workload.autoscaler_image_tag,
                 )
             )
         )

@@ -60,11 +60,11 @@ def test_the_node_blocks_back_up_set_the_os_type_and_read_the_uptime(typed: list
     ]
 
 
-def test_the_placeholders_are_the_owners_six_values_and_the_vms_two() -> None:
+def test_the_placeholders_are_the_owners_seven_values_and_the_vms_two() -> None:
     found = {placeholder for block in JOURNEY for placeholder in block.placeholders()}
     assert found == {
         *("<your backup storage>", "<the running chart version>", "<its namespace>", "<its release>"),
-        *("<flag>", "<its value>", "<vmId>", "<vmAddress>"),
+        *("<flag>", "<its value>", "<the kubeconfigs folder of your inspector>", "<vmId>", "<vmAddress>"),
     }
     block = next(block for block in JOURNEY if "<your backup storage>" in block.placeholders())
     values = {"<your backup storage>": "local"} | doc_script.vm_values(305, "192.168.7.30")

@@ -18,6 +18,7 @@ from test_cluster_takeover import (
     MD,
     RELEASE,
     _with_cilium,
+    _with_hand_autoscaler,
     cluster_objects,
     clusterctl_lab1,
     record_of,
@@ -314,3 +315,37 @@ def test_the_force_is_the_takeovers_alone_for_the_cluster_the_program_made() -> 
     for resource in cluster_objects(run):
         assert "pulumi.com/patchForce" not in resource.plain["metadata"].get("annotations", {}), resource.name
     assert CLUSTER in {r.type for r in cluster_objects(run)}
+
+
+def test_every_value_of_the_hand_installed_autoscaler_the_programs_release_changes_is_named(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not only its flags: resources, a node selector, its image; and a release that names no
+    cluster at all is read as lab1's too (it discovers every cluster of its namespace)."""
+    entry = taken_over_entry(adopt=True)
+    values = {"resources": {"limits": {"memory": "300Mi"}}, "image": {"tag": "v1.35.1"}, "autoDiscovery": {}}
+    live = _with_hand_autoscaler(clusterctl_lab1(entry), values)
+    with caplog.at_level(logging.WARNING):
+        harness.run_program({"workloadClusters": [entry]}, live_objects=live)
+    named = sorted(
+        r.getMessage().split("sets otherwise: ", 1)[1] for r in caplog.records if "installed by hand" in r.getMessage()
+    )
+    assert named == [
+        'autoDiscovery: running {}, the program sets {"clusterName": "lab1", "namespace": "default"}',
+        'image.tag: running "v1.35.1", the program sets "v1.35.2"',
+        'resources.limits.memory: running "300Mi", the program sets nothing',
+    ]
+
+
+def test_what_the_crd_defaulted_for_kubectl_apply_is_not_hand_work() -> None:
+    """The API server gives the creator the fields the CRD's schema defaults (found by the box:
+    the ProxmoxCluster's ipv4Config.metric and externalManagedControlPlane): kubectl's apply never
+    sent them, its record lacks them, and they come back after W6's apply leaves them out."""
+    entry = taken_over_entry(adopt=True)
+    live = clusterctl_lab1(entry)
+    path = "/apis/infrastructure.cluster.x-k8s.io/v1alpha2/namespaces/default/proxmoxclusters/lab1"
+    live[path]["spec"]["ipv4Config"]["metric"] = 100
+    live[path]["metadata"]["managedFields"][0]["fieldsV1"] = {
+        "f:spec": {"f:ipv4Config": {"f:metric": {}, "f:prefix": {}}}
+    }
+    harness.run_program({"workloadClusters": [entry]}, live_objects=live)

@@ -105,7 +105,7 @@ def tools(block: Block) -> set[str]:
         lexer.commenters = ""
         starts_command = True
         for token in lexer:
-            if starts_command and not token.startswith("#"):
+            if starts_command and not token.startswith("#") and token not in COMMAND_SEPARATORS:
                 used.add(token)
             starts_command = token in COMMAND_SEPARATORS
     return used

@@ -33,7 +33,7 @@ PLACEHOLDERS = {
     "<its release>": owners_lab.HAND_AUTOSCALER[1],
     "<flag>": "balance-similar-node-groups",
     "<its value>": "true",
-    "<your inspector's kubeconfigs folder>": inspector.TYPED_FOLDER,
+    "<the kubeconfigs folder of your inspector>": inspector.TYPED_FOLDER,
 }
 
 
