@@ -282,6 +282,14 @@ def test_with_lab1_unreachable_the_autoscaler_exits_until_lab1_is_back_then_stay
     assert before != after
 
 
+def test_with_lab1s_api_server_stopped_a_run_that_changes_nothing_of_lab1s_goes_through(lab1_box: Any) -> None:
+    """A k3s bump or a certificate renewal of the management cluster must not wait on lab1 (issue
+    55): the zero-change preview typed while lab1's API server is stopped exits 0."""
+    ran = lab1_box["unreachable"]["ran_while_down"]
+    print(ran["error"], ran["warnings"], sep="\n")
+    assert (ran["rc"], ran["changed"]) == (0, [])
+
+
 def test_a_machine_that_never_becomes_a_node_holds_the_scale_up_until_its_cause_is_gone(lab1_box: Any) -> None:
     """docs/troubleshooting.md, "A Machine never becomes a Node", quotes what the box printed."""
     fault, account = lab1_box["never_a_node"], _account(lab1_box)

@@ -263,7 +263,14 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     mark("4 -> 0")
     # lab1 unreachable for a while, at 0, two ways (lab1_faults.py); the zero-change run after them
     # is the one after the scale-down too.
-    out |= lab1_faults.lab1_down(mgmt, lab, runner, lab1_plane, network=f"{entry['gateway']}/{entry['ipPrefix']}")
+    out |= lab1_faults.lab1_down(
+        mgmt,
+        lab,
+        runner,
+        lab1_plane,
+        network=f"{entry['gateway']}/{entry['ipPrefix']}",
+        while_down=lambda: run(engine, mgmt, "preview", "--expect-no-changes"),
+    )
     mark("lab1 unreachable")
     out["no_change"].append(_no_change(engine, mgmt, cluster, "4 -> 0 and lab1 unreachable"))
     out["managers_at_0"] = managers(mgmt, cluster)

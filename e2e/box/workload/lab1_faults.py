@@ -97,15 +97,25 @@ def _said(runner: pod_runner.PodRunner, event: dict[str, Any], endpoint: str) ->
 
 
 def lab1_down(
-    mgmt: ControlPlane, lab: Lab, runner: pod_runner.PodRunner, lab1_plane: ControlPlane, *, network: str
+    mgmt: ControlPlane,
+    lab: Lab,
+    runner: pod_runner.PodRunner,
+    lab1_plane: ControlPlane,
+    *,
+    network: str,
+    while_down: Callable[[], dict[str, Any]],
 ) -> dict[str, Any]:
     """`unreachable` two ways, by the key each is reported under: lab1's API server stopped, then
-    its VIP held nowhere on the lab's `network` (the gateway's address with its prefix)."""
+    its VIP held nowhere on the lab's `network` (the gateway's address with its prefix). While the
+    API server is stopped, `while_down` runs too: a run of the program's that changes nothing of
+    lab1's (issue 55: a management-cluster change must not need lab1's API)."""
     endpoint = f"{lab1_plane.address}:{lab1_plane.port}"
     stopped = lab1_plane.apiserver_stopped()
     held_nowhere = netns.held_nowhere(lab1_plane.address, network)
     return {
-        "unreachable": unreachable(mgmt, lab, runner, endpoint=endpoint, down=stopped, exits_while_down=2),
+        "unreachable": unreachable(
+            mgmt, lab, runner, endpoint=endpoint, down=stopped, exits_while_down=2, while_down=while_down
+        ),
         "vip_held_nowhere": unreachable(mgmt, lab, runner, endpoint=endpoint, down=held_nowhere, exits_while_down=1),
     }
 
@@ -118,6 +128,7 @@ def unreachable(
     endpoint: str,
     down: AbstractContextManager[Any],
     exits_while_down: int,
+    while_down: Callable[[], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """lab1 down (`down`, its API server stopped or its VIP held nowhere) until the autoscaler has
     exited `exits_while_down` times (the running process, then restarts), then back; what each of
@@ -135,6 +146,7 @@ def unreachable(
         exited_in = round(time.monotonic() - stopped, 1)
         until(f"{exits_while_down} exits", lambda: len(exits()) >= exits_while_down)
         pods = mgmt.kubectl("get", "pods", "-n", lab.cluster.namespace).stdout.splitlines()
+        ran_while_down = while_down() if while_down is not None else None
     back = time.monotonic()
     written = until(
         "the autoscaler writes its status ConfigMap in lab1 again",
@@ -150,6 +162,7 @@ def unreachable(
         "pods": [line for line in pods if line.startswith(("NAME", lab.cluster.autoscaler))],
         "runner_events": [e["event"] for e in runner.events[events:]],
         "said": [_said(runner, started, endpoint) for started in processes],
+        "ran_while_down": ran_while_down,
     }
 
 
