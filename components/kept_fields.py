@@ -37,13 +37,14 @@ ROLES = {
 # (pkg/metadata/annotations.go) and the program's stack mark (components.hand_made_clusters).
 RESERVED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration", "lab-mgmt.homelab/stack")
 RESERVED_ANNOTATION_PREFIXES = ("pulumi.com/",)
-# The managers whose fields fixCSAFieldManagers hands to the program's, by name prefix and
-# operation; a field only they hold is removed when the program's apply leaves it out.
+# The managers of hand work whose fields fixCSAFieldManagers hands to the program's, by name
+# prefix and operation; a field only they hold is removed when the program's apply leaves it out.
+# fixCSA takes pulumi-kubernetes's own create (`pulumi-kubernetes`, Update) too, but that is no
+# hand work: what it holds beyond what the program renders is what the API server defaulted at the
+# create (found by the box's recovery: a ProxmoxCluster's ipv4Config.metric), which comes back.
 TAKEN_MANAGERS = (
     ("kubectl", ("Apply", "Update")),
     ("before-first-apply", ("Update",)),
-    ("pulumi-kubernetes", ("Update",)),
-    ("pulumi-resource-kubernetes", ("Update",)),
 )
 # kubectl apply's manager: its record of what it sent is the object's last-applied annotation.
 CLIENT_SIDE_APPLY = "kubectl-client-side-apply"

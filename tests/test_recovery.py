@@ -254,3 +254,19 @@ def test_template_names_are_read_only_while_recovering_a_taken_over_cluster() ->
         "lab-mgmt:workloadClusters[0].templateNames: is read only while recovering a taken-over cluster (recover, "
         "adopt and takenOver): the record of a live stack names the templates"
     ]
+
+
+def test_what_the_lost_stacks_create_holds_beyond_the_rendering_is_no_hand_work(made: harness.Run) -> None:
+    """pulumi-kubernetes creates with a POST (manager `pulumi-kubernetes`, Update); the API server
+    gives it what the CRD defaulted (found by the box: a ProxmoxCluster's ipv4Config.metric)."""
+    live = running(made)
+    path = "/apis/infrastructure.cluster.x-k8s.io/v1alpha2/namespaces/default/proxmoxclusters/lab1"
+    live[path]["spec"]["ipv4Config"]["metric"] = 100
+    live[path]["metadata"]["managedFields"] = [
+        {
+            "manager": "pulumi-kubernetes",
+            "operation": "Update",
+            "fieldsV1": {"f:spec": {"f:ipv4Config": {"f:metric": {}}}},
+        }
+    ]
+    harness.run_program(RECOVER, live_objects=live)
