@@ -75,3 +75,14 @@ def test_the_autoscaler_runs_on_through_the_recovery(lab1_box: Any) -> None:
     events = lab1_box["runner"]["events"]
     assert events[0]["event"] == "started"
     assert [e for e in events if recovery["began"] <= e["at"] <= recovery["ended"]] == []
+
+
+def test_a_token_rotation_after_the_recovery_gives_kubeconfigs_that_answer(lab1_box: Any) -> None:
+    """Each cluster answers the inspector's read through the new read-only kubeconfig (review 4,
+    finding 4: they answered 401, the new Secret holding the revoked token)."""
+    rotated = lab1_box["recovery"]["rotated_tokens"]
+    assert (rotated["config"], rotated["up"]["rc"]) == (0, 0), rotated["up"]["error"]
+    assert rotated["reads"] == {
+        "lab-mgmt": {"rc": 0, "stderr": ""},
+        "lab1": {"rc": 0, "stderr": ""},
+    }

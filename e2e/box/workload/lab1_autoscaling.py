@@ -195,6 +195,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     out["control_machine"] = _running_machine(mgmt, cluster, CONTROL_PLANE_MACHINE_LABEL)
     # The state and its passphrase lost: a new stack takes the lab over and runs the rest.
     engine, out["recovery"] = lab1_recovery.recover(box, engine, lab1, cluster)
+    out["recovery"]["rotated_tokens"] = lab1_recovery.rotated_tokens(engine, mgmt, lab1_plane.root)
     mark("recovery")
     out["no_change"].append(_no_change(engine, mgmt, cluster, "0 -> 1, recovered"))
     worker["lease_later"] = get(

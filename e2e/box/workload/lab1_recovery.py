@@ -82,3 +82,23 @@ def recover(
     out["ended"] = time.time()
     out["stack_file"] = (engine.project / STACK_FILE).read_text()
     return engine, out
+
+
+def rotated_tokens(engine: Engine, mgmt: ControlPlane, folder: Path) -> dict[str, Any]:
+    """After the recovery, the read-only tokens rotated (readonlyTokenGeneration 2, docs/operations.md
+    "Read-only access"): the run, and a read through each new kubeconfig as the inspector makes it
+    (review 4, finding 4: the imported token's data went into the new Secret, and both answered 401)."""
+    out: dict[str, Any] = {"config": engine.pulumi("config", "set", "readonlyTokenGeneration", "2").returncode}
+    out["up"] = run(engine, mgmt, "up")
+    outputs = engine.outputs()
+    out["reads"] = {}
+    for name, text in (
+        ("lab-mgmt", outputs["readonlyKubeconfig"]),
+        ("lab1", outputs["workloadReadonlyKubeconfigs"]["lab1"]),
+    ):
+        path = folder / f"{name}-ro.kubeconfig"
+        path.write_text(text)
+        path.chmod(0o600)
+        done = mgmt.kubectl_as(path, "get", "nodes")
+        out["reads"][name] = {"rc": done.returncode, "stderr": done.stderr[-300:]}
+    return out
