@@ -54,6 +54,9 @@ def test_the_owners_hand_work_is_on_lab1(takeover: Any) -> None:
     assert [done["rc"] for done in takeover["made"]["hand_work"]] == [0] * len(owners_lab.HAND_WORK)
     hand_work = takeover["before"]["hand_work"]
     assert hand_work["machinedeployment"]["capacity.cluster-autoscaler.kubernetes.io/labels"] == "disk=ssd"
+    # And the capacity annotations the owner added to the manifest before applying it.
+    for key, value in owners_lab.SITE.deployment_annotations:
+        assert hand_work["machinedeployment"][key] == value, key
     assert hand_work["cluster"]["site"] == "home"
     assert hand_work["kubeadmconfigtemplate"] == {"lab.home/phase": "1"}
     assert hand_work["clusterConfiguration"] == {

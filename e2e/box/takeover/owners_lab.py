@@ -45,8 +45,18 @@ from e2e.standins.cluster.chart_repo_standin import ChartRepoStandIn
 from e2e.standins.proxmox import node_shell
 
 # The owner's clusterctl.yaml at the lab's values, with the workers lab1 runs today: more than one,
-# within the shipped entry's minSize..maxSize.
-SITE = dataclasses.replace(clusterctl_lab1.SITES["lab"], workers=2)
+# within the shipped entry's minSize..maxSize; and the capacity annotations for scale from zero,
+# which the owner added to the rendered manifest before `kubectl apply` (issue 54: they sit in
+# kubectl's last-applied record, and pass the takeover's gate as the settings render them).
+_LAB = clusterctl_lab1.SITES["lab"]
+SITE = dataclasses.replace(
+    _LAB,
+    workers=2,
+    deployment_annotations=(
+        ("capacity.cluster-autoscaler.kubernetes.io/cpu", str(_LAB.sockets * _LAB.cores)),
+        ("capacity.cluster-autoscaler.kubernetes.io/memory", f"{_LAB.memory_mib}Mi"),
+    ),
+)
 # The autoscaler the owner installed by hand, and their values file for it (the spec's chart and
 # image, in the management cluster in kubeconfig-incluster mode, as the program's own).
 HAND_AUTOSCALER = ("kube-system", "cluster-autoscaler")

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import yaml
+
 from e2e.box.scenarios import LAB1_ADDRESS
 from e2e.box.workload import lab1_state, workload_box
 from e2e.box.workload.lab1_reads import built_tool, get, ran, until
@@ -82,6 +84,8 @@ class Site:
     memory_mib: int
     vip_interface: str = "ens18"
     workers: int = 1
+    deployment_annotations: tuple[tuple[str, str], ...] = ()
+    """What the owner added to the MachineDeployment in the rendered manifest before applying it."""
     ssh_keys: tuple[str, ...] = (
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHhnI9tkG93j66SuHRKoLRSzSk70QX+hEMVq3CTkCXjc owner@laptop",
     )
@@ -150,8 +154,17 @@ def generate(base: Path, site: Site) -> tuple[dict[str, Any], Path]:
         *("--kubernetes-version", KUBERNETES_VERSION, "--target-namespace", NS, "--config", str(config)),
     )
     rendered = base / f"{CLUSTER}.yaml"
-    rendered.write_text(done.stdout)
+    rendered.write_text(_edited(done.stdout, site) if site.deployment_annotations else done.stdout)
     return {**ran(done), "stdout": done.stdout, "config": config.read_text()}, rendered
+
+
+def _edited(manifest: str, site: Site) -> str:
+    """The rendered manifest with the owner's edits: the MachineDeployment's annotations."""
+    objects = [o for o in yaml.safe_load_all(manifest) if o]
+    for body in objects:
+        if body["kind"] == "MachineDeployment":
+            body["metadata"].setdefault("annotations", {}).update(dict(site.deployment_annotations))
+    return yaml.safe_dump_all(objects)
 
 
 def left_by_the_owner(
