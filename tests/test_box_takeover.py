@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from components.readonly_access import ACCOUNT
+from components.settings.workload import MAX_SIZE_ANNOTATION
 from e2e.box.takeover import doc_script, inspector, owners_lab, scaling
 from e2e.box.workload import lab1_box, lab1_state
 from e2e.engine.control_plane import CLUSTER_API_USER, PROVIDERS_USER
@@ -197,6 +198,21 @@ def _by_the_autoscaler(writes: list[dict[str, Any]]) -> bool:
         write["user"] == "system:serviceaccount:default:lab1-autoscaler" and write["subresource"] == "scale"
         for write in to_spec
     )
+
+
+def test_after_the_takeover_a_hand_edit_of_a_declared_field_stops_a_refreshed_run_as_a_conflict(
+    takeover: Any,
+) -> None:
+    """The force was W6's alone (issue 54): kubectl's raised max size is not written over by a
+    refreshed run, which stops naming kubectl's manager, until the edit is taken off."""
+    edited = takeover["hand_edit"]
+    assert edited["edit"]["rc"] == 0, edited["edit"]
+    preview = edited["refreshed_preview"]
+    assert preview["rc"] != 0
+    assert 'conflict with "kubectl-annotate"' in preview["stdout"] + preview["stderr"]
+    assert MAX_SIZE_ANNOTATION in preview["stdout"] + preview["stderr"]
+    assert [edited[step]["rc"] for step in ("taken_off", "refreshed_up", "no_changes")] == [0, 0, 0]
+    assert edited["max_size"] == str(scaling.MAX_SIZE)
 
 
 def test_after_the_takeover_the_programs_autoscaler_scales_lab1_up_to_max_size(takeover: Any) -> None:

@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from components.settings.workload import MAX_SIZE_ANNOTATION
 from e2e.box import box_adoption, observed
 from e2e.box.takeover import doc_script, inspector, owners_lab, scaling
 from e2e.box.workload import lab1_state, workload_box
@@ -82,6 +83,33 @@ def _typed(lab: owners_lab.OwnersLab) -> list[dict[str, Any]]:
     return typed
 
 
+# A bound the owner raises by hand after the takeover, where docs/troubleshooting.md says not to.
+HAND_EDIT = (
+    f"kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig -n default annotate --overwrite machinedeployment lab1-workers "
+    f"{MAX_SIZE_ANNOTATION}=5"
+)
+
+
+def _hand_edit_after_the_takeover(lab: owners_lab.OwnersLab) -> dict[str, Any]:
+    """After W6 the taken-over lab1 is the program's like one it made (issue 54): a hand edit of a
+    declared field stops a refreshed preview as a conflict instead of being written over; taken
+    off as docs/troubleshooting.md says, a refreshed up writes the setting back."""
+    return {
+        "edit": lab.laptop(HAND_EDIT),
+        "refreshed_preview": lab.laptop("pulumi preview --stack lab --refresh"),
+        "taken_off": lab.laptop(
+            f"kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig -n default annotate machinedeployment lab1-workers "
+            f"{MAX_SIZE_ANNOTATION}-"
+        ),
+        "refreshed_up": lab.laptop("pulumi up --stack lab --refresh --yes"),
+        "no_changes": lab.laptop("pulumi preview --stack lab --expect-no-changes"),
+        "max_size": (lab1_state.objects(lab.box.cluster)[f"machinedeployment/{lab1_state.CLUSTER}-workers"] or {})
+        .get("metadata", {})
+        .get("annotations", {})
+        .get(MAX_SIZE_ANNOTATION),
+    }
+
+
 def owners_takeover(root: str) -> dict[str, Any]:
     base, began = Path(root), time.monotonic()
     out: dict[str, Any] = {}
@@ -106,6 +134,7 @@ def owners_takeover(root: str) -> dict[str, Any]:
             out["node_unknown"] = lab.node_shell.unknown
             out["seconds"] = round(time.monotonic() - began, 1)
             if all(entry["rc"] == 0 for entry in out["typed"]):
+                out["hand_edit"] = _hand_edit_after_the_takeover(lab)
                 out["scaling"] = scaling.up_and_down(lab)
                 out["scaling"]["seconds"] = round(time.monotonic() - began - out["seconds"], 1)
         except Exception:  # what happened so far is the test's to read

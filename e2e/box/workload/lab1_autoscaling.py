@@ -195,7 +195,6 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     out["control_machine"] = _running_machine(mgmt, cluster, CONTROL_PLANE_MACHINE_LABEL)
     # The state and its passphrase lost: a new stack takes the lab over and runs the rest.
     engine, out["recovery"] = lab1_recovery.recover(box, engine, lab1, cluster)
-    out["recovery"]["rotated_tokens"] = lab1_recovery.rotated_tokens(engine, mgmt, lab1_plane.root)
     mark("recovery")
     out["no_change"].append(_no_change(engine, mgmt, cluster, "0 -> 1, recovered"))
     worker["lease_later"] = get(
@@ -262,16 +261,9 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     out["timelines"] = timelines
     out["nodes_after"] = [n["metadata"]["name"] for n in get(mgmt, "nodes", kubeconfig=lab1)["items"]]
     mark("4 -> 0")
-    # lab1 unreachable for a while, at 0, two ways (lab1_faults.py); the zero-change run after them
-    # is the one after the scale-down too.
-    out |= lab1_faults.lab1_down(
-        mgmt,
-        lab,
-        runner,
-        lab1_plane,
-        network=f"{entry['gateway']}/{entry['ipPrefix']}",
-        while_down=lambda: run(engine, mgmt, "preview", "--expect-no-changes"),
-    )
+    # lab1 unreachable at 0, two ways (lab1_faults.py); the zero-change run after them is the scale-down's too.
+    network = f"{entry['gateway']}/{entry['ipPrefix']}"
+    out |= lab1_faults.lab1_down(engine, mgmt, lab, runner, lab1_plane, network=network)
     mark("lab1 unreachable")
     out["no_change"].append(_no_change(engine, mgmt, cluster, "4 -> 0 and lab1 unreachable"))
     out["managers_at_0"] = managers(mgmt, cluster)

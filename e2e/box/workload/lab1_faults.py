@@ -24,6 +24,7 @@ ending converged once its cause is gone:
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -97,24 +98,25 @@ def _said(runner: pod_runner.PodRunner, event: dict[str, Any], endpoint: str) ->
 
 
 def lab1_down(
+    engine: Engine,
     mgmt: ControlPlane,
     lab: Lab,
     runner: pod_runner.PodRunner,
     lab1_plane: ControlPlane,
     *,
     network: str,
-    while_down: Callable[[], dict[str, Any]],
 ) -> dict[str, Any]:
     """`unreachable` two ways, by the key each is reported under: lab1's API server stopped, then
     its VIP held nowhere on the lab's `network` (the gateway's address with its prefix). While the
-    API server is stopped, `while_down` runs too: a run of the program's that changes nothing of
-    lab1's (issue 55: a management-cluster change must not need lab1's API)."""
+    API server is stopped, the engine's zero-change preview runs too: a run that changes nothing
+    of lab1's must not need lab1's API (issue 55)."""
     endpoint = f"{lab1_plane.address}:{lab1_plane.port}"
     stopped = lab1_plane.apiserver_stopped()
     held_nowhere = netns.held_nowhere(lab1_plane.address, network)
+    preview = functools.partial(run, engine, mgmt, "preview", "--expect-no-changes")
     return {
         "unreachable": unreachable(
-            mgmt, lab, runner, endpoint=endpoint, down=stopped, exits_while_down=2, while_down=while_down
+            mgmt, lab, runner, endpoint=endpoint, down=stopped, exits_while_down=2, while_down=preview
         ),
         "vip_held_nowhere": unreachable(mgmt, lab, runner, endpoint=endpoint, down=held_nowhere, exits_while_down=1),
     }

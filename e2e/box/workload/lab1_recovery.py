@@ -4,7 +4,7 @@ with a worker running, typing docs/operations.md "Lost state or passphrase" as i
 the VM's step and the node's line (the box has no VM of the program's; lost_state_page.py): the
 stack file as the owner kept it, its old salt taken out, the secrets set again, `adopt` and
 `recover`, a previewed run that imports, then adoption off, a previewed run, and the zero-change
-preview. Read around it: every object of lab1's
+preview; then the read-only tokens rotated by the new stack. Read around it: every object of lab1's
 and the Helm releases on both clusters, before and after (what appeared, went or was rewritten), and
 each run's plan and writes. The rest of the lab1 scenario goes on with the new stack.
 """
@@ -81,6 +81,7 @@ def recover(
     out["recovered"] = changed(before, identities(mgmt, lab1, cluster))
     out["ended"] = time.time()
     out["stack_file"] = (engine.project / STACK_FILE).read_text()
+    out["rotated_tokens"] = rotated_tokens(engine, mgmt, lab1.parent)
     return engine, out
 
 
