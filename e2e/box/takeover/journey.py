@@ -96,7 +96,8 @@ def _hand_edit_after_the_takeover(lab: owners_lab.OwnersLab) -> dict[str, Any]:
     off as docs/troubleshooting.md says, a refreshed up writes the setting back."""
     return {
         "edit": lab.laptop(HAND_EDIT),
-        "refreshed_preview": lab.laptop("pulumi preview --stack lab --refresh"),
+        # The conflict's lines alone: the preview's whole output ends in the program's traceback.
+        "refreshed_preview": lab.laptop("pulumi preview --stack lab --refresh 2>&1 | grep -e 'conflict with'"),
         "taken_off": lab.laptop(
             f"kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig -n default annotate machinedeployment lab1-workers "
             f"{MAX_SIZE_ANNOTATION}-"
