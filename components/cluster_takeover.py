@@ -62,12 +62,7 @@ import pulumi
 from components import autoscaler_flags, cilium_values, cluster_autoscaler, hand_made_clusters, kept_fields
 from components.cluster_template import ClusterObjects
 from components.settings import PROJECT, WorkloadCluster
-from components.settings.workload import (
-    CAPACITY_ANNOTATION,
-    CAPACITY_KEYS,
-    MAX_SIZE_ANNOTATION,
-    MIN_SIZE_ANNOTATION,
-)
+from components.settings.workload import CAPACITY_ANNOTATION, NODE_GROUP_KEYS
 
 RECORD_OUTPUT = "adoptedWorkloadClusters"
 """`{"<namespace>/<name>": {"<machine template's Pulumi name>": "<its Kubernetes name>"}}`, one
@@ -75,14 +70,9 @@ entry per taken-over cluster."""
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 # What the program leaves to others on purpose: the autoscaler owns the replicas
 # (cluster_template._patch_machine_deployment), which clusterctl rendered from WORKER_MACHINE_COUNT.
-NOT_DECLARED = {"MachineDeployment": ("spec", "replicas")}
-# The node group's annotations the program sets on the MachineDeployment, and the key under
-# `workers` that sets each.
-PROGRAM_ANNOTATION_KEYS = {
-    MIN_SIZE_ANNOTATION: "minSize",
-    MAX_SIZE_ANNOTATION: "maxSize",
-    **{f"{CAPACITY_ANNOTATION}{name}": f"capacity.{key}" for name, key in CAPACITY_KEYS.items()},
-}
+# And the template's null `matchLabels`, which the program leaves out
+# (cluster_template._patch_machine_deployment) and Cluster API's defaulting webhook fills in.
+NOT_DECLARED = {"MachineDeployment": (("spec", "replicas"), ("spec", "selector", "matchLabels"))}
 
 
 class AdoptedClusterMissingError(pulumi.RunError):
@@ -441,7 +431,7 @@ def _unlike(
         hand_set = kept_fields.held(
             live,
             _walked(body, live),
-            skipped=_NOT_DECLARED_PATHS.get(kind, ()),
+            skipped=NOT_DECLARED.get(kind, ()),
             applied=json.loads(recorded) if recorded else None,
         )
         where = {"entry": cluster.key, "role": role, "kind": kind, "name": name, "namespace": cluster.namespace}
@@ -471,13 +461,6 @@ def _within(line: str, path: str) -> bool:
     return field == path or field.startswith((f"{path}.", f"{path}["))
 
 
-# What the program leaves to Cluster API's defaulting webhook: the template's null `matchLabels`,
-# which the program leaves out (cluster_template._patch_machine_deployment) and the webhook fills in.
-_NOT_DECLARED_PATHS = {
-    "MachineDeployment": (NOT_DECLARED["MachineDeployment"], ("spec", "selector", "matchLabels")),
-}
-
-
 def _with_running_annotations(body: Mapping[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
     """`body` with the node group's annotations (cluster_template.program_annotations) as they are
     to be compared with the running object: one it lacks, and kubectl never applied, is the
@@ -488,7 +471,7 @@ def _with_running_annotations(body: Mapping[str, Any], live: Mapping[str, Any]) 
     running = {**(_as_applied(live).get("metadata", {}).get("annotations") or {})}
     running |= live.get("metadata", {}).get("annotations") or {}
     annotations = dict(body["metadata"].get("annotations") or {})
-    for key in PROGRAM_ANNOTATION_KEYS:
+    for key in NODE_GROUP_KEYS:
         if key not in annotations:
             continue
         if key not in running:
@@ -501,7 +484,7 @@ def _with_running_annotations(body: Mapping[str, Any], live: Mapping[str, Any]) 
 def _with_key(line: str) -> str:
     """A difference in one of the program's own annotations, with the entry's key that sets it."""
     field = line.split(": ", 1)[0].removeprefix("metadata.annotations.")
-    key = PROGRAM_ANNOTATION_KEYS.get(field)
+    key = NODE_GROUP_KEYS.get(field)
     return f"{line} (set it with workers.{key})" if key else line
 
 
@@ -550,9 +533,11 @@ def _compared(kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
     compared: dict[str, Any] = _without_nulls(
         {"metadata": {"labels": metadata.get("labels"), "annotations": annotations}, "spec": body.get("spec")}
     )
-    if kind in NOT_DECLARED:
-        section, key = NOT_DECLARED[kind]
-        compared.get(section, {}).pop(key, None)
+    for *parents, key in NOT_DECLARED.get(kind, ()):
+        node = compared
+        for parent in parents:
+            node = node.get(parent) or {}
+        node.pop(key, None)
     return compared
 
 

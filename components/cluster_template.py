@@ -149,14 +149,18 @@ class ClusterObjects:
     """Each machine template's digested name -> the name the template gives it, as clusterctl
     named it (`<cluster>-control-plane`, `<cluster>-worker`)."""
 
-    def by_role(self, role: str) -> dict[str, Any]:
-        """The object a keptFields role names (components.kept_fields.ROLES)."""
-        body: dict[str, Any] = getattr(self, re.sub(r"([A-Z])", lambda m: "_" + m[1].lower(), role))
-        return body
-
     def roles(self) -> dict[str, dict[str, Any]]:
         """The seven objects by their keptFields role (components.kept_fields.ROLES)."""
-        return {role: self.by_role(role) for role in kept_fields.ROLES}
+        return dict(
+            zip(
+                kept_fields.ROLES,
+                (
+                    *(self.cluster, self.proxmox_cluster, self.control_plane, self.control_plane_template),
+                    *(self.worker_template, self.worker_config, self.machine_deployment),
+                ),
+                strict=True,
+            )
+        )
 
     def resources(self) -> list[dict[str, Any]]:
         """The seven objects."""
@@ -298,7 +302,7 @@ def program_annotations(cluster: WorkloadCluster) -> dict[str, str]:
 def _kept(objects: ClusterObjects, cluster: WorkloadCluster) -> None:
     """The entry's keptFields rendered beside the program's fields (components.kept_fields)."""
     for role, fields in cluster.kept_fields.items():
-        body = objects.by_role(role)
+        body = objects.roles()[role]
         try:
             kept_fields.merge(body, fields, f"{cluster.key}.keptFields.{role}")
         except kept_fields.KeptFieldError as error:

@@ -22,16 +22,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# The key under keptFields for each of the seven objects (components.cluster_template.ClusterObjects).
-ROLES = {
-    "cluster": "Cluster",
-    "proxmoxCluster": "ProxmoxCluster",
-    "controlPlane": "KubeadmControlPlane",
-    "controlPlaneTemplate": "the control plane's ProxmoxMachineTemplate",
-    "workerTemplate": "the workers' ProxmoxMachineTemplate",
-    "workerConfig": "KubeadmConfigTemplate",
-    "machineDeployment": "MachineDeployment",
-}
+# The key under keptFields for each of the seven objects (components.cluster_template.ClusterObjects.roles).
+ROLES = (
+    *("cluster", "proxmoxCluster", "controlPlane", "controlPlaneTemplate", "workerTemplate", "workerConfig"),
+    "machineDeployment",
+)
 # Annotations that are never the owner's to keep: kubectl's record of its last apply (the apply
 # that takes kubectl's fields drops it, as it should), pulumi-kubernetes's own
 # (pkg/metadata/annotations.go) and the program's stack mark (components.hand_made_clusters).
@@ -62,19 +57,15 @@ def reserved(annotation: str) -> bool:
 def merge(body: dict[str, Any], kept: Mapping[str, Any], where: str) -> None:
     """`kept` (an object's `keptFields.<role>`) added to its rendering `body`. A field the program
     renders itself is not the owner's to keep: KeptFieldError naming it at `where` (its key)."""
-    _merge(body, kept, where)
-
-
-def _merge(target: dict[str, Any], extra: Mapping[str, Any], where: str) -> None:
-    for key, value in extra.items():
-        if key not in target:
-            target[key] = copy.deepcopy(value)
-        elif isinstance(target[key], dict) and isinstance(value, Mapping):
-            _merge(target[key], value, f"{where}{_segment(key)}")
+    for key, value in kept.items():
+        if key not in body:
+            body[key] = copy.deepcopy(value)
+        elif isinstance(body[key], dict) and isinstance(value, Mapping):
+            merge(body[key], value, f"{where}{_segment(key)}")
         else:
             raise KeptFieldError(
                 f"{where}{_segment(key)}: the program renders this field itself "
-                f"({json.dumps(target[key])}): take it out of keptFields"
+                f"({json.dumps(body[key])}): take it out of keptFields"
             )
 
 

@@ -23,7 +23,6 @@ from components.cluster_takeover import (
     CILIUM_RELEASE,
     EVERY_RELEASE,
     LAST_APPLIED,
-    PROGRAM_ANNOTATION_KEYS,
     RECORD_OUTPUT,
     AdoptedClusterMissingError,
     CiliumValuesDroppedError,
@@ -35,6 +34,7 @@ from components.cluster_takeover import (
 from components.cluster_template import substitute, template_variables
 from components.hand_made_clusters import HandMadeClusterError
 from components.settings import SettingsError, WorkloadCluster, parse_settings
+from components.settings.workload import NODE_GROUP_KEYS
 
 CUSTOM_RESOURCE_TYPES = tuple(
     f"kubernetes:{prefix}cluster.x-k8s.io/" for prefix in ("", "controlplane.", "bootstrap.", "infrastructure.")
@@ -126,7 +126,7 @@ def test_adopting_declares_nothing_clusterctl_did_not_render_but_the_node_groups
     """The node group's annotations are declared, and compared only where the running object has
     them (the owner's hand-installed autoscaler needed them): clusterctl's lab1 has none."""
     deployment = adopted.get(MD, "lab1-workers").plain
-    assert sorted(deployment["metadata"]["annotations"]) == sorted(PROGRAM_ANNOTATION_KEYS)
+    assert sorted(deployment["metadata"]["annotations"]) == sorted(NODE_GROUP_KEYS)
     assert "replicas" not in deployment["spec"]
     cluster = adopted.get(CLUSTER, "lab1-cluster").plain
     assert "annotations" not in cluster["metadata"]

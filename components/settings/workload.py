@@ -61,6 +61,13 @@ CAPACITY_ANNOTATION = "capacity.cluster-autoscaler.kubernetes.io/"
 CAPACITY_KEYS = {"cpu": "cpu", "memory": "memory", "ephemeral-disk": "ephemeralDisk", "maxPods": "maxPods"}
 # kubelet's default --max-pods; the autoscaler assumes the same when the annotation is absent.
 MAX_PODS = 110
+# The node group's annotations the program sets on the MachineDeployment, and the entry's key
+# under `workers` that sets each.
+NODE_GROUP_KEYS = {
+    MIN_SIZE_ANNOTATION: "minSize",
+    MAX_SIZE_ANNOTATION: "maxSize",
+    **{f"{CAPACITY_ANNOTATION}{name}": f"capacity.{key}" for name, key in CAPACITY_KEYS.items()},
+}
 # A Kubernetes quantity (resource.Quantity's text form), as the capacity annotations take one.
 QUANTITY = re.compile(r"^[0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 # Image tags of cluster-autoscaler that are known broken for this setup.
@@ -443,8 +450,11 @@ def _read_kept_fields(e: _Entry) -> Mapping[str, Mapping[str, Any]]:
                 )
         if role == "machineDeployment":
             for annotation in annotations:
-                if (why := _program_annotation(annotation)) is not None:
-                    metadata.fail(f"annotations[{json.dumps(annotation)}]", why)
+                if annotation in NODE_GROUP_KEYS:
+                    metadata.fail(
+                        f"annotations[{json.dumps(annotation)}]",
+                        f"is the program's own annotation: set workers.{NODE_GROUP_KEYS[annotation]}",
+                    )
         metadata.done()
         spec = fields.raw("spec", {})
         if not isinstance(spec, dict):
@@ -488,16 +498,6 @@ def _read_strings_map(e: _Entry, name: str) -> dict[str, str]:
         e.fail(name, f"{value!r} is not an object of strings")
         return {}
     return {str(k): autoscaler_flags.flag_value(v) for k, v in value.items()}
-
-
-def _program_annotation(annotation: str) -> str | None:
-    """Why a MachineDeployment annotation the program sets itself cannot be kept, naming its key."""
-    keys = {
-        MIN_SIZE_ANNOTATION: "workers.minSize",
-        MAX_SIZE_ANNOTATION: "workers.maxSize",
-        **{f"{CAPACITY_ANNOTATION}{name}": f"workers.capacity.{key}" for name, key in CAPACITY_KEYS.items()},
-    }
-    return f"is the program's own annotation: set {keys[annotation]}" if annotation in keys else None
 
 
 def _check_lab_hosts(e: _Entry, cluster: WorkloadCluster, lab: LabNetwork) -> None:
