@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import adoption, charts, waits
+from components import adoption, charts, field_manager, waits
 from components.settings import ClusterApiSettings, ProviderVersions
 
 CERT_MANAGER_NAMESPACE = "cert-manager"
@@ -140,7 +140,7 @@ class ClusterApi(pulumi.ComponentResource):
         namespaces = {
             p.namespace: kubernetes.core.v1.Namespace(
                 f"{name}-ns-{p.namespace}",
-                metadata={"name": p.namespace},
+                metadata=field_manager.managed({"name": p.namespace}),
                 opts=lasting.options(p.namespace, adoption.OBJECT_INPUTS),
             )
             for p in PROVIDERS
@@ -238,10 +238,9 @@ def _operator_webhooks(
     return [
         patch(
             f"{name}-operator-webhook-{kind}",
-            metadata={
-                "name": OPERATOR_WEBHOOK_CONFIGURATIONS[kind],
-                "annotations": waits.wait_for(CA_BUNDLE_INJECTED),
-            },
+            metadata=field_manager.managed(
+                {"name": OPERATOR_WEBHOOK_CONFIGURATIONS[kind], "annotations": waits.wait_for(CA_BUNDLE_INJECTED)}
+            ),
             opts=pulumi.ResourceOptions.merge(
                 opts,
                 pulumi.ResourceOptions(
@@ -284,7 +283,7 @@ def _capmox_credentials(
     secret_name = credentials_secret_name(data)
     secret = kubernetes.core.v1.Secret(
         f"{name}-capmox-credentials",
-        metadata={"name": secret_name, "namespace": INFRASTRUCTURE.namespace},
+        metadata=field_manager.managed({"name": secret_name, "namespace": INFRASTRUCTURE.namespace}),
         type="Opaque",
         # The operator reads it once; new credentials come as a new Secret (its name follows its
         # content), and immutability keeps anyone from editing this one in place.
@@ -334,12 +333,14 @@ def _provider_crs(
             f"{name}-{p.kind.removesuffix('Provider').lower()}-{p.name}",
             api_version=PROVIDER_API_VERSION,
             kind=p.kind,
-            metadata={
-                "name": p.name,
-                "namespace": p.namespace,
-                # Done when the provider's Deployment is Available, which Ready mirrors.
-                "annotations": waits.wait_for("condition=Ready"),
-            },
+            metadata=field_manager.managed(
+                {
+                    "name": p.name,
+                    "namespace": p.namespace,
+                    # Done when the provider's Deployment is Available, which Ready mirrors.
+                    "annotations": waits.wait_for("condition=Ready"),
+                }
+            ),
             spec=spec,
             opts=lasting.options(
                 f"{p.namespace}/{p.name}",

@@ -7,7 +7,7 @@ import base64
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import adoption
+from components import adoption, field_manager
 from components.kubeconfig import cluster_endpoint, token_kubeconfig
 
 # Not the old inspector's `capi-readonly`, which the playbook's lab still has and a weekly script
@@ -113,18 +113,18 @@ class ReadOnlyAccess(pulumi.ComponentResource):
 
         role = kubernetes.rbac.v1.ClusterRole(
             f"{name}-role",
-            metadata={"name": ACCOUNT},
+            metadata=field_manager.managed({"name": ACCOUNT}),
             rules=READONLY_RULES,
             opts=imported(ACCOUNT, ["metadata", "rules"]),
         )
         account = kubernetes.core.v1.ServiceAccount(
             f"{name}-account",
-            metadata={"name": ACCOUNT, "namespace": ACCOUNT_NAMESPACE},
+            metadata=field_manager.managed({"name": ACCOUNT, "namespace": ACCOUNT_NAMESPACE}),
             opts=imported(f"{ACCOUNT_NAMESPACE}/{ACCOUNT}", ["metadata"]),
         )
         kubernetes.rbac.v1.ClusterRoleBinding(
             f"{name}-binding",
-            metadata={"name": ACCOUNT},
+            metadata=field_manager.managed({"name": ACCOUNT}),
             role_ref=kubernetes.rbac.v1.RoleRefArgs(
                 api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=ACCOUNT
             ),
@@ -168,16 +168,18 @@ def _token(
     )
     return kubernetes.core.v1.Secret(
         resource_name,
-        metadata={
-            "name": secret_name,
-            "namespace": ACCOUNT_NAMESPACE,
-            "annotations": {
-                "kubernetes.io/service-account.name": ACCOUNT,
-                # The provider's own wait for a token Secret gives up after 5 seconds, which a
-                # fresh, busy k3s's token controller can miss; wait for the token itself.
-                "pulumi.com/waitFor": TOKEN_PRESENT,
-            },
-        },
+        metadata=field_manager.managed(
+            {
+                "name": secret_name,
+                "namespace": ACCOUNT_NAMESPACE,
+                "annotations": {
+                    "kubernetes.io/service-account.name": ACCOUNT,
+                    # The provider's own wait for a token Secret gives up after 5 seconds, which a
+                    # fresh, busy k3s's token controller can miss; wait for the token itself.
+                    "pulumi.com/waitFor": TOKEN_PRESENT,
+                },
+            }
+        ),
         type="kubernetes.io/service-account-token",
         # The token controller fills the Secret in only once the account exists.
         opts=pulumi.ResourceOptions.merge(

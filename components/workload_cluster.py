@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import adoption, cluster_takeover, hand_made_clusters, rollouts, waits
+from components import adoption, cluster_takeover, field_manager, hand_made_clusters, rollouts, waits
 from components.charts import WorkloadCharts
 from components.cilium import Cilium
 from components.cluster_autoscaler import ClusterAutoscaler
@@ -209,7 +209,7 @@ def _namespace(cluster: ClusterSettings, lasting: pulumi.ResourceOptions) -> lis
     return [
         kubernetes.core.v1.Namespace(
             f"{cluster.name}-namespace",
-            metadata={"name": cluster.namespace},
+            metadata=field_manager.managed({"name": cluster.namespace}),
             opts=pulumi.ResourceOptions.merge(
                 lasting,
                 pulumi.ResourceOptions.merge(
@@ -281,7 +281,9 @@ class _Parts:
             api_version=plain["apiVersion"],
             kind=plain["kind"],
             metadata=pulumi.Output.all(self.plan, self.declared).apply(
-                lambda args: _forced(pick(args[1])["metadata"]) if args[0].forced else pick(args[1])["metadata"]
+                lambda args: field_manager.managed(
+                    _forced(pick(args[1])["metadata"]) if args[0].forced else pick(args[1])["metadata"]
+                )
             ),
             spec=self.declared.apply(lambda objects: pick(objects)["spec"]),
             opts=pulumi.ResourceOptions.merge(

@@ -118,6 +118,11 @@ def waits_for(condition: str) -> str:
     return json.dumps([condition, "jsonpath={.metadata.annotations['pulumi.com/waitFor']}"])
 
 
+# The annotation that names the program's one field manager on every object it applies
+# (components/field_manager.py), spelled out as a reader of the object finds it.
+MANAGED = {"pulumi.com/patchFieldManager": "pulumi-kubernetes-lab-mgmt"}
+
+
 UNKNOWN = "__unknown__"
 
 

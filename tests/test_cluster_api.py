@@ -203,7 +203,10 @@ def test_the_operator_webhook_is_waited_on_until_its_ca_bundle_is_injected(
     # Nothing but the wait's annotation: the chart keeps owning the object and its webhooks.
     assert wait.plain["metadata"] == {
         "name": WEBHOOK_WAITS[key],
-        "annotations": {"pulumi.com/waitFor": harness.waits_for("jsonpath={.webhooks[0].clientConfig.caBundle}")},
+        "annotations": {
+            "pulumi.com/waitFor": harness.waits_for("jsonpath={.webhooks[0].clientConfig.caBundle}"),
+            **harness.MANAGED,
+        },
     }
     assert set(wait.plain) == {"apiVersion", "kind", "metadata"}
     assert wait.custom_timeouts == {"create": "5m", "update": "5m"}
@@ -307,7 +310,11 @@ def test_does_not_wait_for_the_helm_releases(run: harness.Run, key: tuple[str, s
 
 def test_capmox_credentials_secret(run: harness.Run) -> None:
     secret = run.get(*CREDENTIALS)
-    assert secret.plain["metadata"] == {"name": capmox_secret_name(), "namespace": "capmox-system"}
+    assert secret.plain["metadata"] == {
+        "name": capmox_secret_name(),
+        "namespace": "capmox-system",
+        "annotations": harness.MANAGED,
+    }
     assert secret.plain["immutable"] is True
     assert set(secret.inputs["data"]) == {harness.SECRET}, "the data must be sent as a secret"
     data = secret.plain["data"]

@@ -126,10 +126,10 @@ def test_adopting_declares_nothing_clusterctl_did_not_render_but_the_node_groups
     """The node group's annotations are declared, and compared only where the running object has
     them (the owner's hand-installed autoscaler needed them): clusterctl's lab1 has none."""
     deployment = adopted.get(MD, "lab1-workers").plain
-    assert sorted(deployment["metadata"]["annotations"]) == sorted(NODE_GROUP_KEYS)
+    assert sorted(deployment["metadata"]["annotations"]) == sorted([*NODE_GROUP_KEYS, *harness.MANAGED])
     assert "replicas" not in deployment["spec"]
     cluster = adopted.get(CLUSTER, "lab1-cluster").plain
-    assert "annotations" not in cluster["metadata"]
+    assert cluster["metadata"]["annotations"] == harness.MANAGED
     assert cluster["spec"]["clusterNetwork"] == {"pods": {"cidrBlocks": ["192.168.0.0/16"]}}
 
 
@@ -181,7 +181,7 @@ def test_after_the_adoption_the_record_keeps_the_names_and_the_cluster_is_the_st
         assert (resource.import_id, resource.ignore_changes) == ("", [])
     # The program's annotations come back: a metadata-only update of these two.
     assert "pulumi.com/waitFor" in after.get(CLUSTER, "lab1-cluster").plain["metadata"]["annotations"]
-    assert len(after.get(MD, "lab1-workers").plain["metadata"]["annotations"]) == 7
+    assert len(after.get(MD, "lab1-workers").plain["metadata"]["annotations"]) == 8
     # And every object's apply takes its fields from kubectl's manager, at preview too.
     for resource in cluster_objects(after):
         assert resource.plain["metadata"]["annotations"]["pulumi.com/patchForce"] == "true", resource.name

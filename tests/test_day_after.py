@@ -85,3 +85,29 @@ def test_the_gnu_only_forms_are_found() -> None:
     ]
     assert [any(form.search(line) for form in GNU_ONLY.values()) for line in caught] == [True] * 4
     assert not any(form.search("sed -i.bak '/^encryptionsalt:/d' Pulumi.lab.yaml") for form in GNU_ONLY.values())
+
+
+def test_every_object_the_program_applies_names_the_one_field_manager() -> None:
+    """A recovered stack applies under the lost one's manager name (components/field_manager.py):
+    every Kubernetes object the program sends, on both clusters, names it; the Helm releases
+    (applied by Helm), the providers and what is only read (the admin kubeconfig's Secret, a
+    `get` with no inputs) send none."""
+    run = harness.run_program({"workloadClusters": harness.stack_workload_clusters()})
+    objects = [
+        resource
+        for resource in run.resources.values()
+        if resource.type.startswith("kubernetes:")
+        and not resource.type.startswith(("kubernetes:helm.sh/", "pulumi:providers:"))
+        and resource.inputs
+    ]
+    kinds = {resource.type.rsplit(":", 1)[1] for resource in objects}
+    # Both clusters' kinds: the provider CRs, the CAPMOX Secret, the webhook patches, the read-only
+    # access, and the workload cluster's objects.
+    assert {"CoreProvider", "Secret", "MutatingWebhookConfigurationPatch", "ClusterRole", "Cluster"} <= kinds, kinds
+    unnamed = [
+        resource.name
+        for resource in objects
+        if (resource.plain["metadata"].get("annotations") or {}).get("pulumi.com/patchFieldManager")
+        != harness.MANAGED["pulumi.com/patchFieldManager"]
+    ]
+    assert unnamed == []

@@ -188,7 +188,11 @@ def test_binding_binds_the_role_to_the_account(run: harness.Run) -> None:
     role = run.get(CLUSTER_ROLE, "mgmt-readonly-role")
     account = run.get(ACCOUNT, "mgmt-readonly-account")
     binding = run.get(BINDING, "mgmt-readonly-binding")
-    assert account.plain["metadata"] == {"name": "lab-mgmt-readonly", "namespace": "kube-system"}
+    assert account.plain["metadata"] == {
+        "name": "lab-mgmt-readonly",
+        "namespace": "kube-system",
+        "annotations": harness.MANAGED,
+    }
     assert binding.plain["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
@@ -215,6 +219,7 @@ def test_token_secret(run: harness.Run) -> None:
         # The provider's built-in wait for a token Secret lasts 5 seconds; this waits for the
         # token itself, bounded by the timeouts below.
         "pulumi.com/waitFor": "jsonpath={.data.token}",
+        **harness.MANAGED,
     }
     assert token.custom_timeouts == {"create": "5m", "update": "5m"}
     assert token.plain["metadata"]["name"] == "lab-mgmt-readonly-token-1"

@@ -162,6 +162,7 @@ def test_the_machine_deployment_leaves_replicas_to_the_autoscaler(lab1: harness.
         "capacity.cluster-autoscaler.kubernetes.io/memory": "16384Mi",
         "capacity.cluster-autoscaler.kubernetes.io/ephemeral-disk": "100Gi",
         "capacity.cluster-autoscaler.kubernetes.io/maxPods": "110",
+        **harness.MANAGED,
     }
 
 
@@ -195,6 +196,7 @@ def test_the_cluster_is_done_when_its_control_plane_is_initialized_and_marked_as
     assert cluster.plain["metadata"]["annotations"] == {
         "pulumi.com/waitFor": harness.waits_for("condition=ControlPlaneInitialized"),
         STACK_MARK: "organization/lab-mgmt/lab",
+        **harness.MANAGED,
     }
     assert cluster.custom_timeouts == {"create": "30m", "update": "30m"}
     assert cluster.plain["spec"]["clusterNetwork"]["pods"] == {"cidrBlocks": ["10.244.0.0/16"]}
@@ -395,7 +397,7 @@ def test_a_namespace_other_than_default_is_made_first_and_never_deleted() -> Non
     entry = {**harness.stack_workload_clusters()[0], "name": "edge1", "namespace": "edge"}
     run = harness.run_program({"workloadClusters": [entry]})
     namespace = run.get("kubernetes:core/v1:Namespace", "edge1-namespace")
-    assert namespace.plain["metadata"] == {"name": "edge"}
+    assert namespace.plain["metadata"] == {"name": "edge", "annotations": harness.MANAGED}
     assert (namespace.protect, namespace.retain_on_delete, namespace.import_id) == (True, True, "")
     assert namespace.parent == run.get(CLUSTER_COMPONENT, "edge1").urn
     in_it = [r for r in run.resources.values() if r.type.startswith(CUSTOM_RESOURCE_TYPES)]

@@ -4,9 +4,14 @@ with a worker running, typing docs/operations.md "Lost state or passphrase" as i
 the VM's step and the node's line (the box has no VM of the program's; lost_state_page.py): the
 stack file as the owner kept it, its old salt taken out, the secrets set again, `adopt` and
 `recover`, a previewed run that imports, then adoption off, a previewed run, and the zero-change
-preview; then the read-only tokens rotated by the new stack. Read around it: every object of lab1's
-and the Helm releases on both clusters, before and after (what appeared, went or was rewritten), and
-each run's plan and writes. The rest of the lab1 scenario goes on with the new stack.
+preview; then the read-only tokens and CAPMOX's token rotated by the new stack. Before it is lost,
+the lost stack updates the InfrastructureProvider CR and the MachineDeployment (a CAPMOX token
+rotation, a label kept on the workers), as the owner's adoption step 8 and its later runs did:
+applied by an update, not only created, they are co-owned by the lost stack's field manager, which
+the new stack's first change of them met (review 4, finding 3). Read around it: every object of
+lab1's and the Helm releases on both clusters, before and after (what appeared, went or was
+rewritten), each run's plan and writes, and who applied each object. The rest of the lab1 scenario
+goes on with the new stack, whose raise of maxSize is such a change of the MachineDeployment.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from components.readonly_access import ACCOUNT, ACCOUNT_NAMESPACE
-from e2e.box.scenarios import _lab_secrets
+from e2e.box.box import ROTATED_CAPMOX_SECRET
+from e2e.box.scenarios import CAPMOX_SECRET, _lab_secrets, _step
 from e2e.box.takeover import keyboard, lost_state_page
 from e2e.box.workload import workload_box
 from e2e.box.workload.lab1_reads import Workload, get, run
@@ -29,6 +35,8 @@ NEW_PASSPHRASE = "a-new-passphrase-for-a-new-stack"
 STACK_FILE = f"Pulumi.{STACK}.yaml"
 # What the operator chart and cert-manager's release live in, beside the autoscaler's.
 RELEASE_NAMESPACES = ("cert-manager", "capi-operator-system")
+# A label the lost stack keeps on the workers' MachineDeployment: an update of it, nothing rolls.
+KEPT_LABEL = ("workloadClusters[0].keptFields.machineDeployment.metadata.labels.team", "lab")
 
 
 def identities(mgmt: ControlPlane, lab1: Path, cluster: Workload) -> dict[str, dict[str, Any]]:
@@ -66,10 +74,11 @@ def recover(
     engine = box.engine(workload_clusters=True, folder="engine-recovered", passphrase=NEW_PASSPHRASE)
     # The owner's stack file as the lost stack last ran with it (kept in git, the old salt and
     # secrets in it), and their SSH key.
+    out: dict[str, Any] = {"lost_stack_updated": _updated_by_the_lost_stack(lost, mgmt)}
     shutil.copy2(lost.project / STACK_FILE, engine.project / STACK_FILE)
     shutil.copytree(lost.root / ".ssh", engine.root / ".ssh")
     before = identities(mgmt, lab1, cluster)
-    out: dict[str, Any] = {"began": time.time()}
+    out["began"] = time.time()
 
     def run_line(line: str) -> dict[str, Any]:
         ran = run(engine, mgmt, *line.split()[1:])
@@ -77,20 +86,67 @@ def recover(
             out["adopted"] = changed(before, identities(mgmt, lab1, cluster))
         return ran
 
-    out["typed"] = keyboard.type_page(lost_state_page.for_the_lab1_box(), engine, _lab_secrets(), run=run_line)
+    # CAPMOX runs with the token the lost stack rotated to, which step 1 sets.
+    secrets = _lab_secrets() | {"capmoxTokenSecret": ROTATED_CAPMOX_SECRET}
+    out["typed"] = keyboard.type_page(lost_state_page.for_the_lab1_box(), engine, secrets, run=run_line)
     out["recovered"] = changed(before, identities(mgmt, lab1, cluster))
+    out["appliers"] = appliers(mgmt, cluster)
     out["ended"] = time.time()
     out["stack_file"] = (engine.project / STACK_FILE).read_text()
     out["rotated_tokens"] = rotated_tokens(engine, mgmt, lab1.parent)
     return engine, out
 
 
+def _updated_by_the_lost_stack(lost: Engine, mgmt: ControlPlane) -> dict[str, Any]:
+    """The lost stack's last run: CAPMOX's token rotated (a new Secret, the InfrastructureProvider
+    CR pointed at it) and a label kept on the workers' MachineDeployment."""
+    first = capmox_secret(mgmt)
+    steps = [
+        _step(lost, ("config", "set", "--path", *KEPT_LABEL)),
+        _step(lost, ("config", "set", "--secret", "capmoxTokenSecret"), stdin=ROTATED_CAPMOX_SECRET),
+    ]
+    return {"steps": steps, "up": run(lost, mgmt, "up"), "capmox_secrets": [first, capmox_secret(mgmt)]}
+
+
+def capmox_secret(mgmt: ControlPlane) -> str:
+    """The Secret the InfrastructureProvider CR points CAPMOX at."""
+    return str(
+        get(mgmt, "infrastructureprovider", "proxmox", namespace="capmox-system")["spec"]["configSecret"]["name"]
+    )
+
+
+def appliers(mgmt: ControlPlane, cluster: Workload) -> dict[str, list[str]]:
+    """pulumi-kubernetes's field managers, as `name/operation`, of the objects the lost stack
+    updated last and of the control plane, which it only created."""
+    objects = {
+        "infrastructureprovider": ("proxmox", "capmox-system"),
+        "machinedeployment": (cluster.workers, cluster.namespace),
+        "kubeadmcontrolplane": (f"{cluster.name}-control-plane", cluster.namespace),
+    }
+    return {
+        kind: sorted(
+            f"{entry['manager']}/{entry['operation']}"
+            for entry in get(mgmt, kind, name, namespace=namespace)["metadata"]["managedFields"]
+            if entry["manager"].startswith("pulumi-kubernetes")
+        )
+        for kind, (name, namespace) in objects.items()
+    }
+
+
 def rotated_tokens(engine: Engine, mgmt: ControlPlane, folder: Path) -> dict[str, Any]:
     """After the recovery, the read-only tokens rotated (readonlyTokenGeneration 2, docs/operations.md
-    "Read-only access"): the run, and a read through each new kubeconfig as the inspector makes it
-    (review 4, finding 4: the imported token's data went into the new Secret, and both answered 401)."""
-    out: dict[str, Any] = {"config": engine.pulumi("config", "set", "readonlyTokenGeneration", "2").returncode}
+    "Read-only access") and CAPMOX's token rotated back, in one run; and a read through each new
+    kubeconfig as the inspector makes it (review 4, finding 4: the imported token's data went into
+    the new Secret, and both answered 401). CAPMOX's rotation changes the InfrastructureProvider CR
+    the lost stack had updated last."""
+    out: dict[str, Any] = {
+        "config": [
+            engine.pulumi("config", "set", "readonlyTokenGeneration", "2").returncode,
+            engine.pulumi("config", "set", "--secret", "capmoxTokenSecret", stdin=CAPMOX_SECRET).returncode,
+        ]
+    }
     out["up"] = run(engine, mgmt, "up")
+    out["capmox_secret"] = capmox_secret(mgmt)
     outputs = engine.outputs()
     out["reads"] = {}
     for name, text in (
