@@ -8,7 +8,7 @@ VENV := .venv/bin/pytest
 # The shell scripts shellcheck reads: the host scripts, and the test machinery's at any depth of e2e/.
 SCRIPTS := $(wildcard components/scripts/*.sh) $(shell find e2e -name '*.sh')
 
-.PHONY: venv check test test-engine lint preview graph box box-shell box-down bench
+.PHONY: venv check test test-engine lint preview graph box box-shell box-down bench exit-criteria scaling-status
 
 check: lint test
 
@@ -53,6 +53,20 @@ lint: $(VENV)
 
 preview: $(VENV)
 	pulumi preview --stack lab --diff
+
+# Phase 1's exit criteria on a workload cluster as it runs (docs/operations.md, "Phase 1's exit
+# criteria"): scale-from-zero, 1->3 and back to 0 by its autoscaler, timed, with a report and a
+# picture in exit-criteria/. EXIT_CRITERIA_FLAGS passes more (--kubeconfig FILE, --margin SECONDS).
+# scaling-status reads what the autoscaler sees and did, and changes nothing.
+CLUSTER_REQUIRED = $(if $(CLUSTER),,$(error CLUSTER is required, for example: make $@ CLUSTER=lab1))
+
+exit-criteria: $(VENV)
+	$(CLUSTER_REQUIRED)
+	$(PY) -m tools.exit_criteria --cluster $(CLUSTER) $(EXIT_CRITERIA_FLAGS)
+
+scaling-status: $(VENV)
+	$(CLUSTER_REQUIRED)
+	$(PY) -m tools.scaling_status --cluster $(CLUSTER) $(SCALING_STATUS_FLAGS)
 
 # docs/graph.md is generated from the program: rewrite it after a change to the graph
 # (tests/test_docs.py fails until then).

@@ -84,10 +84,7 @@ def _typed(lab: owners_lab.OwnersLab) -> list[dict[str, Any]]:
 
 
 # A bound the owner raises by hand after the takeover, where docs/troubleshooting.md says not to.
-HAND_EDIT = (
-    f"kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig -n default annotate --overwrite machinedeployment lab1-workers "
-    f"{MAX_SIZE_ANNOTATION}=5"
-)
+HAND_EDIT = f"{scaling.ANNOTATE_WORKERS} {MAX_SIZE_ANNOTATION}=5"
 
 
 def _hand_edit_after_the_takeover(lab: owners_lab.OwnersLab) -> dict[str, Any]:
@@ -98,10 +95,7 @@ def _hand_edit_after_the_takeover(lab: owners_lab.OwnersLab) -> dict[str, Any]:
         "edit": lab.laptop(HAND_EDIT),
         # The conflict's lines alone: the preview's whole output ends in the program's traceback.
         "refreshed_preview": lab.laptop("pulumi preview --stack lab --refresh 2>&1 | grep -e 'conflict with'"),
-        "taken_off": lab.laptop(
-            f"kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig -n default annotate machinedeployment lab1-workers "
-            f"{MAX_SIZE_ANNOTATION}-"
-        ),
+        "taken_off": lab.laptop(f"{scaling.ANNOTATE_WORKERS} {MAX_SIZE_ANNOTATION}-"),
         "refreshed_up": lab.laptop("pulumi up --stack lab --refresh --yes"),
         "no_changes": lab.laptop("pulumi preview --stack lab --expect-no-changes"),
         "max_size": (lab1_state.objects(lab.box.cluster)[f"machinedeployment/{lab1_state.CLUSTER}-workers"] or {})
@@ -136,7 +130,7 @@ def owners_takeover(root: str) -> dict[str, Any]:
             out["seconds"] = round(time.monotonic() - began, 1)
             if all(entry["rc"] == 0 for entry in out["typed"]):
                 out["hand_edit"] = _hand_edit_after_the_takeover(lab)
-                out["scaling"] = scaling.up_and_down(lab)
+                out["scaling"] = scaling.exit_criteria(lab)
                 out["scaling"]["seconds"] = round(time.monotonic() - began - out["seconds"], 1)
         except Exception:  # what happened so far is the test's to read
             out["failed"] = traceback.format_exc()

@@ -106,8 +106,9 @@ def type_page(
 
 
 def with_the_tools(engine: Engine) -> None:
-    """The repository's tools/ beside the engine's project, as in the owner's clone."""
+    """The repository's tools/ and Makefile beside the engine's project, as in the owner's clone."""
     shutil.copytree(REPO / "tools", engine.project / "tools", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "Makefile", engine.project / "Makefile")
 
 
 def _ran(line: str, done: subprocess.CompletedProcess[str]) -> dict[str, Any]:

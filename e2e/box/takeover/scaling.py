@@ -1,27 +1,42 @@
-"""After the owner's takeover (journey.py), the autoscaler the program now runs scales the taken-over
-lab1 (issue 40): from the two workers the owner ran up to the entry's maxSize, then down to its
-minSize, with `pulumi preview --expect-no-changes` typed on the laptop after each. Only the
-timings change from the lab's: the owner's entry leaves them at the autoscaler's defaults (a
-worker unneeded for 10 minutes goes), which the box shortens through the entry's own keys, as an
-owner would, with one `pulumi up` that changes the autoscaler's release alone.
+"""After the owner's takeover (journey.py), phase 1's exit criteria proven on the lab1 it took over
+(issues 40 and 56): `make exit-criteria CLUSTER=lab1` typed on the laptop as docs/operations.md
+shows it, with the owner's two workers running and nothing of theirs on them. The command brings
+them to 0, then scales from zero, 1 -> 3 and back to 0 through the autoscaler the program now
+runs; `pulumi preview --expect-no-changes` is typed after it. Only the timings change from the
+lab's: the owner's entry leaves them at the autoscaler's defaults (a worker unneeded for 10
+minutes goes), which the box shortens through the entry's own keys, as an owner would, with one
+`pulumi up` that changes the autoscaler's release alone. Before, typed twice where it must refuse:
+min-size 1, and a pod of the owner's on a worker. Read around it: what the box saw (every write
+to the MachineDeployment, from the audit log), the report and picture the command wrote, and what
+it left.
 
-    scaled = scaling.up_and_down(lab)
+    scaled = scaling.exit_criteria(lab)
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
+from components.settings.workload import MIN_SIZE_ANNOTATION
 from e2e.box.takeover.owners_lab import OwnersLab
 from e2e.box.workload import lab1_sites
-from e2e.box.workload.lab1_reads import DEMAND, LAB1, demand, get, scales, until
+from e2e.box.workload.lab1_reads import LAB1, get, scales
 
 # The shipped Pulumi.lab.yaml's lab1 bounds.
 BOUNDS = lab1_sites.declared("lab")["workers"]
 MIN_SIZE, MAX_SIZE = BOUNDS["minSize"], BOUNDS["maxSize"]
 TIMINGS = {"scanInterval": "2s", "scaleDownUnneededTime": "10s", "scaleDownDelayAfterAdd": "5s"}
-BOUND_SECONDS = 300.0
+EXIT_CRITERIA = "make exit-criteria CLUSTER=lab1"
+# What the command makes in lab1, which must be gone after it.
+COMMAND_NAMESPACE = "lab-mgmt-exit-criteria"
+# The owner's hand edit of the workers' annotations, which docs/troubleshooting.md says not to make.
+ANNOTATE_WORKERS = (
+    f"kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig -n default annotate --overwrite machinedeployment {LAB1.workers}"
+)
+# A pod of the owner's that no controller makes again: the command must name it and leave it.
+OWNERS_POD = "owners-debug"
 
 
 def workers(lab: OwnersLab) -> dict[str, Any]:
@@ -42,34 +57,49 @@ def workers(lab: OwnersLab) -> dict[str, Any]:
     }
 
 
-def _scaled_to(lab: OwnersLab, count: int, what: str) -> dict[str, Any]:
-    """Waits until lab1 runs `count` workers, then types the zero-change preview."""
-    mark, began = len(lab.box.cluster.audit()), time.monotonic()
-    until(
-        what,
-        lambda: workers(lab) == {"replicas": count, "machines": count, "ready_workers": count},
-        bound=BOUND_SECONDS,
+def refusals(lab: OwnersLab) -> dict[str, Any]:
+    """The command typed on a lab it must not run on, each time with nothing made: min-size 1 on
+    the MachineDeployment (kubectl's edit, then put back), and a bare pod of the owner's on a
+    worker, which it names and leaves running."""
+    out: dict[str, Any] = {"min_size": [lab.laptop(f"{ANNOTATE_WORKERS} {MIN_SIZE_ANNOTATION}=1")]}
+    out["min_size"] += [lab.laptop(EXIT_CRITERIA), lab.laptop(f"{ANNOTATE_WORKERS} {MIN_SIZE_ANNOTATION}={MIN_SIZE}")]
+    lab1 = lab.box.cluster.kubectl_as
+    worker = next(
+        node["metadata"]["name"]
+        for node in get(lab.box.cluster, "nodes", namespace="", kubeconfig=lab.lab1_kubeconfig)["items"]
+        if "node-role.kubernetes.io/control-plane" not in node["metadata"].get("labels", {})
     )
-    return {
-        "seconds": round(time.monotonic() - began, 1),
-        "writes": scales(lab.box.cluster, mark, LAB1),
-        "no_changes": lab.laptop("pulumi preview --stack lab --expect-no-changes"),
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": OWNERS_POD, "namespace": "default"},
+        "spec": {"nodeName": worker, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
     }
+    lab1(lab.lab1_kubeconfig, "apply", "-f", "-", stdin=json.dumps(pod)).check_returncode()
+    out["blocked"] = lab.laptop(EXIT_CRITERIA)
+    out["pod_after"] = lab1(lab.lab1_kubeconfig, "get", "pod", OWNERS_POD, "-o", "jsonpath={.spec.nodeName}").stdout
+    lab1(lab.lab1_kubeconfig, "delete", "pod", OWNERS_POD, "--grace-period=0", "--force").check_returncode()
+    out["made"] = lab1(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE).returncode == 0
+    return out
 
 
-def up_and_down(lab: OwnersLab) -> dict[str, Any]:
-    """maxSize demand pods, each wanting more than half a worker's CPU: the owner's two workers take
-    two, the third is pending until a third worker runs. Then the box's timings, and no demand."""
-    sizing = lab.made["settings_from_live"]["workers"]
-    cpu = f"{sizing['sockets'] * sizing['cores'] * 600}m"
-    out: dict[str, Any] = {"before": workers(lab)}
-    demand(lab.box.cluster, lab.lab1_kubeconfig, MAX_SIZE, {"cpu": cpu})
-    out["up"] = _scaled_to(lab, MAX_SIZE, f"lab1 scaled up to maxSize {MAX_SIZE}")
+def exit_criteria(lab: OwnersLab) -> dict[str, Any]:
+    """The box's timings, then the command as typed, and what it did and left."""
+    out: dict[str, Any] = {"before": workers(lab), "refusals": refusals(lab)}
     out["timings"] = [
         lab.laptop(f"pulumi config set --path 'workloadClusters[0].autoscaler.{key}' {value}")
         for key, value in TIMINGS.items()
     ]
     out["timings_up"] = lab.laptop("pulumi up --stack lab --yes --skip-preview")
-    lab.box.cluster.kubectl_as(lab.lab1_kubeconfig, "delete", "deployment", DEMAND, "-n", "default").check_returncode()
-    out["down"] = _scaled_to(lab, MIN_SIZE, f"lab1 scaled down to minSize {MIN_SIZE}")
+    mark, began = len(lab.box.cluster.audit()), time.monotonic()
+    out["typed"] = lab.laptop(EXIT_CRITERIA)
+    out["seconds"] = round(time.monotonic() - began, 1)
+    out["writes"] = scales(lab.box.cluster, mark, LAB1)
+    reports = sorted((lab.box.engine.project / "exit-criteria").glob("*.json"))
+    out["report"] = json.loads(reports[-1].read_text()) if reports else None
+    out["picture"] = reports[-1].with_suffix(".svg").read_text() if reports else ""
+    out["after"] = workers(lab)
+    left = lab.box.cluster.kubectl_as(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE)
+    out["namespace_left"] = left.returncode == 0
+    out["no_changes"] = lab.laptop("pulumi preview --stack lab --expect-no-changes")
     return out

@@ -1,0 +1,125 @@
+"""What the autoscaler of a workload cluster sees and did, read only:
+
+    make scaling-status CLUSTER=lab1
+    .venv/bin/python -m tools.scaling_status --cluster default/lab1 [--kubeconfig FILE] [--workload-kubeconfig FILE]
+
+The node groups it discovers (each MachineDeployment with its min/max, replicas and capacity
+annotations), the autoscaler's Deployment and timings, its status ConfigMap in the workload
+cluster (its health, each node group's scale-up and scale-down state and when it last changed),
+and its latest events there: the scale-ups it made, the pods it did not help and why, the nodes
+it removed or keeps. Changes nothing on either cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.scaling_lab import (
+    DEFAULT_KUBECONFIG,
+    STATUS_CONFIGMAP,
+    Autoscaler,
+    Kubectl,
+    NodeGroup,
+    RefusedError,
+    autoscaler,
+    node_groups,
+    split_cluster,
+    workload_kubeconfig,
+)
+
+# The reasons the autoscaler records its decisions under (cluster-autoscaler's FAQ, "What events
+# are emitted by CA?"), on pods and nodes of the workload cluster and on its status ConfigMap.
+EVENT_REASONS = (
+    "TriggeredScaleUp",
+    "NotTriggerScaleUp",
+    "ScaledUpGroup",
+    "ScaleDown",
+    "ScaleDownEmpty",
+    "ScaleDownFailed",
+    "ScaleUpTimedOut",
+    "FailedToScaleUpGroup",
+)
+LATEST_EVENTS = 15
+
+
+@dataclass(frozen=True)
+class Status:
+    node_groups: list[NodeGroup]
+    autoscaler: Autoscaler | None
+    status: str | None
+    """The status ConfigMap's text, None before the autoscaler's first scan."""
+    events: list[dict[str, str]]
+
+
+def status(mgmt: Kubectl, workload: Kubectl, namespace: str, cluster: str) -> Status:
+    configmap = workload.run(
+        "get", "configmap", STATUS_CONFIGMAP[1], "-n", STATUS_CONFIGMAP[0], "-o", "json", check=False
+    )
+    events = [
+        event
+        for event in workload.items("events", "--all-namespaces", "--sort-by=.lastTimestamp")
+        if event.get("reason") in EVENT_REASONS
+    ]
+    return Status(
+        node_groups=node_groups(mgmt, namespace, cluster),
+        autoscaler=autoscaler(mgmt, namespace, cluster),
+        status=json.loads(configmap.stdout)["data"].get("status") if configmap.returncode == 0 else None,
+        events=[
+            {
+                "at": str(event.get("lastTimestamp") or event.get("eventTime")),
+                "reason": event["reason"],
+                "object": f"{event['involvedObject'].get('kind')}/{event['involvedObject'].get('name')}",
+                "message": event.get("message", ""),
+            }
+            for event in events[-LATEST_EVENTS:]
+        ],
+    )
+
+
+def show(found: Status) -> str:
+    lines = ["node groups:"]
+    for group in found.node_groups:
+        capacity = ", ".join(f"{key}={value}" for key, value in group.capacity.items()) or "none"
+        lines.append(
+            f"  {group.namespace}/{group.name}: min {group.min_size}, max {group.max_size}, "
+            f"replicas {group.replicas}, capacity {capacity}"
+        )
+    scaler = found.autoscaler
+    if scaler is None:
+        lines.append("autoscaler: none discovers this cluster")
+    else:
+        timings = ", ".join(f"{key} {value:g}s" for key, value in scaler.timings.items())
+        lines.append(f"autoscaler: {scaler.namespace}/{scaler.name}, {scaler.ready} Ready; {timings}")
+    lines += ["status:", *(f"  {line}" for line in (found.status or "no status ConfigMap yet").splitlines())]
+    lines.append("latest events:")
+    lines += [f"  {e['at']}  {e['reason']}  {e['object']}: {e['message']}" for e in found.events] or ["  none"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cluster", required=True, help="the workload cluster, `name` or `namespace/name`")
+    parser.add_argument("--kubeconfig", default=DEFAULT_KUBECONFIG, help="the management cluster's")
+    parser.add_argument("--workload-kubeconfig", type=Path, help="default: the one Cluster API keeps")
+    parser.add_argument("--kubectl", default="kubectl")
+    parser.add_argument("--json", action="store_true", help="print JSON instead")
+    args = parser.parse_args(argv)
+    namespace, name = split_cluster(args.cluster)
+    mgmt = Kubectl(Path(args.kubeconfig).expanduser(), args.kubectl)
+    try:
+        with workload_kubeconfig(mgmt, namespace, name, args.workload_kubeconfig) as workload:
+            found = status(mgmt, workload, namespace, name)
+    except RefusedError as refused:
+        print(refused, file=sys.stderr)
+        return 2
+    print(json.dumps(dataclasses.asdict(found), indent=2) if args.json else show(found))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
