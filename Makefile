@@ -6,7 +6,7 @@ PY := .venv/bin/python
 # requirements only) gets the development ones too on the first `make check`.
 VENV := .venv/bin/pytest
 # The shell scripts shellcheck reads: the host scripts, and the test machinery's at any depth of e2e/.
-SCRIPTS := $(wildcard components/scripts/*.sh) $(shell find e2e -name '*.sh')
+SCRIPTS := $(wildcard components/scripts/*.sh) $(shell find e2e -name '*.sh' 2>/dev/null)
 
 .PHONY: venv check test test-engine lint preview graph box box-shell box-down bench exit-criteria scaling-status
 

@@ -240,19 +240,59 @@ def test_after_the_takeover_the_exit_criteria_pass_on_the_lab1_it_took_over(take
 
 
 def test_the_exit_criteria_refuse_a_lab_that_cannot_prove_them_and_make_nothing(takeover: Any) -> None:
-    """min-size 1 is named with the setting that fixes it (exit 2); a pod of the owner's on a
-    worker is named with why it keeps the worker, left where it runs, and every criterion fails
-    unrun (exit 1)."""
+    """min-size 1 is named with the setting that fixes it; a pod of the owner's on a worker is
+    named with why it keeps the worker, left where it runs, and every criterion fails unrun.
+    make exits 2 whenever its command fails (the command's own 2 and 1 tell the two apart)."""
     refused = takeover["scaling"]["refusals"]
     annotate, typed, put_back = refused["min_size"]
     assert (annotate["rc"], typed["rc"], put_back["rc"]) == (0, 2, 0), typed
     assert "min-size is 1, so scale-from-zero cannot happen: set the entry's workers.minSize to 0" in typed["stderr"]
     blocked = refused["blocked"]
     print(blocked["stdout"], blocked["stderr"], sep="\n")
-    assert blocked["rc"] == 1
+    assert blocked["rc"] == 2
     assert f"default/{scaling.OWNERS_POD} on {refused['pod_after']}: no controller makes it again" in blocked["stdout"]
     assert blocked["stdout"].count("FAILED") == 3
+    assert "Error 1" in blocked["stderr"]
     assert refused["made"] is False
+
+
+def test_scaling_status_shows_the_node_group_the_autoscaler_and_its_decisions(takeover: Any) -> None:
+    """`make scaling-status CLUSTER=lab1` after the run: the node group with its bounds and the
+    owner's capacity, the program's autoscaler with the box's timings, its status ConfigMap, and
+    the scale-ups and scale-downs it recorded in lab1."""
+    shown = takeover["scaling"]["status"]
+    print(shown["stdout"], shown["stderr"], sep="\n")
+    assert shown["rc"] == 0
+    [group] = [line for line in shown["stdout"].splitlines() if line.startswith("  default/lab1-workers: ")]
+    assert group.startswith("  default/lab1-workers: min 0, max 3, replicas 0, capacity "), group
+    assert {"cpu=8", "memory=16384Mi"} <= set(group.split("capacity ")[1].split(", ")), group
+    assert "autoscaler: default/lab1-autoscaler, 1 Ready; scan-interval 2s" in shown["stdout"]
+    assert "Health" in shown["stdout"]
+    assert "ScaledUpGroup" in shown["stdout"]
+
+
+def test_a_worker_that_never_joins_fails_scale_from_zero_within_its_bound_and_the_demand_goes(
+    takeover: Any,
+) -> None:
+    """The workers' template gone from the node: the first clone fails, scale-from-zero fails
+    within max-node-provision-time, three scans and the margin (46 s), the next two are not run,
+    and nothing of the command's stays; once the autoscaler gave the worker up, lab1 is at 0."""
+    failed = takeover["scaling"]["never_joins"]
+    typed = failed["typed"]
+    print(typed["stdout"], typed["stderr"], sep="\n")
+    assert typed["rc"] == 2  # make's, for the command's 1
+    assert "Error 1" in typed["stderr"]
+    # The criteria's table: the name in 20 columns, then the verdict (the milestones' table follows).
+    lines = {
+        line[:20].strip(): line[21:] for line in typed["stdout"].splitlines() if line[21:27] in ("passed", "FAILED")
+    }
+    verdict, seconds, bound = lines["scale-from-zero"].split()[:3]
+    assert (verdict, bound) == ("FAILED", "46.0")
+    assert 46 <= float(seconds) < 46 + 10
+    assert "not at 1 workers within 46 s" in lines["scale-from-zero"]
+    assert "not run: the criterion before it failed" in lines["scale-up 1->3"]
+    assert failed["namespace_left"] is False
+    assert failed["no_changes"]["rc"] == 0, failed["no_changes"]
 
 
 def test_the_exit_criteria_report_what_the_box_saw_and_leave_nothing_behind(takeover: Any) -> None:

@@ -178,6 +178,8 @@ def test_milestones_are_what_moved_first_in_each_criterion() -> None:
         {"criterion": "from", "seconds": 18.0, "workers": 1},
         {"criterion": "up", "seconds": 5.0, "pending": 3},
     ]
+    # Refused before anything ran (a blocker named): no milestone, and the report is still written.
+    assert exit_criteria.milestones(timeline, [{"name": "from", "passed": False, "reason": "not run"}]) == []
 
 
 def test_the_picture_draws_both_counts_and_marks_each_criterion() -> None:
@@ -216,3 +218,14 @@ def test_the_make_targets_and_the_docs_name_the_command_as_the_box_types_it() ->
     for page in ("README.md", "docs/operations.md"):
         assert "make exit-criteria CLUSTER=lab1" in (REPO / page).read_text(), page
     assert "make scaling-status CLUSTER=lab1" in (REPO / "docs/operations.md").read_text()
+
+
+def test_a_run_refused_for_a_blocker_still_writes_its_report_and_picture(tmp_path: Path) -> None:
+    mgmt, workload = lab_answers()
+    lab = exit_criteria.read_lab(mgmt, workload, "default", "lab1", margin=0)
+    failed = [{"name": name, "passed": False, "reason": "not run: apps/db-0 …"} for name, _ in exit_criteria.CRITERIA]
+    path = exit_criteria.report(lab, "default/lab1", failed, exit_criteria.Timeline(), tmp_path)
+    written = json.loads(path.read_text())
+    assert [c["passed"] for c in written["criteria"]] == [False, False, False]
+    assert (written["milestones"], written["timeline"]) == ([], [])
+    assert path.with_suffix(".svg").read_text().startswith("<svg")

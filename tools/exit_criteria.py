@@ -297,9 +297,10 @@ def milestones(timeline: list[list[Any]], results: list[dict[str, Any]]) -> list
     pending or Running; seconds from the criterion's start."""
     ran = [result for result in results if "first_row" in result]
     found = []
-    for result, following in zip(ran, [*ran[1:], None], strict=True):
+    for index, result in enumerate(ran):
         seen: set[str] = set()
-        for stamp, key, value in timeline[result["first_row"] : following["first_row"] if following else None]:
+        until = ran[index + 1]["first_row"] if index + 1 < len(ran) else None
+        for stamp, key, value in timeline[result["first_row"] : until]:
             if key not in seen:
                 seen.add(key)
                 found.append({"criterion": result["name"], "seconds": round(stamp - result["started"], 1), key: value})

@@ -7,8 +7,8 @@ lab's: the owner's entry leaves them at the autoscaler's defaults (a worker unne
 minutes goes), which the box shortens through the entry's own keys, as an owner would, with one
 `pulumi up` that changes the autoscaler's release alone. Before, typed twice where it must refuse:
 min-size 1, and a pod of the owner's on a worker. Read around it: what the box saw (every write
-to the MachineDeployment, from the audit log), the report and picture the command wrote, and what
-it left.
+to the MachineDeployment, from the audit log), the report and picture the command wrote, what
+it left, and what `make scaling-status` shows afterwards.
 
     scaled = scaling.exit_criteria(lab)
 """
@@ -22,12 +22,19 @@ from typing import Any
 from components.settings.workload import MIN_SIZE_ANNOTATION
 from e2e.box.takeover.owners_lab import OwnersLab
 from e2e.box.workload import lab1_sites
-from e2e.box.workload.lab1_reads import LAB1, get, scales
+from e2e.box.workload.lab1_reads import LAB1, get, scales, until
 
 # The shipped Pulumi.lab.yaml's lab1 bounds.
 BOUNDS = lab1_sites.declared("lab")["workers"]
 MIN_SIZE, MAX_SIZE = BOUNDS["minSize"], BOUNDS["maxSize"]
-TIMINGS = {"scanInterval": "2s", "scaleDownUnneededTime": "10s", "scaleDownDelayAfterAdd": "5s"}
+# The provision time bounds each scale-up step's wait: 30 s lets a worker that never joins fail
+# its criterion in under a minute (never_joins).
+TIMINGS = {
+    "scanInterval": "2s",
+    "scaleDownUnneededTime": "10s",
+    "scaleDownDelayAfterAdd": "5s",
+    "maxNodeProvisionTime": "30s",
+}
 EXIT_CRITERIA = "make exit-criteria CLUSTER=lab1"
 # What the command makes in lab1, which must be gone after it.
 COMMAND_NAMESPACE = "lab-mgmt-exit-criteria"
@@ -102,4 +109,26 @@ def exit_criteria(lab: OwnersLab) -> dict[str, Any]:
     left = lab.box.cluster.kubectl_as(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE)
     out["namespace_left"] = left.returncode == 0
     out["no_changes"] = lab.laptop("pulumi preview --stack lab --expect-no-changes")
+    out["status"] = lab.laptop("make scaling-status CLUSTER=lab1")
+    out["never_joins"] = never_joins(lab)
     return out
+
+
+def never_joins(lab: OwnersLab) -> dict[str, Any]:
+    """The workers' template gone from the Proxmox node: the first worker's clone fails, and the
+    command, typed with a short margin, fails scale-from-zero within its bound and removes its
+    demand; the template back, lab1 is at 0 again once the autoscaler has given the worker up,
+    and the stack has nothing to change."""
+    template = int(lab.made["site"]["template_vmid"])
+    lab.parts.standins.missing_templates.add(template)
+    try:
+        typed = lab.laptop(f"{EXIT_CRITERIA} EXIT_CRITERIA_FLAGS='--margin 10'")
+    finally:
+        lab.parts.standins.missing_templates.discard(template)
+    left = lab.box.cluster.kubectl_as(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE)
+    until("lab1 at 0 workers again", lambda: workers(lab) == {"replicas": 0, "machines": 0, "ready_workers": 0})
+    return {
+        "typed": typed,
+        "namespace_left": left.returncode == 0,
+        "no_changes": lab.laptop("pulumi preview --stack lab --expect-no-changes"),
+    }
