@@ -49,12 +49,35 @@ def test_each_provider_gets_its_crds_with_upstream_contract_labels() -> None:
         provider_crds.crds("InfrastructureProvider", "docker")
 
 
-def test_the_webhooks_are_called_at_a_url_with_a_ca_bundle() -> None:
-    configurations = cluster_api.webhook_configurations("https://192.168.4.21:9445", "QUJD")
+@pytest.mark.parametrize(
+    ("manager", "webhook"),
+    [
+        (cluster_api.CORE, "default.machinedeployment.cluster.x-k8s.io"),
+        (cluster_api.CONTROL_PLANE, "default.kubeadmcontrolplane.controlplane.cluster.x-k8s.io"),
+        (cluster_api.BOOTSTRAP, "default.kubeadmconfigtemplate.bootstrap.cluster.x-k8s.io"),
+    ],
+    ids=lambda value: getattr(value, "binary", ""),
+)
+def test_the_webhooks_are_called_at_a_url_with_a_ca_bundle(manager: cluster_api.Manager, webhook: str) -> None:
+    url = f"https://192.168.4.21:{manager.webhook_port}"
+    configurations = cluster_api.webhook_configurations(manager, url, "QUJD")
     names = [c["metadata"]["name"] for c in configurations]
-    assert names == ["capi-mutating-webhook-configuration", "capi-validating-webhook-configuration"]
+    assert names == [
+        f"{manager.prefix}mutating-webhook-configuration",
+        f"{manager.prefix}validating-webhook-configuration",
+    ]
     webhooks = [webhook for c in configurations for webhook in c["webhooks"]]
-    assert "default.machinedeployment.cluster.x-k8s.io" in {webhook["name"] for webhook in webhooks}
-    for webhook in webhooks:
-        assert set(webhook["clientConfig"]) == {"url", "caBundle"}
-        assert webhook["clientConfig"]["url"].startswith("https://192.168.4.21:9445/")
+    assert webhook in {webhook["name"] for webhook in webhooks}
+    for found in webhooks:
+        assert set(found["clientConfig"]) == {"url", "caBundle"}
+        assert found["clientConfig"]["url"].startswith(f"{url}/")
+
+
+def test_each_manager_has_ports_of_its_own() -> None:
+    ports = [
+        port
+        for manager in cluster_api.FOR_PROVIDER.values()
+        for port in (manager.webhook_port, manager.health_port, manager.diagnostics_port)
+    ]
+    assert len(set(ports)) == len(ports)
+    assert 9443 not in ports  # the operator's webhook stand-in's

@@ -22,6 +22,7 @@ from components.settings.workload import MAX_SIZE_ANNOTATION
 from e2e.box import box_adoption, observed
 from e2e.box.takeover import doc_script, inspector, owners_lab, scaling
 from e2e.box.workload import lab1_state, workload_box
+from e2e.controllers import cluster_api
 
 # The owner's values for the page's placeholders beside the VM's (the site's): the node's storage
 # that takes backups, Cilium's chart version W1's `helm list` shows, the autoscaler W1's `helm
@@ -135,6 +136,7 @@ def owners_takeover(root: str) -> dict[str, Any]:
         except Exception:  # what happened so far is the test's to read
             out["failed"] = traceback.format_exc()
         out |= {**observed.standin_problems(lab.box), "lab1_problems": lab.parts.problems()}
-        if out.get("failed") and lab.parts.managers:
-            out["manager_log_tail"] = lab.parts.managers[0].log_tail(30)
+        core = cluster_api.core(lab.parts.managers)
+        if out.get("failed") and core is not None:
+            out["manager_log_tail"] = core.log_tail(30)
     return out

@@ -45,8 +45,10 @@ from e2e.box.workload.lab1_reads import (
     demand,
     get,
     kubeconfig_secret,
+    manager_processes,
     managers,
     mounted_kubeconfig,
+    not_triggered,
     process,
     run,
     scales,
@@ -134,7 +136,7 @@ def lab1_autoscaling(root: str, site: str) -> dict[str, Any]:
             "standins_timeline": box.standins.record.timeline,
         }
         if out.get("failed"):
-            out["manager_log_tail"] = box.manager.log_tail(40) if box.managers else ""
+            out["manager_log_tail"] = core.log_tail(40) if (core := cluster_api.core(box.managers)) else ""
     print("timeline:", json.dumps(out.get("timelines", {})), "\ntimes:", times, "\nreaction:", out.get("reaction"))
     return out
 
@@ -221,7 +223,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
         lambda s: s["scheduled"] == max_size and s["nodes"] == max_size and s["replicas"] == max_size,
         step_began,
     )
-    out["max_size_reached"] = until("the demand pod left over told why", lambda: _not_triggered(mgmt, lab1))
+    out["max_size_reached"] = until("the demand pod left over told why", lambda: not_triggered(mgmt, lab1))
     out["at_max_size"] = lab.sample()
     out["scale_up"] = scales(mgmt, audit_mark, cluster)
     mark("1 -> 3")
@@ -288,16 +290,6 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     mark("contract control")
 
 
-def _not_triggered(mgmt: ControlPlane, lab1: Path) -> list[str]:
-    """What the autoscaler's NotTriggerScaleUp events on lab1's demand pods say."""
-    events = get(mgmt, "events", namespace="default", kubeconfig=lab1) or {"items": []}
-    return [
-        event["message"]
-        for event in events["items"]
-        if event["reason"] == "NotTriggerScaleUp" and event["involvedObject"]["name"].startswith(DEMAND)
-    ]
-
-
 def _beneath_the_first_up(box: workload_box.WorkloadBox, cluster: Workload, lab1: Path) -> dict[str, Any]:
     """What the operator stand-in, the real Cluster API manager and the workload stand-ins made
     of the program's objects: the real CRDs and their labels, the webhooks, the MachineSet, the
@@ -317,7 +309,8 @@ def _beneath_the_first_up(box: workload_box.WorkloadBox, cluster: Workload, lab1
         "crds_applied": box.operator.crds_applied,
         "operator_notes": box.operator.notes,
         "crd_labels": {crd["metadata"]["name"]: crd["metadata"].get("labels", {}) for crd in get(mgmt, "crd")["items"]},
-        "webhook_configurations": list(box.manager.configurations),
+        "webhook_configurations": [c for m in box.managers for c in m.configurations],
+        "manager_processes": manager_processes(),
         "manager_ready_seconds": box.manager.started_seconds,
         "machine_sets": get(mgmt, "machinesets", namespace=cluster.namespace)["items"],
         "secret": kubeconfig_secret(mgmt, cluster),

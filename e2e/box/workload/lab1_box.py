@@ -4,7 +4,8 @@ what lab1 needs beneath the program, as the workload box (workload_box.py) does 
 server:
 
 - the operator stand-in installs each provider's real CRDs, and once the CoreProvider appears the
-  REAL Cluster API core manager starts against the VM's k3s, its webhooks served at the box's
+  REAL Cluster API core manager starts against the VM's k3s (and, for the ControlPlaneProvider
+  and the BootstrapProvider, the REAL kubeadm managers for their webhooks alone), its webhooks served at the box's
   address on the lab network, which the VM's API server calls;
 - the workload stand-ins (e2e/standins/workload/providers.py) start lab1's control plane at its
   endpoint and a kubelet for each worker Machine;
@@ -50,7 +51,7 @@ class Lab1Parts:
     standins: providers.WorkloadStandIns
     runner: pod_runner.PodRunner
     managers: list[cluster_api.ClusterApiManager]
-    """The real Cluster API manager, once the CoreProvider is installed."""
+    """The real Cluster API managers, each once its provider CR is installed (cluster_api.FOR_PROVIDER)."""
 
     def kubeconfig(self) -> Path:
         """lab1's admin kubeconfig, as Cluster API keeps it (`lab1-kubeconfig`), once it runs."""
@@ -93,10 +94,11 @@ def running(base: Path, *, as_shipped: bool = False) -> Iterator[tuple[whole_box
         managers_stack = ExitStack()
 
         def on_installed(cluster: ControlPlane, kind: str, _name: str) -> None:
-            if kind == "CoreProvider" and not managers:
-                directory = base / "cluster-api"
+            if kind in cluster_api.FOR_PROVIDER:
+                manager = cluster_api.FOR_PROVIDER[kind]
+                address = whole_box.SPEC_SITE.gateway
                 managers.append(
-                    managers_stack.enter_context(cluster_api.running(cluster, directory, whole_box.SPEC_SITE.gateway))
+                    managers_stack.enter_context(cluster_api.running(cluster, base / manager.binary, address, manager))
                 )
 
         parts = whole_box.WorkloadParts(

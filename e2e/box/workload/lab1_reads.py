@@ -21,6 +21,7 @@ from typing import Any
 
 from e2e.box.cluster_part import _requests_since
 from e2e.box.scenarios import WRITES
+from e2e.controllers import cluster_api
 from e2e.engine.cli import Engine, built_bin
 from e2e.engine.control_plane import ControlPlane
 from e2e.engine.kube_api import Api, UnreachableError
@@ -286,6 +287,30 @@ def cluster_api_writes(mgmt: ControlPlane) -> dict[str, dict[str, Any]]:
         ]
         writes[key] = {"count": 1, "codes": [code], "mutated_by": mutated}
     return writes
+
+
+def not_triggered(mgmt: ControlPlane, lab1: Path) -> list[str]:
+    """What the autoscaler's NotTriggerScaleUp events on lab1's demand pods say."""
+    events = get(mgmt, "events", namespace="default", kubeconfig=lab1) or {"items": []}
+    return [
+        event["message"]
+        for event in events["items"]
+        if event["reason"] == "NotTriggerScaleUp" and event["involvedObject"]["name"].startswith(DEMAND)
+    ]
+
+
+def manager_processes() -> list[str]:
+    """The Cluster API managers (cluster_api.FOR_PROVIDER) running on this machine, each as its argv."""
+    binaries = {manager.binary for manager in cluster_api.FOR_PROVIDER.values()}
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().decode(errors="replace").split("\0")
+        except OSError:  # gone meanwhile
+            continue
+        if Path(argv[0]).name in binaries:
+            found.append(" ".join(filter(None, [Path(argv[0]).name, *argv[1:]])))
+    return sorted(found)
 
 
 def _inside(pid: int, namespace: str, *command: str) -> str:

@@ -11,9 +11,10 @@ For the block it runs, in the test's network namespace:
   `box.mgmt.kubeconfig`);
 - the operator stand-in with the real CRDs (`real_crds=True`): when a provider CR appears (applied
   by the program), it installs that provider's CRDs from the archives, and for the CoreProvider it
-  starts the REAL Cluster API core manager with its webhooks
-  (e2e/controllers/cluster_api.py; `box.manager`) before marking the provider Ready, where
-  cluster-api-operator would deploy it;
+  starts the REAL Cluster API core manager with its webhooks (e2e/controllers/cluster_api.py;
+  `box.manager`), for the ControlPlaneProvider and the BootstrapProvider the REAL kubeadm
+  control-plane and bootstrap managers for their webhooks alone (`box.managers`), before marking
+  the provider Ready, where cluster-api-operator would deploy it;
 - the operator chart's webhook server and cert-manager's CA injector stand-ins (what the program's
   operator release needs, as in the cluster-part scenarios, cluster_part.py);
 - the chart repositories' stand-in (`box.charts`, trusted by `box.engine()`): cert-manager, the
@@ -65,13 +66,15 @@ class WorkloadBox:
     webhook: admission_webhook_standin.WebhookStandIn
     injector: cainjector_standin.CainjectorStandIn
     managers: list[cluster_api.ClusterApiManager] = field(default_factory=list)
-    """The real Cluster API manager, once the operator stand-in started it (one at most)."""
+    """The real Cluster API managers, each once the operator stand-in started it for its provider."""
 
     @property
     def manager(self) -> cluster_api.ClusterApiManager:
-        if not self.managers:
+        """The core manager."""
+        found = cluster_api.core(self.managers)
+        if found is None:
             raise RuntimeError("the Cluster API manager has not started: no CoreProvider is installed yet")
-        return self.managers[0]
+        return found
 
     @property
     def capmox_release_url(self) -> str:
@@ -153,10 +156,10 @@ def running(
         managers: list[cluster_api.ClusterApiManager] = []
 
         def on_installed(kind: str, name: str) -> None:
-            if kind == "CoreProvider" and not managers:
-                managers.append(
-                    managers_stack.enter_context(cluster_api.running(mgmt, base / "cluster-api", VM_ADDRESS))
-                )
+            if kind in cluster_api.FOR_PROVIDER:
+                manager = cluster_api.FOR_PROVIDER[kind]
+                directory = base / manager.binary
+                managers.append(managers_stack.enter_context(cluster_api.running(mgmt, directory, VM_ADDRESS, manager)))
 
         operator = stack.enter_context(
             operator_standin.running(
