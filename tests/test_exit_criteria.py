@@ -229,3 +229,18 @@ def test_a_run_refused_for_a_blocker_still_writes_its_report_and_picture(tmp_pat
     assert [c["passed"] for c in written["criteria"]] == [False, False, False]
     assert (written["milestones"], written["timeline"]) == ([], [])
     assert path.with_suffix(".svg").read_text().startswith("<svg")
+
+
+def test_the_cluster_is_named_with_its_namespace_and_an_unreachable_lab_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = scaling_lab.arguments("").parse_args(
+        ["--cluster", "edge/edge1", "--kubeconfig", "~/k", "--kubectl", "false"]
+    )
+    mgmt, namespace, name = scaling_lab.reached(args)
+    assert (namespace, name, mgmt.kubeconfig, mgmt.binary) == ("edge", "edge1", Path("~/k").expanduser(), "false")
+    assert scaling_lab.reached(scaling_lab.arguments("").parse_args(["--cluster", "lab1"]))[1:] == ("default", "lab1")
+    # kubectl failing (here `false`): refused with its words, nothing made, exit 2, for both commands.
+    assert exit_criteria.main(["--cluster", "edge/edge1", "--kubectl", "false", "--report-dir", "/nonexistent"]) == 2
+    assert scaling_status.main(["--cluster", "edge/edge1", "--kubectl", "false"]) == 2
+    assert "kubectl get secret edge1-kubeconfig -n edge" in capsys.readouterr().err

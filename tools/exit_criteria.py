@@ -24,7 +24,6 @@ status 0 only when all three passed. Nothing of the stack's is changed: `pulumi 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import signal
@@ -40,16 +39,16 @@ from typing import Any
 from tools import scaling_picture
 from tools.scaling_lab import (
     CONTROL_PLANE_ROLE,
-    DEFAULT_KUBECONFIG,
     DEPLOYMENT_NAME_LABEL,
     Autoscaler,
     Kubectl,
     NodeGroup,
     RefusedError,
+    arguments,
     autoscaler,
     node_groups,
+    reached,
     ready,
-    split_cluster,
     worker_nodes,
     workload_kubeconfig,
 )
@@ -345,17 +344,12 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cluster", required=True, help="the workload cluster, `name` or `namespace/name`")
-    parser.add_argument("--kubeconfig", default=DEFAULT_KUBECONFIG, help="the management cluster's")
-    parser.add_argument("--workload-kubeconfig", type=Path, help="default: the one Cluster API keeps")
-    parser.add_argument("--kubectl", default="kubectl")
+    parser = arguments(__doc__.split("\n\n")[0])
     parser.add_argument("--report-dir", type=Path, default=Path("exit-criteria"))
     parser.add_argument("--margin", type=float, default=120.0, help="seconds added to each bound")
     parser.add_argument("--poll", type=float, default=2.0, help="seconds between samples")
     args = parser.parse_args(argv)
-    namespace, name = split_cluster(args.cluster)
-    mgmt = Kubectl(Path(args.kubeconfig).expanduser(), args.kubectl)
+    mgmt, namespace, name = reached(args)
     signal.signal(signal.SIGTERM, _interrupted)
     try:
         with workload_kubeconfig(mgmt, namespace, name, args.workload_kubeconfig) as workload:

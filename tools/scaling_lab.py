@@ -8,6 +8,7 @@ writes to either cluster.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
 import os
@@ -182,7 +183,18 @@ def ready(node: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
 
 
-def split_cluster(cluster: str) -> tuple[str, str]:
-    """`namespace/name`, or a name in `default`."""
-    namespace, _, name = cluster.rpartition("/")
-    return namespace or "default", name
+def arguments(description: str) -> argparse.ArgumentParser:
+    """What both commands take: the workload cluster, and how to reach it and the management cluster."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--cluster", required=True, help="the workload cluster, `name` or `namespace/name`")
+    parser.add_argument("--kubeconfig", default=DEFAULT_KUBECONFIG, help="the management cluster's")
+    parser.add_argument("--workload-kubeconfig", type=Path, help="default: the one Cluster API keeps")
+    parser.add_argument("--kubectl", default="kubectl")
+    return parser
+
+
+def reached(args: argparse.Namespace) -> tuple[Kubectl, str, str]:
+    """kubectl for the management cluster, and the workload cluster's namespace and name
+    (`namespace/name`, or a name in `default`)."""
+    namespace, _, name = str(args.cluster).rpartition("/")
+    return Kubectl(Path(args.kubeconfig).expanduser(), args.kubectl), namespace or "default", name

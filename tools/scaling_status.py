@@ -12,23 +12,21 @@ it removed or keeps. Changes nothing on either cluster.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from tools.scaling_lab import (
-    DEFAULT_KUBECONFIG,
     STATUS_CONFIGMAP,
     Autoscaler,
     Kubectl,
     NodeGroup,
     RefusedError,
+    arguments,
     autoscaler,
     node_groups,
-    split_cluster,
+    reached,
     workload_kubeconfig,
 )
 
@@ -102,15 +100,10 @@ def show(found: Status) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cluster", required=True, help="the workload cluster, `name` or `namespace/name`")
-    parser.add_argument("--kubeconfig", default=DEFAULT_KUBECONFIG, help="the management cluster's")
-    parser.add_argument("--workload-kubeconfig", type=Path, help="default: the one Cluster API keeps")
-    parser.add_argument("--kubectl", default="kubectl")
+    parser = arguments(__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print JSON instead")
     args = parser.parse_args(argv)
-    namespace, name = split_cluster(args.cluster)
-    mgmt = Kubectl(Path(args.kubeconfig).expanduser(), args.kubectl)
+    mgmt, namespace, name = reached(args)
     try:
         with workload_kubeconfig(mgmt, namespace, name, args.workload_kubeconfig) as workload:
             found = status(mgmt, workload, namespace, name)
