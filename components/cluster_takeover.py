@@ -91,6 +91,10 @@ class CiliumValuesDroppedError(pulumi.RunError):
     """Cilium runs with values the owner set by hand that the release's upgrade would drop."""
 
 
+class KubernetesMinorSkippedError(pulumi.RunError):
+    """A workload cluster's kubernetesVersion more than one minor after what its control plane runs."""
+
+
 class HandMadeAutoscalerFlagsError(pulumi.RunError):
     """An autoscaler installed by hand passes flags the program's would not."""
 
@@ -197,7 +201,34 @@ def check_owner(
         if cluster.adopt or becoming_the_programs:
             refuse_dropped_cilium_values(cluster, kubeconfig)
         refuse_dropped_autoscaler_flags(cluster, kubeconfig, autoscaler_image_tag)
+    if not (cluster.adopt or cluster.recover):
+        refuse_minor_skip(cluster, objects, kubeconfig)
     return TakeoverPlan(forced=becoming_the_programs)
+
+
+def refuse_minor_skip(cluster: WorkloadCluster, objects: ClusterObjects, kubeconfig: str) -> None:
+    """Raises where kubernetesVersion is more than one minor after the version the running control
+    plane has: Cluster API's KubeadmControlPlane webhook refuses that update (v1.12
+    controlplane/kubeadm/internal/webhooks/kubeadmcontrolplane.go, "Skipping a minor version is
+    not allowed"), and only once the run has made the new machine templates it would roll to."""
+    live = hand_made_clusters.read_object(kubeconfig, object_path(objects.control_plane))
+    running = ((live or {}).get("spec") or {}).get("version")
+    if not isinstance(running, str):
+        return
+    (major, minor), (to_major, to_minor) = _minor(running), _minor(cluster.kubernetes_version)
+    if (to_major, to_minor) < (major, minor + 2):
+        return
+    raise KubernetesMinorSkippedError(
+        f"{PROJECT}:{cluster.key}.kubernetesVersion: {cluster.kubernetes_version} is more than one minor after "
+        f"{running}, which {cluster.namespace}/{cluster.name}'s control plane runs: Cluster API upgrades one minor "
+        f"at a time and refuses the skip, after this run would have made the new machine templates. Upgrade to "
+        f'a v{major}.{minor + 1} release first (docs/operations.md, "Upgrading a workload cluster\'s Kubernetes")'
+    )
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = version.lstrip("v").split(".")[:2]
+    return int(major), int(minor)
 
 
 def _marked(cluster: WorkloadCluster, kubeconfig: str, stack: str) -> bool:

@@ -165,8 +165,9 @@ def test_after_the_adoption_the_record_keeps_the_names_and_the_cluster_is_the_st
     # The Cluster, for the stack's mark (none yet: this run makes it the program's), the seven
     # objects for what was set by hand since the adoption run, the MachineDeployment again, for
     # who holds its replicas (refuse_replicas_outside_range), lab1's kubeconfig, for Cilium's
-    # running values (none here: no lab1-kubeconfig Secret), and the releases on the management
-    # cluster, for an autoscaler installed by hand (none).
+    # running values (none here: no lab1-kubeconfig Secret), the releases on the management
+    # cluster, for an autoscaler installed by hand (none), and the control plane again, for the
+    # version it runs (refuse_minor_skip).
     seven = [object_path(r.plain) for r in cluster_objects(after)]
     assert after.cluster_reads[0] == object_path(after.get(CLUSTER, "lab1-cluster").plain)
     assert sorted(after.cluster_reads[1:8]) == sorted(seven)
@@ -174,6 +175,7 @@ def test_after_the_adoption_the_record_keeps_the_names_and_the_cluster_is_the_st
         object_path(adopted.get(MD, "lab1-workers").plain),
         "/api/v1/namespaces/default/secrets/lab1-kubeconfig",
         EVERY_RELEASE,
+        object_path(adopted.get(KCP, "lab1-control-plane").plain),
     ]
     assert record_of(after) == record_of(adopted)
     for resource in cluster_objects(after):

@@ -10,6 +10,7 @@ import harness
 import pytest
 from test_cluster_takeover import CLUSTER, cluster_objects, settings_of, workload_problems
 
+from components.cluster_takeover import KubernetesMinorSkippedError
 from components.hand_made_clusters import STACK_MARK, HandMadeClusterError
 from components.rollouts import ROLLOUT_OUTPUT
 from e2e.box.takeover import doc_script
@@ -51,6 +52,32 @@ def test_a_renamed_stack_keeps_the_clusters_it_declared_and_marks_them_anew() ->
     renamed = harness.run_program(live_objects=before_the_rename, previous_outputs={ROLLOUT_OUTPUT: record})
     cluster = next(r for r in cluster_objects(renamed) if r.type == CLUSTER)
     assert cluster.plain["metadata"]["annotations"][STACK_MARK] == "organization/lab-mgmt/lab"
+
+
+@pytest.mark.parametrize(("running", "refused"), [("v1.33.4", True), ("v1.34.2", False), ("v1.35.9", False)])
+def test_a_kubernetes_upgrade_that_skips_a_minor_is_refused_before_anything_is_sent(
+    running: str, refused: bool
+) -> None:
+    """Cluster API's KubeadmControlPlane webhook refuses a skipped minor, but only once the run has
+    made the machine templates it would roll to: the program refuses it first, naming the key."""
+    live = {
+        **_marked_by("organization/lab-mgmt/lab"),
+        "/apis/controlplane.cluster.x-k8s.io/v1beta2/namespaces/default/kubeadmcontrolplanes/lab1-control-plane": {
+            "kind": "KubeadmControlPlane",
+            "spec": {"version": running},
+        },
+    }
+    if not refused:
+        harness.run_program(live_objects=live)
+        return
+    with pytest.raises(KubernetesMinorSkippedError) as skipped:
+        harness.run_program(live_objects=live)
+    assert str(skipped.value) == (
+        "lab-mgmt:workloadClusters[0].kubernetesVersion: v1.35.9 is more than one minor after v1.33.4, which "
+        "default/lab1's control plane runs: Cluster API upgrades one minor at a time and refuses the skip, after "
+        "this run would have made the new machine templates. Upgrade to a v1.34 release first (docs/operations.md, "
+        '"Upgrading a workload cluster\'s Kubernetes")'
+    )
 
 
 # GNU-only forms that macOS's BSD tools reject or read otherwise (the owner's laptop is a Mac).

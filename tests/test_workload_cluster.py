@@ -304,7 +304,11 @@ def test_the_autoscaler_timings_are_settings(lab1: harness.Run) -> None:
 
 
 def test_the_cluster_is_looked_for_on_the_management_cluster_first(lab1: harness.Run) -> None:
-    assert lab1.cluster_reads == [CLUSTER_PATH]
+    """Its Cluster (whose it is), then its control plane (the version it runs: refuse_minor_skip)."""
+    assert lab1.cluster_reads == [
+        CLUSTER_PATH,
+        "/apis/controlplane.cluster.x-k8s.io/v1beta2/namespaces/default/kubeadmcontrolplanes/lab1-control-plane",
+    ]
 
 
 def _live_cluster(*managers: str, annotations: Mapping[str, str] | None = None) -> dict[str, dict[str, object]]:
