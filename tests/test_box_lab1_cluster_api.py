@@ -101,6 +101,9 @@ def test_the_programs_kubeadm_objects_go_through_the_real_kubeadm_webhooks(lab1_
     print("mutated:", control_plane["mutated_by"], _write(lab1_box, ADMIN_USER, "create", "kubeadmconfigtemplates"))
     assert control_plane["codes"] == [201]
     assert "default.kubeadmcontrolplane.controlplane.cluster.x-k8s.io" in control_plane["mutated_by"]
+    # And its validation: a skipped minor refused (the program refuses it first: tests/test_day_after.py).
+    version = lab1_box["entry"]["kubernetesVersion"]
+    assert f"cannot update Kubernetes version from {version} to v1.37.0" in lab1_box["beneath"]["minor_skipped"]
 
 
 def test_the_real_cluster_controller_does_its_part_and_the_stand_ins_theirs(lab1_box: Any) -> None:

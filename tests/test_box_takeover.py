@@ -275,7 +275,7 @@ def test_a_worker_that_never_joins_fails_scale_from_zero_within_its_bound_and_th
     takeover: Any,
 ) -> None:
     """The workers' template gone from the node: the first clone fails, scale-from-zero fails
-    within max-node-provision-time, three scans and the margin (46 s), the next two are not run,
+    within max-node-provision-time and three scans (45 s, no margin), the next two are not run,
     and nothing of the command's stays; lab1 is at 0 again once the autoscaler gave the worker up
     (the scenario waits for it)."""
     failed = takeover["scaling"]["never_joins"]
@@ -288,16 +288,17 @@ def test_a_worker_that_never_joins_fails_scale_from_zero_within_its_bound_and_th
         line[:20].strip(): line[21:] for line in typed["stdout"].splitlines() if line[21:27] in ("passed", "FAILED")
     }
     verdict, seconds, bound = lines["scale-from-zero"].split()[:3]
-    assert (verdict, bound) == ("FAILED", "46.0")
-    assert 46 <= float(seconds) < 46 + 10
-    assert "not at 1 workers within 46 s" in lines["scale-from-zero"]
+    assert (verdict, float(bound)) == ("FAILED", scaling.NEVER_JOINS_BOUND)
+    assert scaling.NEVER_JOINS_BOUND <= float(seconds) < scaling.NEVER_JOINS_BOUND + 10
+    assert f"not at 1 workers within {scaling.NEVER_JOINS_BOUND} s" in lines["scale-from-zero"]
     assert "not run: the criterion before it failed" in lines["scale-up 1->3"]
     assert failed["namespace_left"] is False
 
 
 def test_the_exit_criteria_report_what_the_box_saw_and_leave_nothing_behind(takeover: Any) -> None:
     """Each change of the workers' count in the report follows one of the autoscaler's writes to
-    the MachineDeployment's /scale, which the audit log has, within two samples; the command's
+    the MachineDeployment's /scale, which the audit log has, and each such write is seen, each
+    within a sample's interval and its reads (a few seconds on a busy machine); the command's
     namespace is gone and the stack has nothing to change."""
     scaled, report = takeover["scaling"], takeover["scaling"]["report"]
     assert _by_the_autoscaler(scaled["writes"]), scaled["writes"]
@@ -307,7 +308,10 @@ def test_the_exit_criteria_report_what_the_box_saw_and_leave_nothing_behind(take
     moves = [report["began"] + stamp for stamp, key, _ in report["timeline"] if key == "replicas" and stamp > first]
     # To 0 first (2 -> 0), from zero (0 -> 1), 1 -> 3, 3 -> 0: one write each at least.
     assert len(moves) >= 4, report["timeline"]
+    within = 2.0 + 8  # --poll's default, and the two reads of a sample on a loaded machine
     for moved in moves:
-        assert any(0 <= moved - at <= 2 * 2.0 + 1 for at in written), (moved, written)
+        assert any(0 <= moved - at <= within for at in written), (moved, written)
+    for at in written:
+        assert any(0 <= moved - at <= within for moved in moves), (at, moves)
     assert scaled["namespace_left"] is False
     assert scaled["no_changes"]["rc"] == 0, scaled["no_changes"]

@@ -161,8 +161,13 @@ class Timeline:
     last: dict[str, Any] = field(default_factory=dict)
     say: Callable[[str], None] = print
 
-    def add(self, sample: dict[str, int]) -> None:
-        stamp = round(time.monotonic() - self.began, 1)
+    def sample(self, lab: Lab) -> None:
+        """One sample of `lab`, stamped when it began: the first thing it reads is the
+        MachineDeployment, so a write to its count comes before its stamp."""
+        stamp = self.now()
+        self.add(stamp, sample(lab))
+
+    def add(self, stamp: float, sample: dict[str, int]) -> None:
         changed = {key: value for key, value in sample.items() if self.last.get(key) != value}
         self.rows += [[stamp, key, value] for key, value in changed.items()]
         self.last = dict(sample)
@@ -174,17 +179,25 @@ class Timeline:
 
 
 def sample(lab: Lab) -> dict[str, int]:
+    """The counts, in two reads: one of each cluster (kubectl lists several kinds at once)."""
     group = lab.group
-    deployment = lab.mgmt.json("machinedeployment", group.name, "-n", group.namespace)
-    machines = lab.mgmt.items("machines", "-n", group.namespace, "-l", f"{DEPLOYMENT_NAME_LABEL}={group.name}")
-    pods = lab.workload.items("pods", "-n", NAMESPACE, "-l", f"app={DEMAND}")
+    listed = lab.mgmt.items("machinedeployments,machines", "-n", group.namespace)
+    [deployment] = [i for i in listed if i["kind"] == "MachineDeployment" and i["metadata"]["name"] == group.name]
+    machines = [
+        i
+        for i in listed
+        if i["kind"] == "Machine" and (i["metadata"].get("labels") or {}).get(DEPLOYMENT_NAME_LABEL) == group.name
+    ]
+    found = lab.workload.items("nodes,pods", "-n", NAMESPACE)
+    pods = [i for i in found if i["kind"] == "Pod" and (i["metadata"].get("labels") or {}).get("app") == DEMAND]
+    nodes = [i for i in found if i["kind"] == "Node" and CONTROL_PLANE_ROLE not in i["metadata"].get("labels", {})]
     return {
         "pending": len([p for p in pods if p["status"].get("phase") == "Pending"]),
         "running": len([p for p in pods if p["status"].get("phase") == "Running"]),
         "replicas": int(deployment["spec"].get("replicas") or 0),
         "machines": len(machines),
         "provisioned": len([m for m in machines if (m.get("status") or {}).get("phase") in ("Provisioned", "Running")]),
-        "workers": len([n for n in worker_nodes(lab.workload) if ready(n)]),
+        "workers": len([n for n in nodes if ready(n)]),
     }
 
 
@@ -195,7 +208,7 @@ def at(count: int) -> Callable[[dict[str, int]], bool]:
 def wait(lab: Lab, timeline: Timeline, done: Callable[[dict[str, int]], bool], bound: float, poll: float) -> bool:
     deadline = time.monotonic() + bound
     while True:
-        timeline.add(sample(lab))
+        timeline.sample(lab)
         if done(timeline.last):
             return True
         if time.monotonic() > deadline:
@@ -261,7 +274,7 @@ def criteria(lab: Lab, timeline: Timeline, poll: float) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     make_namespace(lab)
     demand(lab, 0)
-    timeline.add(sample(lab))
+    timeline.sample(lab)
     if timeline.last["workers"] or timeline.last["replicas"]:
         timeline.say("the workers go to 0 first (no demand)")
         if not wait(lab, timeline, at(0), lab.bound(0), poll):

@@ -317,6 +317,12 @@ def _beneath_the_first_up(box: workload_box.WorkloadBox, cluster: Workload, lab1
         "readyz": mgmt.kubectl_as(lab1, "get", "--raw", "/readyz").stdout,
         "control_node": get(mgmt, "node", control_node, kubeconfig=lab1),
         "system_pods": system_pods,
+        # The real KubeadmControlPlane webhook's refusal of a skipped minor, asked without writing.
+        "minor_skipped": mgmt.kubectl_as(
+            mgmt.kubeconfig,
+            *("-n", cluster.namespace, "patch", "kubeadmcontrolplane", f"{cluster.name}-control-plane"),
+            *("--type=merge", "-p", '{"spec": {"version": "v1.37.0"}}', "--dry-run=server"),
+        ).stderr,
     }
 
 
