@@ -266,7 +266,7 @@ def test_scaling_status_shows_the_node_group_the_autoscaler_and_its_decisions(ta
     [group] = [line for line in shown["stdout"].splitlines() if line.startswith("  default/lab1-workers: ")]
     assert group.startswith("  default/lab1-workers: min 0, max 3, replicas 0, capacity "), group
     assert {"cpu=8", "memory=16384Mi"} <= set(group.split("capacity ")[1].split(", ")), group
-    assert "autoscaler: default/lab1-autoscaler, 1 Ready; scan-interval 2s" in shown["stdout"]
+    assert "autoscaler: default/lab1-autoscaler, 1 Ready; scan-interval 5s" in shown["stdout"]
     assert "Health" in shown["stdout"]
     assert "ScaledUpGroup" in shown["stdout"]
 
@@ -296,10 +296,9 @@ def test_a_worker_that_never_joins_fails_scale_from_zero_within_its_bound_and_th
 
 
 def test_the_exit_criteria_report_what_the_box_saw_and_leave_nothing_behind(takeover: Any) -> None:
-    """Each change of the workers' count in the report follows one of the autoscaler's writes to
-    the MachineDeployment's /scale, which the audit log has, and each such write is seen, each
-    within a sample's interval and its reads (a few seconds on a busy machine); the command's
-    namespace is gone and the stack has nothing to change."""
+    """Each change of the workers' count in the report goes with one of the autoscaler's writes to
+    the MachineDeployment's /scale, which the audit log has, and each such write is seen; the
+    command's namespace is gone and the stack has nothing to change."""
     scaled, report = takeover["scaling"], takeover["scaling"]["report"]
     assert _by_the_autoscaler(scaled["writes"]), scaled["writes"]
     writes = [w for w in scaled["writes"] if w["subresource"] == "scale"]
@@ -308,10 +307,15 @@ def test_the_exit_criteria_report_what_the_box_saw_and_leave_nothing_behind(take
     moves = [report["began"] + stamp for stamp, key, _ in report["timeline"] if key == "replicas" and stamp > first]
     # To 0 first (2 -> 0), from zero (0 -> 1), 1 -> 3, 3 -> 0: one write each at least.
     assert len(moves) >= 4, report["timeline"]
-    within = 2.0 + 8  # --poll's default, and the two reads of a sample on a loaded machine
+
+    # A sample is stamped as it begins, and its first read (the count) comes a kubectl start later:
+    # up to 2 s on a loaded machine; it comes within --poll's 2 s and a sample's two reads after.
+    def seen(moved: float, at: float) -> bool:
+        return -2 <= moved - at <= 2.0 + 8
+
     for moved in moves:
-        assert any(0 <= moved - at <= within for at in written), (moved, written)
+        assert any(seen(moved, at) for at in written), (moved, written)
     for at in written:
-        assert any(0 <= moved - at <= within for moved in moves), (at, moves)
+        assert any(seen(moved, at) for moved in moves), (at, moves)
     assert scaled["namespace_left"] is False
     assert scaled["no_changes"]["rc"] == 0, scaled["no_changes"]
