@@ -62,6 +62,7 @@ import pulumi
 from components import autoscaler_flags, cilium_values, cluster_autoscaler, hand_made_clusters, kept_fields
 from components.cluster_template import ClusterObjects
 from components.settings import PROJECT, WorkloadCluster
+from components.settings.config import release as version_parts
 from components.settings.workload import CAPACITY_ANNOTATION, NODE_GROUP_KEYS
 
 RECORD_OUTPUT = "adoptedWorkloadClusters"
@@ -213,22 +214,15 @@ def refuse_minor_skip(cluster: WorkloadCluster, objects: ClusterObjects, kubecon
     not allowed"), and only once the run has made the new machine templates it would roll to."""
     live = hand_made_clusters.read_object(kubeconfig, object_path(objects.control_plane))
     running = ((live or {}).get("spec") or {}).get("version")
-    if not isinstance(running, str):
-        return
-    (major, minor), (to_major, to_minor) = _minor(running), _minor(cluster.kubernetes_version)
-    if (to_major, to_minor) < (major, minor + 2):
+    runs = version_parts(running)[:2] if isinstance(running, str) else ()
+    if len(runs) < 2 or version_parts(cluster.kubernetes_version)[:2] < (runs[0], runs[1] + 2):
         return
     raise KubernetesMinorSkippedError(
         f"{PROJECT}:{cluster.key}.kubernetesVersion: {cluster.kubernetes_version} is more than one minor after "
         f"{running}, which {cluster.namespace}/{cluster.name}'s control plane runs: Cluster API upgrades one minor "
         f"at a time and refuses the skip, after this run would have made the new machine templates. Upgrade to "
-        f'a v{major}.{minor + 1} release first (docs/operations.md, "Upgrading a workload cluster\'s Kubernetes")'
+        f'a v{runs[0]}.{runs[1] + 1} release first (docs/operations.md, "Upgrading a workload cluster\'s Kubernetes")'
     )
-
-
-def _minor(version: str) -> tuple[int, int]:
-    major, minor = version.lstrip("v").split(".")[:2]
-    return int(major), int(minor)
 
 
 def _marked(cluster: WorkloadCluster, kubeconfig: str, stack: str) -> bool:

@@ -49,6 +49,7 @@ from tools.scaling_lab import (
     node_groups,
     reached,
     ready,
+    worker,
     worker_nodes,
     workload_kubeconfig,
 )
@@ -190,7 +191,7 @@ def sample(lab: Lab) -> dict[str, int]:
     ]
     found = lab.workload.items("nodes,pods", "-n", NAMESPACE)
     pods = [i for i in found if i["kind"] == "Pod" and (i["metadata"].get("labels") or {}).get("app") == DEMAND]
-    nodes = [i for i in found if i["kind"] == "Node" and CONTROL_PLANE_ROLE not in i["metadata"].get("labels", {})]
+    nodes = [i for i in found if i["kind"] == "Node" and worker(i)]
     return {
         "pending": len([p for p in pods if p["status"].get("phase") == "Pending"]),
         "running": len([p for p in pods if p["status"].get("phase") == "Running"]),
@@ -226,9 +227,7 @@ def demand(lab: Lab, replicas: int) -> None:
     never_the_control_plane = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}]}
-                ]
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": CONTROL_PLANE_ROLE, "operator": "DoesNotExist"}]}]
             }
         }
     }

@@ -175,8 +175,12 @@ def workload_kubeconfig(mgmt: Kubectl, namespace: str, cluster: str, given: Path
         Path(name).unlink(missing_ok=True)
 
 
+def worker(node: dict[str, Any]) -> bool:
+    return CONTROL_PLANE_ROLE not in node["metadata"].get("labels", {})
+
+
 def worker_nodes(workload: Kubectl) -> list[dict[str, Any]]:
-    return [node for node in workload.items("nodes") if CONTROL_PLANE_ROLE not in node["metadata"].get("labels", {})]
+    return [node for node in workload.items("nodes") if worker(node)]
 
 
 def ready(node: dict[str, Any]) -> bool:

@@ -49,16 +49,19 @@ ANNOTATE_WORKERS = (
 OWNERS_POD = "owners-debug"
 
 
+def _worker_nodes(lab: OwnersLab) -> list[dict[str, Any]]:
+    nodes = (get(lab.box.cluster, "nodes", namespace="", kubeconfig=lab.lab1_kubeconfig) or {}).get("items", [])
+    return [node for node in nodes if "node-role.kubernetes.io/control-plane" not in node["metadata"].get("labels", {})]
+
+
 def workers(lab: OwnersLab) -> dict[str, Any]:
     """The MachineDeployment's count, the workers' Machines, and lab1's worker Nodes that are Ready."""
     deployment = get(lab.box.cluster, "machinedeployment", LAB1.workers) or {}
     machines = (get(lab.box.cluster, "machines", selector=LAB1.workers_selector) or {}).get("items", [])
-    nodes = (get(lab.box.cluster, "nodes", namespace="", kubeconfig=lab.lab1_kubeconfig) or {}).get("items", [])
     ready = [
         node
-        for node in nodes
-        if "node-role.kubernetes.io/control-plane" not in node["metadata"].get("labels", {})
-        and any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
+        for node in _worker_nodes(lab)
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
     ]
     return {
         "replicas": deployment.get("spec", {}).get("replicas"),
@@ -74,11 +77,7 @@ def refusals(lab: OwnersLab) -> dict[str, Any]:
     out: dict[str, Any] = {"min_size": [lab.laptop(f"{ANNOTATE_WORKERS} {MIN_SIZE_ANNOTATION}=1")]}
     out["min_size"] += [lab.laptop(EXIT_CRITERIA), lab.laptop(f"{ANNOTATE_WORKERS} {MIN_SIZE_ANNOTATION}={MIN_SIZE}")]
     lab1 = lab.box.cluster.kubectl_as
-    worker = next(
-        node["metadata"]["name"]
-        for node in get(lab.box.cluster, "nodes", namespace="", kubeconfig=lab.lab1_kubeconfig)["items"]
-        if "node-role.kubernetes.io/control-plane" not in node["metadata"].get("labels", {})
-    )
+    worker = _worker_nodes(lab)[0]["metadata"]["name"]
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
