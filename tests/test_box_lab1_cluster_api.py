@@ -80,14 +80,14 @@ def test_the_real_webhook_defaults_replicas_to_the_min_size(lab1_box: Any) -> No
 
 
 def test_the_programs_kubeadm_objects_go_through_the_real_kubeadm_webhooks(lab1_box: Any) -> None:
-    """issue 57: the kubeadm control-plane and bootstrap managers run for their webhooks alone (their
-    controllers idle behind a watch filter no object carries), and the program's
+    """issue 57: the kubeadm control-plane manager runs for its webhooks alone (its controller idle
+    behind a watch filter no object carries), the bootstrap manager whole, and the program's
     KubeadmControlPlane and KubeadmConfigTemplate were created through upstream's defaulting."""
     processes = {line.split()[0]: line for line in lab1_box["beneath"]["manager_processes"]}
     assert set(processes) == {"cluster-api-manager", "kubeadm-control-plane-manager", "kubeadm-bootstrap-manager"}
-    for binary in ("kubeadm-control-plane-manager", "kubeadm-bootstrap-manager"):
-        assert "--watch-filter=lab-mgmt-webhooks-only" in processes[binary], processes[binary]
-    assert "--watch-filter" not in processes["cluster-api-manager"]
+    assert "--watch-filter=lab-mgmt-webhooks-only" in processes["kubeadm-control-plane-manager"]
+    for binary in ("cluster-api-manager", "kubeadm-bootstrap-manager"):
+        assert "--watch-filter" not in processes[binary], processes[binary]
     assert {
         f"{kind}/capi-kubeadm-{provider}-{what}-webhook-configuration"
         for provider in ("control-plane", "bootstrap")
@@ -163,7 +163,7 @@ def test_scaling_to_one_makes_a_machine_whose_node_the_real_controller_finds(lab
     assert machine["status"]["nodeRef"]["name"] == node["metadata"]["name"]
     assert machine["spec"]["providerID"] == proxmox["spec"]["providerID"] == node["spec"]["providerID"]
     assert [o["kind"] for o in proxmox["metadata"]["ownerReferences"]] == ["Machine"]
-    assert [o["kind"] for o in worker["kubeadm_config"]["metadata"]["ownerReferences"]] == ["Machine"]
+    assert [o["kind"] for o in worker["bootstrap"]["config"]["metadata"]["ownerReferences"]] == ["Machine"]
     for resource in ("proxmoxmachines", "kubeadmconfigs", "machines"):
         write = _write(lab1_box, CLUSTER_API_USER, "patch", resource)
         assert write is not None, resource
@@ -174,6 +174,31 @@ def test_scaling_to_one_makes_a_machine_whose_node_the_real_controller_finds(lab
     assert node["status"]["capacity"] == _capacity(lab1_box["entry"]["workers"])
     assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.35.9"
     assert worker["lease_later"]["spec"]["renewTime"] > worker["lease"]["spec"]["renewTime"]
+
+
+def test_the_workers_bootstrap_data_is_the_real_providers_and_the_vm_joins_with_it(lab1_box: Any) -> None:
+    """issue 57: the real kubeadm bootstrap provider rendered the worker's bootstrap data from the
+    program's KubeadmConfigTemplate, with a bootstrap token it made in lab1 and the pin of lab1's
+    CA (`lab1-ca`, which the KCP stand-in keeps); the VM stand-in's kubeadm join checked both
+    against lab1 (e2e/standins/workload/vm_boot.py) before its kubelet registered the Node."""
+    bootstrap, entry = lab1_box["worker"]["bootstrap"], lab1_box["entry"]
+    status = _write(lab1_box, CLUSTER_API_USER, "patch", "kubeadmconfigs/status")
+    assert status is not None
+    assert 200 in status["codes"]
+    assert _write(lab1_box, PROVIDERS_USER, "patch", "kubeadmconfigs/status") is None
+    assert bootstrap["config"]["status"]["initialization"] == {"dataSecretCreated": True}
+    discovery = bootstrap["config"]["spec"]["joinConfiguration"]["discovery"]["bootstrapToken"]
+    assert discovery["apiServerEndpoint"] == f"{entry['controlPlaneEndpoint']}:6443"
+    assert [h.startswith("sha256:") for h in discovery["caCertHashes"]] == [True]
+    assert f"bootstrap-token-{discovery['token'].split('.')[0]}" in bootstrap["tokens"]
+    data = bootstrap["data"]
+    # Upstream's node template (bootstrap/kubeadm/internal/cloudinit/node.go), with the program's
+    # provider-id argument left for cloud-init to render on the VM.
+    assert data.startswith("## template: jinja\n#cloud-config\n")
+    assert "kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml" in data
+    assert "echo success > /run/cluster-api/bootstrap-success.complete" in data
+    assert "value: proxmox://'{{ ds.meta_data.instance_id }}'" in data
+    assert "key: node.cluster.x-k8s.io/uninitialized" in data
 
 
 def test_the_real_scheduler_places_what_fits_and_leaves_the_rest_unschedulable(lab1_box: Any) -> None:

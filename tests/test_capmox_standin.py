@@ -13,7 +13,7 @@ import copy
 import hashlib
 from typing import Any
 
-from e2e.standins.workload import capmox, kubeadm, kubeadm_control_plane
+from e2e.standins.workload import capmox, kubeadm, kubeadm_control_plane, vm_boot
 from e2e.standins.workload.objects import CONTROL_PLANE, CORE, INFRASTRUCTURE, Record
 
 NAMESPACE = "default"
@@ -250,7 +250,7 @@ def test_a_version_and_template_bump_rolls_the_control_plane_one_machine_more_fi
     assert kubeadm_control_plane._up_to_date(api, kcp, new)  # type: ignore[arg-type]
     [bootstrap] = [s for s in api.items("secrets", "v1") if s["metadata"]["name"] == new["metadata"]["name"]]
     assert "kubeadm join" in base64.b64decode(bootstrap["data"]["value"]).decode()
-    joining = kubeadm.kubeadm_configuration(api, new)  # type: ignore[arg-type]
+    joining = kubeadm.kubeadm_configuration(api, new, vm_boot.meta_data("uuid", "lab1-cp-b"))  # type: ignore[arg-type]
     assert (joining["kind"], joining["controlPlane"]) == ("JoinConfiguration", {})
     # Until the new Machine has its Node, nothing is deleted, and no third Machine is made.
     assert [m["metadata"].get("deletionTimestamp") for m in roll()] == [None, None]

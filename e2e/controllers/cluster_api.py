@@ -6,12 +6,15 @@ CR (`FOR_PROVIDER`):
 - CORE, the core manager (the archive's root main.go): the Cluster, MachineDeployment, MachineSet
   and Machine controllers and the webhooks (defaulting and validation; replicas are defaulted
   there) of upstream, unchanged;
-- CONTROL_PLANE and BOOTSTRAP, the KubeadmControlPlane and kubeadm bootstrap managers
-  (controlplane/kubeadm, bootstrap/kubeadm), webhooks only (issue 57): every KubeadmControlPlane,
-  KubeadmConfig and KubeadmConfigTemplate the program or clusterctl sends goes through upstream's
-  defaulting and validation, while their controllers are kept idle by `--watch-filter` (a label
-  value no object carries), since what they drive (kubeadm on the VMs) is the workload stand-ins'
-  (e2e/standins/workload/).
+- BOOTSTRAP, the kubeadm bootstrap manager (bootstrap/kubeadm): its webhooks and its KubeadmConfig
+  controller, which renders each worker's bootstrap data from the program's KubeadmConfigTemplate
+  (cloud-config running `kubeadm join`) with a bootstrap token it makes in the workload cluster and
+  the pin of the CA in `<cluster>-ca`; the VMs boot with that data (e2e/standins/workload/vm_boot.py);
+- CONTROL_PLANE, the KubeadmControlPlane manager (controlplane/kubeadm), webhooks only (issue 57):
+  every KubeadmControlPlane the program or clusterctl sends goes through upstream's defaulting and
+  validation, while its controller is kept idle by `--watch-filter` (a label value no object
+  carries), since what it drives (kubeadm init on the VMs, etcd through port-forwards) is the KCP
+  stand-in's (e2e/standins/workload/kubeadm_control_plane.py).
 
 How the box starts each, where upstream's Deployment would (config/manager/manager.yaml):
 
@@ -94,7 +97,7 @@ BOOTSTRAP = Manager(
     9447,
     9442,
     8445,
-    webhooks_only=True,
+    webhooks_only=False,
 )
 FOR_PROVIDER = {"CoreProvider": CORE, "ControlPlaneProvider": CONTROL_PLANE, "BootstrapProvider": BOOTSTRAP}
 

@@ -14,6 +14,8 @@ address is on loopback.
 from __future__ import annotations
 
 import base64
+import datetime
+import ipaddress
 import json
 import os
 import ssl
@@ -25,6 +27,12 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from cryptography.x509.oid import NameOID
 
 from e2e.engine.cli import built_bin
 
@@ -83,13 +91,60 @@ rules:
 
 @dataclass(frozen=True)
 class Pki:
-    """Certificates made by the caller, as k3s makes its own: the API server's serving certificate
-    and key, the CA that signed it, and the CA its clients' certificates are signed by."""
+    """Certificates made by the caller, as k3s or kubeadm init makes them: the API server's serving
+    certificate and key, the CA that signed it (and its key, where the caller keeps it), and the CA
+    its clients' certificates are signed by."""
 
     ca: Path
     cert: Path
     key: Path
     client_ca: Path
+    ca_key: Path | None = None
+
+
+def made_pki(directory: Path, address: str) -> Pki:
+    """What kubeadm init makes for a workload cluster's API server at `address`: a CA (kept with its
+    key, as Cluster API keeps it in `<cluster>-ca`) and a serving certificate it signs, with the
+    names and the Service address an API server's own certificate has. Made once in `directory`:
+    a restart serves the same ones."""
+    ca_key_file = directory / "ca.key"
+    files = Pki(
+        *(directory / "ca.crt", directory / "apiserver.crt", directory / "apiserver.key", directory / "ca.crt"),
+        ca_key=ca_key_file,
+    )
+    if files.cert.exists():
+        return files
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+
+    def signed(subject: str, public_key: Any, issuer: str, signer: Any, extensions: list[Any]) -> x509.Certificate:
+        builder = x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(_name(issuer))
+        builder = builder.public_key(public_key).serial_number(x509.random_serial_number())
+        builder = builder.not_valid_before(now).not_valid_after(now + datetime.timedelta(days=365))
+        for extension, critical in extensions:
+            builder = builder.add_extension(extension, critical=critical)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, serving_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = signed("kubernetes", ca_key.public_key(), "kubernetes", ca_key, [(x509.BasicConstraints(True, None), True)])
+    names = [x509.DNSName(n) for n in ("kubernetes", "kubernetes.default", "kubernetes.default.svc", "localhost")]
+    ips = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in (address, "10.43.0.1", "127.0.0.1")]
+    serving = signed(
+        "kube-apiserver",
+        serving_key.public_key(),
+        "kubernetes",
+        ca_key,
+        [(x509.BasicConstraints(False, None), True), (x509.SubjectAlternativeName([*names, *ips]), False)],
+    )
+    for path, key in ((ca_key_file, ca_key), (files.key, serving_key)):
+        path.write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+    files.ca.write_bytes(ca.public_bytes(Encoding.PEM))
+    files.cert.write_bytes(serving.public_bytes(Encoding.PEM))
+    return files
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
 @dataclass(frozen=True)
@@ -99,6 +154,8 @@ class ControlPlane:
     address: str
     port: int = 6443
     outage: Callable[[], AbstractContextManager[None]] | None = field(default=None, compare=False, repr=False)
+    pki: Pki | None = None
+    """The certificates it serves, where the caller made them."""
 
     def apiserver_stopped(self) -> AbstractContextManager[None]:
         """For the block, its kube-apiserver stopped (clients are refused); started again on the
@@ -117,6 +174,16 @@ class ControlPlane:
 
     def kubeconfig_of(self, user: str) -> Path:
         return self.root / f"{user.replace(':', '-')}.kubeconfig"
+
+    def certificate_authorities(self) -> list[x509.Certificate]:
+        """The CA certificates its clients trust (its kubeconfigs' certificate-authority-data), what
+        kubeadm's discovery pins; a serving certificate bundled with them (`--cert-dir`) left out."""
+        kubeconfig = json.loads(self.kubeconfig.read_text())
+        bundle = base64.b64decode(kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"])
+        found = [certificate for certificate in x509.load_pem_x509_certificates(bundle) if _is_ca(certificate)]
+        if not found:
+            raise ValueError(f"{self.server}: its kubeconfig's certificate-authority-data holds no CA")
+        return found
 
     def kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """As the admin; a failure raises."""
@@ -141,6 +208,13 @@ class ControlPlane:
         """Every request the audit policy records, in order."""
         log = self.root / "audit.log"
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _is_ca(certificate: x509.Certificate) -> bool:
+    try:
+        return bool(certificate.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
 
 
 def kubeconfig_text(server: str, ca: Path, user: str, token: str) -> str:
@@ -266,7 +340,7 @@ def running(
     try:
         _wait_ready(server, processes, root)
         ca = pki.ca if pki else root / "pki" / "apiserver.crt"
-        cluster = ControlPlane(bin_dir, root, address, port, outage)
+        cluster = ControlPlane(bin_dir, root, address, port, outage, pki)
         for user, token in TOKENS.items():
             cluster.kubeconfig_of(user).write_text(kubeconfig_text(server, ca, user, token))
         controller_log = (root / "kube-controller-manager.log").open("wb")

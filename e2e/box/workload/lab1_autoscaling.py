@@ -39,6 +39,7 @@ from e2e.box.workload.lab1_reads import (
     DEMAND,
     Lab,
     Workload,
+    bootstrap,
     capmox_assets,
     cluster_api_writes,
     conditions,
@@ -362,9 +363,7 @@ def _the_first_worker(mgmt: ControlPlane, cluster: Workload, lab: Lab, lab1: Pat
         "proxmox_machine": get(
             mgmt, "proxmoxmachine", machine["spec"]["infrastructureRef"]["name"], namespace=cluster.namespace
         ),
-        "kubeadm_config": get(
-            mgmt, "kubeadmconfig", machine["spec"]["bootstrap"]["configRef"]["name"], namespace=cluster.namespace
-        ),
+        "bootstrap": bootstrap(mgmt, machine, lab1),
         "node": node,
         "running": until(
             "the demand pod Running",

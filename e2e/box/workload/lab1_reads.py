@@ -139,6 +139,19 @@ def get(
         return None
 
 
+def bootstrap(mgmt: ControlPlane, machine: dict[str, Any], lab1: Path) -> dict[str, Any]:
+    """A worker Machine's KubeadmConfig, its bootstrap data as the VM boots with it, and the
+    bootstrap tokens lab1 holds (their Secrets' names)."""
+    namespace = machine["metadata"]["namespace"]
+    secret = get(mgmt, "secret", machine["spec"]["bootstrap"]["dataSecretName"], namespace=namespace)
+    tokens = get(mgmt, "secrets", namespace="kube-system", kubeconfig=lab1)["items"]
+    return {
+        "config": get(mgmt, "kubeadmconfig", machine["spec"]["bootstrap"]["configRef"]["name"], namespace=namespace),
+        "data": base64.b64decode(secret["data"]["value"]).decode(),
+        "tokens": sorted(t["metadata"]["name"] for t in tokens if t["type"] == "bootstrap.kubernetes.io/token"),
+    }
+
+
 def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions", [])}
 

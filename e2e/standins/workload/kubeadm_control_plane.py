@@ -1,13 +1,14 @@
 """A stand-in for Cluster API's KubeadmControlPlane where it cannot run here (kubeadm on VMs, and
 KCP's etcd health checks through a port-forward to control-plane pods); the workers' bootstrap is
-kubeadm.py's:
+the real kubeadm bootstrap provider's (e2e/controllers/cluster_api.py):
 
 - KubeadmControlPlane (controlplane.cluster.x-k8s.io/v1beta2): once its Cluster owns it and the
   Cluster's infrastructure is provisioned with a control-plane endpoint, the workload cluster's
   control plane starts for real at that endpoint (etcd, kube-apiserver, kube-controller-manager,
-  kube-scheduler; e2e/engine/control_plane.py), its admin kubeconfig is written where Cluster API
-  writes it (Secret `<cluster>-kubeconfig`, key `value`, type cluster.x-k8s.io/secret, labelled
-  with the cluster's name, owned by the KCP), and the KCP's status says what the contract asks:
+  kube-scheduler; e2e/engine/control_plane.py), its admin kubeconfig and its CA are written where
+  Cluster API writes them (Secrets `<cluster>-kubeconfig`, key `value`, and `<cluster>-ca`, keys
+  `tls.crt` and `tls.key`, which the bootstrap provider pins in each worker's join; type cluster.x-k8s.io/secret,
+  labelled with the cluster's name, owned by the KCP), and the KCP's status says what the contract asks:
   initialization.controlPlaneInitialized, the replica counts, selector, version,
   observedGeneration and the conditions Available (which the Cluster's ControlPlaneAvailable
   mirrors), Initialized, CertificatesAvailable, EtcdClusterHealthy, ControlPlaneComponentsHealthy.
@@ -35,8 +36,8 @@ kubeadm.py's:
   and its Node. The status follows: replicas,
   upToDateReplicas, readyReplicas, RollingOut, MachinesUpToDate.
   What it leaves out is the rest of KCP's logic: the bootstrap data is written for the Machine
-  directly (bootstrap.dataSecretName; the real KCP makes a KubeadmConfig, which the KubeadmConfig
-  stand-in refuses for a control plane), and one control plane process runs at the endpoint
+  directly (bootstrap.dataSecretName; the real KCP makes a KubeadmConfig, which the real bootstrap
+  provider would render only with the certificates KCP generates), and one control plane process runs at the endpoint
   whatever the Machines are (no etcd members to move), so spec.replicas other than 1 is refused.
 """
 
@@ -128,7 +129,7 @@ def reconcile_control_planes(
         if key not in running:
             running[key] = start(key, endpoint["host"], int(endpoint["port"]))
             record.did(f"control plane up at {endpoint['host']}:{endpoint['port']}", ident(kcp))
-        _write_kubeconfig(client, record, kcp, cluster_name, running[key])
+        _write_cluster_secrets(client, record, kcp, cluster_name, running[key])
         machines = _machines(client, kcp) or [_control_plane_machine(client, record, kcp, cluster_name)]
         nodes = [
             node
@@ -344,24 +345,34 @@ def _registered_once_provisioned(
     return name
 
 
-def _write_kubeconfig(
+def _write_cluster_secrets(
     client: Client, record: Record, kcp: dict[str, Any], cluster_name: str, lab: ControlPlane
 ) -> None:
-    namespace, name = kcp["metadata"]["namespace"], f"{cluster_name}-kubeconfig"
-    value = lab.kubeconfig_of(ADMIN_USER).read_text()
-    existing = client.get("secrets", "v1", namespace, name)
-    if existing is not None and base64.b64decode(existing["data"]["value"]).decode() == value:
-        return
-    client.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": SECRET_TYPE,
-            "metadata": {
-                **{"name": name, "namespace": namespace, "labels": {CLUSTER_NAME_LABEL: cluster_name}},
-                "ownerReferences": [owner_ref(kcp)],
-            },
-            "data": {"value": base64.b64encode(value.encode()).decode()},
-        }
-    )
-    record.did("kubeconfig written", f"Secret/{namespace}/{name}")
+    """What KCP keeps for the workload cluster: its admin kubeconfig, and its CA with the CA's key
+    (kubeadm's certificates, made when its control plane started), whose pin the kubeadm bootstrap
+    provider puts in every worker's join."""
+    namespace = kcp["metadata"]["namespace"]
+    if lab.pki is None or lab.pki.ca_key is None:
+        raise ValueError(f"{ident(kcp)}: its control plane was started without kubeadm's CA")
+    for purpose, data in (
+        ("kubeconfig", {"value": lab.kubeconfig_of(ADMIN_USER).read_bytes()}),
+        ("ca", {"tls.crt": lab.pki.ca.read_bytes(), "tls.key": lab.pki.ca_key.read_bytes()}),
+    ):
+        name = f"{cluster_name}-{purpose}"
+        encoded = {key: base64.b64encode(value).decode() for key, value in data.items()}
+        existing = client.get("secrets", "v1", namespace, name)
+        if existing is not None and existing.get("data") == encoded:
+            continue
+        client.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": SECRET_TYPE,
+                "metadata": {
+                    **{"name": name, "namespace": namespace, "labels": {CLUSTER_NAME_LABEL: cluster_name}},
+                    "ownerReferences": [owner_ref(kcp)],
+                },
+                "data": encoded,
+            }
+        )
+        record.did(f"{purpose} written", f"Secret/{namespace}/{name}")

@@ -2,9 +2,10 @@
 its workload cluster (whose control plane the KubeadmControlPlane stand-in runs), so it registers
 a Node named after the VM with
 
-- spec.providerID: the bootstrap data's `provider-id` kubelet argument with cloud-init's
-  `{{ ds.meta_data.instance_id }}` filled in with the VM's uuid, which must equal the
-  ProxmoxMachine's spec.providerID (else the Machine never finds its Node: refused loudly);
+- spec.providerID: the `provider-id` kubelet argument as the VM's boot hands it over (the bootstrap
+  data rendered with the VM's meta-data, the worker's `kubeadm join` discovery checked against
+  its cluster: vm_boot.py), which must equal the ProxmoxMachine's spec.providerID (else the
+  Machine never finds its Node: refused loudly);
 - the labels a kubelet sets and the bootstrap data's `node-labels`, its `taints`;
 - capacity and allocatable from the VM's sizing (numSockets * numCores cpu, memoryMiB, the boot
   volume, 110 pods), the addresses, nodeInfo (kubelet version = the Machine's) and Ready;
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from e2e.engine.control_plane import KUBELET_USER, ControlPlane
+from e2e.standins.workload import vm_boot
 from e2e.standins.workload.capmox import need_true, size
 from e2e.standins.workload.objects import (
     CONTROL_PLANE_MACHINE_LABEL,
@@ -29,14 +31,12 @@ from e2e.standins.workload.objects import (
     Client,
     Record,
     ident,
-    join_configuration,
     need,
     now,
     owner,
 )
 
 KNOWN_KUBELET_ARGS = ("provider-id", "node-labels")
-INSTANCE_ID = ("'{{ ds.meta_data.instance_id }}'", "{{ ds.meta_data.instance_id }}")
 LEASE_SECONDS = 40
 
 
@@ -94,9 +94,14 @@ def _register(client: Client, lab: Client, item: dict[str, Any], machine: dict[s
     secret = client.get("secrets", "v1", meta["namespace"], need(machine, "spec.bootstrap.dataSecretName"))
     if secret is None:
         raise KeyError(f"{ident(machine)}'s bootstrap data Secret is gone")
-    join = join_configuration(base64.b64decode(secret["data"]["value"]).decode())
     vm_uuid = need(item, "spec.providerID").removeprefix("proxmox://")
-    node = node_of(ident(machine), meta["name"], join.get("nodeRegistration", {}), vm_uuid)
+    boot = vm_boot.kubeadm_run(
+        base64.b64decode(secret["data"]["value"]).decode(), vm_boot.meta_data(vm_uuid, meta["name"])
+    )
+    if boot.phase != "join":
+        raise ValueError(f"{ident(machine)}: a worker's bootstrap data runs kubeadm {boot.phase}, not join")
+    vm_boot.discover(lab, boot.configuration)
+    node = node_of(ident(machine), meta["name"], boot.configuration.get("nodeRegistration", {}))
     if node["spec"]["providerID"] != spec["providerID"]:
         raise ValueError(
             f"{ident(item)}: the kubelet would register providerID {node['spec']['providerID']!r}, "
@@ -106,19 +111,17 @@ def _register(client: Client, lab: Client, item: dict[str, Any], machine: dict[s
     register(lab, node, size(item), addresses, version=need(machine, "spec.version"), vm_uuid=vm_uuid)
 
 
-def node_of(owner_name: str, name: str, registration: dict[str, Any], vm_uuid: str) -> dict[str, Any]:
+def node_of(owner_name: str, name: str, registration: dict[str, Any]) -> dict[str, Any]:
     """The Node a kubelet started by kubeadm with `registration` (a Join- or InitConfiguration's
-    nodeRegistration) registers on the VM `vm_uuid`: its providerID (cloud-init's instance id
-    filled in), the labels a kubelet sets and the `node-labels` argument's, and the taints as
-    kubeadm passes them (`taints` absent: none for a join; an init's caller gives kubeadm's
-    default). A kubelet argument it does not know is refused, naming `owner_name`."""
-    arguments = {arg["name"]: arg["value"] for arg in registration.get("kubeletExtraArgs", [])}
+    nodeRegistration, rendered by the VM's cloud-init) registers: its providerID, the labels a
+    kubelet sets and the `node-labels` argument's, and the taints as kubeadm passes them (`taints`
+    absent: none for a join; an init's caller gives kubeadm's default). A kubelet argument it does
+    not know is refused, naming `owner_name`."""
+    arguments = vm_boot.kubelet_arguments(registration)
     for argument in arguments:
         if argument not in KNOWN_KUBELET_ARGS:
             raise ValueError(f"{owner_name}: kubelet argument {argument}: the kubelet stand-in does not know it")
     provider_id = arguments.get("provider-id", "")
-    for form in INSTANCE_ID:
-        provider_id = provider_id.replace(form, vm_uuid)
     labels = {
         "kubernetes.io/hostname": name,
         **{"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"},

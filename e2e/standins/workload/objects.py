@@ -5,7 +5,6 @@ and the field, never a default), and the shape of a metav1.Condition."""
 from __future__ import annotations
 
 import functools
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,8 @@ CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 CONTROL_PLANE_MACHINE_LABEL = "cluster.x-k8s.io/control-plane"
 DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
 SECRET_TYPE = "cluster.x-k8s.io/secret"
-# Where a worker's bootstrap data (the KubeadmConfig stand-in's) writes its kubeadm JoinConfiguration.
+# Where a join's bootstrap data writes its kubeadm JoinConfiguration (the bootstrap provider's
+# bootstrap/kubeadm/internal/cloudinit/node.go), which the KCP stand-in's control-plane join follows.
 JOIN_CONFIG_PATH = "/run/kubeadm/kubeadm-join-config.yaml"
 
 
@@ -133,15 +133,3 @@ def conditions(generation: int, reasons: dict[str, str]) -> list[dict[str, Any]]
         }
         for kind, reason in reasons.items()
     ]
-
-
-def join_configuration(bootstrap_value: str) -> dict[str, Any]:
-    """The kubeadm JoinConfiguration a worker's bootstrap data (as written above) holds."""
-    body = bootstrap_value.split("#cloud-config\n", 1)
-    if len(body) != 2:
-        raise ValueError("the bootstrap data is no cloud-config")
-    for written in json.loads(body[1]).get("write_files", []):
-        if written["path"] == JOIN_CONFIG_PATH:
-            found: dict[str, Any] = json.loads(written["content"])
-            return found
-    raise ValueError(f"the bootstrap data writes no {JOIN_CONFIG_PATH}")

@@ -1,5 +1,5 @@
-"""The workload clusters' stand-ins together, on a management cluster, for a block: the CAPMOX,
-KubeadmControlPlane and KubeadmConfig stand-ins and the workers' kubelets, one pass over all of
+"""The workload clusters' stand-ins together, on a management cluster, for a block: the CAPMOX and
+KubeadmControlPlane stand-ins and the VMs' kubelets, one pass over all of
 them every `interval` seconds (a real controller's watch answers sooner), each part on its own so
 that one refusing an object does not stop the others. Each workload control plane they start
 stops with the block.
@@ -20,7 +20,7 @@ from e2e.engine import control_plane
 from e2e.engine.control_plane import PROVIDERS_USER, ControlPlane
 from e2e.engine.kube_api import UnreachableError
 from e2e.standins.cluster.controller_loop import looping
-from e2e.standins.workload import capmox, kubeadm, kubeadm_control_plane, kubelet
+from e2e.standins.workload import capmox, kubeadm_control_plane, kubelet
 from e2e.standins.workload.objects import Client, Record
 
 # What lab1's kube-controller-manager runs: all its default controllers (the node lifecycle one
@@ -53,7 +53,12 @@ def running(mgmt: ControlPlane, root: Path, *, interval: float = 1.0) -> Iterato
             began = time.monotonic()
             lab = stack.enter_context(
                 control_plane.running(
-                    root / key.replace("/", "-"), host, port=port, controllers=WORKLOAD_CONTROLLERS, scheduler=True
+                    (base := root / key.replace("/", "-")),
+                    host,
+                    port=port,
+                    pki=control_plane.made_pki(base / "kubeadm-pki", host),
+                    controllers=WORKLOAD_CONTROLLERS,
+                    scheduler=True,
                 )
             )
             standins.started_in[key] = round(time.monotonic() - began, 1)
@@ -72,7 +77,6 @@ def running(mgmt: ControlPlane, root: Path, *, interval: float = 1.0) -> Iterato
                 registered=standins.registered,
                 control_plane_nodes=standins.control_plane_nodes,
             ),
-            "KubeadmConfigs": lambda: kubeadm.reconcile_configs(client, standins.record),
             "ProxmoxMachines": lambda: capmox.reconcile_machines(
                 client, standins.record, destroy, standins.missing_templates
             ),

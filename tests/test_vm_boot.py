@@ -1,0 +1,183 @@
+"""The workload VM's boot stand-in (e2e/standins/workload/vm_boot.py) on bootstrap data laid out as
+Cluster API v1.12's kubeadm bootstrap provider renders a worker's (bootstrap/kubeadm/internal/
+cloudinit/node.go): cloud-init's rendering with the VM's meta-data, the one kubeadm command and its
+configuration, what systemd makes of the kubelet arguments, and kubeadm join's discovery checks,
+each refusal with what kubeadm or cloud-init would stop at."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from e2e.standins.workload import kubelet, vm_boot
+
+UUID = "3f1c2a9e-7d41-4b7e-9c55-0e8f6c1d2b34"
+TOKEN_ID, TOKEN_SECRET = "abcdef", "0123456789abcdef"
+TOKEN = f"{TOKEN_ID}.{TOKEN_SECRET}"
+SENTINEL = "echo success > /run/cluster-api/bootstrap-success.complete"
+
+JOIN = """\
+## template: jinja
+#cloud-config
+
+write_files:
+-   path: /run/kubeadm/kubeadm-join-config.yaml
+    owner: root:root
+    permissions: '0640'
+    content: |
+      ---
+      apiVersion: kubeadm.k8s.io/v1beta4
+      discovery:
+        bootstrapToken:
+          apiServerEndpoint: 192.168.0.30:6443
+          caCertHashes:
+          - {pin}
+          token: {token}
+      kind: JoinConfiguration
+      nodeRegistration:
+        kubeletExtraArgs:
+        - name: provider-id
+          value: proxmox://'{{{{ ds.meta_data.instance_id }}}}'
+        taints:
+        - effect: NoSchedule
+          key: node.cluster.x-k8s.io/uninitialized
+-   path: /run/cluster-api/placeholder
+    owner: root:root
+    permissions: '0640'
+    content: "This placeholder file is used to create the /run/cluster-api sub directory"
+runcmd:
+  - kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml  && {sentinel}
+users:
+  - name: root
+    sshAuthorizedKeys:
+      - "ssh-ed25519 AAAA owner"
+"""
+
+
+def _ca() -> x509.Certificate:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "lab1-ca")])
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+
+
+def _pin(ca: x509.Certificate) -> str:
+    spki = ca.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    return "sha256:" + hashlib.sha256(spki).hexdigest()
+
+
+@dataclass
+class _Lab1:
+    """lab1's control plane as discovery sees it: its endpoint and CA."""
+
+    ca: x509.Certificate
+    address: str = "192.168.0.30"
+    port: int = 6443
+
+    def certificate_authorities(self) -> list[x509.Certificate]:
+        return [self.ca]
+
+
+@dataclass
+class _Client:
+    cluster: _Lab1
+    secrets: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def get(self, resource: str, api_version: str, namespace: str, name: str) -> dict[str, Any] | None:
+        assert (resource, api_version, namespace) == ("secrets", "v1", "kube-system")
+        return self.secrets.get(name)
+
+
+def _token_secret(held: str = TOKEN_SECRET, expires_in: float = 900, usage: str = "true") -> dict[str, Any]:
+    expiration = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=expires_in)
+    data = {
+        **{"token-id": TOKEN_ID, "token-secret": held, "usage-bootstrap-authentication": usage},
+        "expiration": expiration.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    return {
+        "type": vm_boot.TOKEN_TYPE,
+        "data": {key: base64.b64encode(value.encode()).decode() for key, value in data.items()},
+    }
+
+
+def _booted(pin: str) -> vm_boot.KubeadmRun:
+    return vm_boot.kubeadm_run(
+        JOIN.format(pin=pin, token=TOKEN, sentinel=SENTINEL), vm_boot.meta_data(UUID, "lab1-workers-x")
+    )
+
+
+def test_a_worker_joins_with_the_provider_id_its_kubelet_receives_unquoted() -> None:
+    ca = _ca()
+    boot = _booted(_pin(ca))
+    assert boot.phase == "join"
+    registration = boot.configuration["nodeRegistration"]
+    # After cloud-init the quotes are still in kubeadm's configuration; systemd takes them off.
+    assert registration["kubeletExtraArgs"] == [{"name": "provider-id", "value": f"proxmox://'{UUID}'"}]
+    node = kubelet.node_of("Machine/lab1/x", "lab1-workers-x", registration)
+    assert node["spec"]["providerID"] == f"proxmox://{UUID}"
+    assert node["spec"]["taints"] == [{"effect": "NoSchedule", "key": "node.cluster.x-k8s.io/uninitialized"}]
+    vm_boot.discover(_Client(_Lab1(ca), {"bootstrap-token-abcdef": _token_secret()}), boot.configuration)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("held", "refusal"),
+    [
+        ({}, "bootstrap token 'abcdef' is not one 192.168.0.30:6443 accepts"),
+        ({"bootstrap-token-abcdef": _token_secret(held="ffffffffffffffff")}, "is not one"),
+        ({"bootstrap-token-abcdef": _token_secret(expires_in=-5)}, "is not one"),
+        ({"bootstrap-token-abcdef": _token_secret(usage="false")}, "is not one"),
+    ],
+)
+def test_kubeadm_join_refuses_a_token_lab1_does_not_accept(held: dict[str, Any], refusal: str) -> None:
+    ca = _ca()
+    with pytest.raises(ValueError, match=refusal):
+        vm_boot.discover(_Client(_Lab1(ca), held), _booted(_pin(ca)).configuration)  # type: ignore[arg-type]
+
+
+def test_kubeadm_join_refuses_a_pin_of_another_ca_and_another_endpoint() -> None:
+    held = {"bootstrap-token-abcdef": _token_secret()}
+    configuration = _booted(_pin(_ca())).configuration
+    with pytest.raises(ValueError, match="none of the CA pins"):
+        vm_boot.discover(_Client(_Lab1(_ca()), held), configuration)  # type: ignore[arg-type]
+    ca = _ca()
+    with pytest.raises(ValueError, match=r"apiServerEndpoint '192.168.0.30:6443', not 192.168.0.31:6443"):
+        vm_boot.discover(_Client(_Lab1(ca, "192.168.0.31"), held), _booted(_pin(ca)).configuration)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("change", "refusal"),
+    [
+        (("ds.meta_data.instance_id", "ds.meta_data.public_keys"), r"\{\{ ds.meta_data.public_keys \}\}"),
+        (("ds.meta_data.instance_id", "v1.region"), r"\{\{ v1.region \}\}"),
+        (("#cloud-config\n", "#cloud-config\n# {% if x %}\n"), "jinja block"),
+        (("## template: jinja\n", ""), "no jinja cloud-config"),
+        (
+            ("  - kubeadm join", "  - kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml\n  - kubeadm join"),
+            "2 kubeadm",
+        ),
+        (("kubeadm-join-config.yaml  &&", "other.yaml  &&"), "reads /run/kubeadm/other.yaml, which the bootstrap data"),
+    ],
+)
+def test_what_the_vm_cannot_render_or_run_is_refused(change: tuple[str, str], refusal: str) -> None:
+    value = JOIN.format(pin="sha256:00", token=TOKEN, sentinel=SENTINEL).replace(*change)
+    with pytest.raises(ValueError, match=refusal):
+        vm_boot.kubeadm_run(value, vm_boot.meta_data(UUID, "lab1-workers-x"))
