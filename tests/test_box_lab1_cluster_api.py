@@ -17,6 +17,7 @@ import pytest
 
 from e2e.box.workload import lab1_controls, lab1_sites
 from e2e.engine.control_plane import ADMIN_USER, CLUSTER_API_USER, PROVIDERS_USER
+from e2e.standins.workload import vm_boot
 
 pytestmark = pytest.mark.engine
 
@@ -199,6 +200,9 @@ def test_the_workers_bootstrap_data_is_the_real_providers_and_the_vm_joins_with_
     assert "echo success > /run/cluster-api/bootstrap-success.complete" in data
     assert "value: proxmox://'{{ ds.meta_data.instance_id }}'" in data
     assert "key: node.cluster.x-k8s.io/uninitialized" in data
+    # The program's sshPublicKeys, for cloud-init's users module: root's authorized keys on the VM.
+    cloud_config = vm_boot.render(data, vm_boot.meta_data("uuid", "name"))
+    assert cloud_config["users"] == [{"name": "root", "ssh_authorized_keys": entry["sshPublicKeys"]}]
 
 
 def test_the_real_scheduler_places_what_fits_and_leaves_the_rest_unschedulable(lab1_box: Any) -> None:

@@ -275,7 +275,7 @@ def test_a_worker_that_never_joins_fails_scale_from_zero_within_its_bound_and_th
     takeover: Any,
 ) -> None:
     """The workers' template gone from the node: the first clone fails, scale-from-zero fails
-    within max-node-provision-time and three scans (45 s, no margin), the next two are not run,
+    within max-node-provision-time and three scans (30 s, no margin), the next two are not run,
     and nothing of the command's stays; lab1 is at 0 again once the autoscaler gave the worker up
     (the scenario waits for it)."""
     failed = takeover["scaling"]["never_joins"]
