@@ -92,7 +92,7 @@ box-down: $(VENV)
 
 # The first `pulumi up` on an empty box, the no-op second one and a k3s bump: wall times, and what
 # the last two made the box do (SSH sessions, chart-repository requests, Proxmox VE writes,
-# Kubernetes writes); and the no-op against the engine's floor in the same box (e2e/box/floor.py:
+# Kubernetes writes); and the no-op against the engine's floor in the same box (e2e/box/management/floor.py:
 # a project with the same three plugins and nothing to do), 5 runs of each in turn. Then the
 # program's lab1 scaling from zero to one and three and back (e2e/box/workload/lab1_autoscaling.py): when the
 # pod went pending, the autoscaler scaled, the Machine and Node came and the pod was scheduled.

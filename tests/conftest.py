@@ -45,7 +45,9 @@ def whole_box_lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from e2e.engine.netns import in_new_netns  # noqa: PLC0415
 
     root: Path = tmp_path_factory.mktemp("box-lifecycle")
-    return in_new_netns("lifecycle.whole_box_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=2400)
+    return in_new_netns(
+        "management.lifecycle.whole_box_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=2400
+    )
 
 
 # Where the program's lab1 scenario runs (e2e/box/workload/lab1_sites.py): the lab's own declaration;

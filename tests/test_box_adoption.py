@@ -22,7 +22,7 @@ def test_adopting_a_lab_that_lacks_an_object_stops_at_preview_creating_nothing(t
     """docs/adoption.md step 4: an import needs the object to exist; the program never creates
     one in its place while adopting."""
     result = in_new_netns(
-        "cluster_adoption.adoption_of_an_incomplete_lab", str(tmp_path), addresses=[scenarios.VM_ADDRESS]
+        "management.cluster_adoption.adoption_of_an_incomplete_lab", str(tmp_path), addresses=[scenarios.VM_ADDRESS]
     )
     for step in result["steps"]:
         assert step["rc"] == 0, step

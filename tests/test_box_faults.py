@@ -1,4 +1,4 @@
-"""Faults in the lab in a box (e2e/box/box_faults.py, issue 18): each fault injected during a real
+"""Faults in the lab in a box (e2e/box/management/box_faults.py, issue 18): each fault injected during a real
 `pulumi up` of the whole program ends the run with an error naming what failed and where, with no
 secret in it, the state still readable, and the next run without the fault converges with one VM
 made by one create and k3s installed once. The faults: Proxmox VE's errors, sshd's, another host
@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from e2e.box import box_faults, scenarios
+from e2e.box import scenarios
+from e2e.box.management import box_faults
 from e2e.box.observed import PROGRAM_USER, STANDIN_RECORDS
 from e2e.engine.control_plane import INJECTOR_USER
 from e2e.engine.netns import in_new_netns
@@ -31,7 +32,7 @@ WEBHOOK_WAITS = ("mgmt-operator-webhook-validating", "mgmt-operator-webhook-muta
 
 def _scenario(factory: pytest.TempPathFactory, name: str) -> Any:
     root: Path = factory.mktemp(name)
-    return in_new_netns(f"box_faults.{name}", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=1800)
+    return in_new_netns(f"management.box_faults.{name}", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=1800)
 
 
 @pytest.fixture(scope="module")

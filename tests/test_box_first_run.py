@@ -25,7 +25,9 @@ PREVIEW, UP, SECOND_PREVIEW, SECOND_UP = range(4)
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp("first-run")
-    return in_new_netns("cluster_first_run.fresh_install", str(root), addresses=[scenarios.VM_ADDRESS], timeout=900)
+    return in_new_netns(
+        "management.cluster_first_run.fresh_install", str(root), addresses=[scenarios.VM_ADDRESS], timeout=900
+    )
 
 
 def names(run: dict[str, Any], op: str) -> set[str]:

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def box(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp("guest")
-    return in_new_netns("host.box_guest", str(root), timeout=900)
+    return in_new_netns("management.host.box_guest", str(root), timeout=900)
 
 
 def by_script(steps: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def handover(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp("handover")
-    return in_new_netns("handover.helmchart_handover", str(root), addresses=[scenarios.VM_ADDRESS])
+    return in_new_netns("management.handover.helmchart_handover", str(root), addresses=[scenarios.VM_ADDRESS])
 
 
 def writes(run: dict[str, Any], resource: str) -> list[list[Any]]:

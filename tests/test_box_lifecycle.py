@@ -1,10 +1,10 @@
-"""The lab in a box through a lab's life (e2e/box/lifecycle.py, `lifecycle.whole_box_lifecycle`, whose first part
-tests/test_box_whole.py reads): after the first run and the no-op second one, each bump of
-docs/graph.md's table previewed and applied alone, touching only what the table lists; the CAPMOX
-token rotated as docs/operations.md says; a new vmCores, written and announced but never rebooted
-into; a deliberate rebuild from a new image (a new VM with a new host key, pinned anew, and k3s
-back); and a `pulumi destroy` the locks refuse. In a network namespace of its own; selected
-with `pytest -m engine`.
+"""The lab in a box through a lab's life (e2e/box/management/lifecycle.py,
+`management.lifecycle.whole_box_lifecycle`, whose first part tests/test_box_whole.py reads): after
+the first run and the no-op second one, each bump of docs/graph.md's table previewed and applied
+alone, touching only what the table lists; the CAPMOX token rotated as docs/operations.md says; a
+new vmCores, written and announced but never rebooted into; a deliberate rebuild from a new image
+(a new VM with a new host key, pinned anew, and k3s back); and a `pulumi destroy` the locks
+refuse. In a network namespace of its own; selected with `pytest -m engine`.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def applied(change: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("bump", sorted(TOUCHES))
 def test_a_bump_applies_exactly_what_the_table_lists(box: Any, bump: str) -> None:
     """Exactly: a bump that left a difference behind would show in the next change's preview and
-    up too (e2e/box/lifecycle.py `_change`), so each change is also the check that the one before
+    up too (e2e/box/management/lifecycle.py `_change`), so each change is also the check that the one before
     it settled."""
     change = box["bumps"][bump]
     assert touched(applied(change)) == TOUCHES[bump] | BEYOND_THE_TABLE.get(bump, set())

@@ -1,5 +1,5 @@
-"""The state and its passphrase lost, on the whole box (e2e/box/lost_state.py, a step of
-`lifecycle.whole_box_lifecycle`, after the key rotation): a new stack on an empty backend with a
+"""The state and its passphrase lost, on the whole box (e2e/box/management/lost_state.py, a step of
+`management.lifecycle.whole_box_lifecycle`, after the key rotation): a new stack on an empty backend with a
 new passphrase types docs/operations.md "Lost state or passphrase" as it stands (lab1's lines
 aside: the box runs no workload cluster) and takes over the lab the lost stack made: the VM is
 imported and nothing is written to Proxmox, the host steps change nothing on the host, the

@@ -35,7 +35,7 @@ CREATE = sorted(
 @pytest.fixture(scope="module")
 def lifecycle(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp("vm-lifecycle")
-    return in_new_netns("vm.vm_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=900)
+    return in_new_netns("management.vm.vm_lifecycle", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=900)
 
 
 def writes(run: dict[str, Any]) -> list[list[Any]]:

@@ -1,4 +1,4 @@
-"""Adoption in the lab in a box, whole (e2e/box/box_adoption.py, issue 18): the box starts as the
+"""Adoption in the lab in a box, whole (e2e/box/management/box_adoption.py, issue 18): the box starts as the
 playbook left the lab (the VM made on the node, not through the API, running k3s with an Ansible-
 rendered config.yaml, the playbook's objects on its API server), then docs/adoption.md's steps 1 to
 6 are typed as they stand for a lab that runs no workload cluster, with the real CLI and the
@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from components.k3s_node import render_k3s_config
-from e2e.box import box, box_adoption, playbook_vm, scenarios
+from e2e.box import box, scenarios
+from e2e.box.management import box_adoption, playbook_vm
 from e2e.box.observed import STANDIN_RECORDS
 from e2e.box.takeover import doc_script
 from e2e.engine.netns import in_new_netns
@@ -43,7 +44,7 @@ CHANGING_VERBS = ("start", "stop", "restart", "enable", "daemon-reload")
 def adoption(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     root: Path = tmp_path_factory.mktemp(f"whole-adoption-{request.param}")
     result = in_new_netns(
-        "box_adoption.adoption_in_the_box",
+        "management.box_adoption.adoption_in_the_box",
         str(root),
         request.param,
         addresses=[scenarios.PROXMOX_ADDRESS],

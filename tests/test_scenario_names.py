@@ -25,7 +25,7 @@ def _calls(tree: ast.AST, name: str) -> Iterator[ast.Call]:
 
 
 def _template_names(tree: ast.AST, call: ast.Call, template: ast.JoinedStr) -> Iterator[str]:
-    """A name built in a helper (`f"box_faults.{name}"`, `name` a parameter of the function around
+    """A name built in a helper (`f"management.box_faults.{name}"`, `name` a parameter of the function around
     the call): the template filled with each string literal the file passes that parameter."""
     parts = template.values
     assert len(parts) == 2, ast.unparse(template)
@@ -81,7 +81,7 @@ def _unresolved(names: dict[str, list[str]]) -> dict[str, list[str]]:
 def test_every_scenario_name_names_a_function() -> None:
     names = _scenario_names()
     # The session's box lifecycle, a module's own scenarios and a bare one of e2e.box.scenarios.
-    assert {"lifecycle.whole_box_lifecycle", "box_faults.pve_faults", "mistakes"} <= set(names)
+    assert {"management.lifecycle.whole_box_lifecycle", "management.box_faults.pve_faults", "mistakes"} <= set(names)
     assert _unresolved(names) == {}
 
 

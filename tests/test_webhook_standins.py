@@ -1,6 +1,6 @@
 """The operator's admission webhooks as the box stands them in: its chart's two webhook
 configurations are the ones the program waits on, failing closed on every provider kind; on a real
-API server (e2e/box/webhook_trial.py, in a network namespace of the test's own, `pytest -m engine`) a
+API server (e2e/box/management/webhook_trial.py, in a network namespace of the test's own, `pytest -m engine`) a
 provider CR is refused with x509's unknown authority until the CA injector stand-in has filled in
 both, withheld means never filled in, and the webhook server stand-in reviews what it knows and
 refuses what it does not."""
@@ -15,7 +15,7 @@ import yaml
 
 from components import cluster_api
 from e2e.box import box, scenarios
-from e2e.box.webhook_trial import DELAY_SECONDS
+from e2e.box.management.webhook_trial import DELAY_SECONDS
 from e2e.engine.netns import in_new_netns
 from e2e.standins.cluster import admission_webhook_standin, chart_repo_standin, playbook_lab
 from e2e.standins.cluster.cainjector_standin import INJECT_CA_FROM, CainjectorStandIn
@@ -73,7 +73,7 @@ def test_a_kind_it_does_not_inject_into_is_refused() -> None:
 @pytest.fixture(scope="module")
 def trial(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("webhook-trial")
-    return in_new_netns("webhook_trial.injection", str(root), addresses=[scenarios.VM_ADDRESS], timeout=300)
+    return in_new_netns("management.webhook_trial.injection", str(root), addresses=[scenarios.VM_ADDRESS], timeout=300)
 
 
 @pytest.mark.engine

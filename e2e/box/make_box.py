@@ -24,8 +24,9 @@ from typing import Any
 
 import yaml
 
-from e2e.box import floor, scenarios
+from e2e.box import scenarios
 from e2e.box.box import K3S_BUMP, Box
+from e2e.box.management import floor
 from e2e.box.observed import observe
 from e2e.box.workload import lab1_box, lab1_sites
 from e2e.engine.cli import REPO, built_bin
@@ -237,7 +238,9 @@ def _first(timeline: list[list[Any]], field: str, reached: Callable[[Any], bool]
 def _bench(root: Path) -> int:
     """The tests' first run and no-op run, the no-op against the engine's floor, a k3s bump and
     the program's lab1 scaling from zero and back, their numbers printed."""
-    result = in_new_netns("lifecycle.whole_box_bench", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=1800)
+    result = in_new_netns(
+        "management.lifecycle.whole_box_bench", str(root), addresses=[scenarios.PROXMOX_ADDRESS], timeout=1800
+    )
     first, second = result["first_up"], result["second_up"]
     print(f"first pulumi up: rc {first['rc']}, {first['seconds']}s, {first['summary']}")
     print(_what_it_did("no-op pulumi up", second))

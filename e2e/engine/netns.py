@@ -5,7 +5,7 @@ leave the machine whatever an address in the stack config says.
     in_new_netns("readme_first_run", "/tmp/x", addresses=["192.168.0.8"]) -> the scenario's result
 
 A scenario is a function of e2e.box.scenarios, or of another module of e2e.box named before it
-(`lifecycle.whole_box_lifecycle`).
+(`management.lifecycle.whole_box_lifecycle`).
 
 The scenario runs in a child process (`python -m e2e.engine.netns NAME ARGS_JSON`) started with
 `unshare --net`, in a PID namespace of its own: whatever it started and left behind dies with it

@@ -3,7 +3,7 @@ to and where the owner types it (the laptop, in the repository's folder, or the 
 the block's first line is `# on the Proxmox node`), and the placeholders (`<your backup storage>`)
 that the owner fills in. The page is typed two ways: on the owner's lab, which runs lab1, every
 block but those whose first line is `# in a lab that runs no workload cluster`; on a lab that
-runs no workload cluster (the adoption box at another site, e2e/box/box_adoption.py), every
+runs no workload cluster (the adoption box at another site, e2e/box/management/box_adoption.py), every
 block but lab1's: those of the W-steps and those whose first line is `# in a lab that runs lab1`.
 Pure reading: the journey (journey.py) runs what this returns, and the
 mocks tests check that the page reads as a script at all (tests/test_adoption_script.py).

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from components.settings.workload import MAX_SIZE_ANNOTATION
-from e2e.box import box_adoption, observed
+from e2e.box import observed
+from e2e.box.management import box_adoption
 from e2e.box.takeover import doc_script, inspector, owners_lab, scaling
 from e2e.box.workload import lab1_state, workload_box
 from e2e.controllers import cluster_api

@@ -1,8 +1,8 @@
 """The owner's keyboard: one line of a page typed as it stands, on the laptop (a real bash in the
 repository's folder, with the CLI, kubectl and helm on PATH) or on the Proxmox node (a real bash
 with the node's own `qm` and `vzdump`, e2e/standins/proxmox/node_shell.py). The owner's takeover
-(journey.py) and the adoption box at another site (e2e/box/box_adoption.py) type docs/adoption.md
-through it; the lost state's two boxes (e2e/box/lost_state.py, e2e/box/workload/lab1_recovery.py)
+(journey.py) and the adoption box at another site (e2e/box/management/box_adoption.py) type docs/adoption.md
+through it; the lost state's two boxes (e2e/box/management/lost_state.py, e2e/box/workload/lab1_recovery.py)
 type docs/operations.md's section a page at a time (`type_page`).
 
 A laptop line's HOME is the laptop's (the engine's root, where the README's first run left the key

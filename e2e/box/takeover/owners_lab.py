@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from e2e.box import box as whole_box
-from e2e.box import box_adoption, playbook_vm
+from e2e.box.management import box_adoption, playbook_vm
 from e2e.box.takeover import inspector, keyboard
 from e2e.box.workload import clusterctl_lab1, lab1_box
 from e2e.engine.control_plane import ControlPlane

@@ -29,7 +29,7 @@ SERVICE_KEYS = {"Type", "ExecStart", "EnvironmentFile"}
 # Keys that only tune what the stand-in does not model (no cgroups, no restarts, no limits).
 IGNORED_SERVICE_KEYS = {"KillMode", "Delegate", "Restart", "RestartSec", "TimeoutStartSec", "LimitNOFILE"}
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# A fault the box sets (e2e/box/box_faults.py): while HELD/UNIT.VERB exists, `systemctl VERB UNIT`
+# A fault the box sets (e2e/box/management/box_faults.py): while HELD/UNIT.VERB exists, `systemctl VERB UNIT`
 # waits before it does anything, so that the box can kill the session it runs in between what came
 # before it and the restart itself. Bounded: a marker left behind delays, never wedges, a run.
 HELD = Path("/run/box-held")

@@ -60,7 +60,7 @@ class PveApiStandIn:
     def made_on_node(self, vmid: int, qm_create: Mapping[str, str], volumes: Mapping[str, dict[str, Any]]) -> None:
         """What `qm create VMID ...`, `qm resize VMID scsi0 30G` and `qm start VMID` typed on the node
         leave, with `volumes` (the image `qm create`'s import-from reads) already on the storages.
-        For the box's adoption (e2e/box/box_adoption.py): a VM this API did not make, so none of it
+        For the box's adoption (e2e/box/management/box_adoption.py): a VM this API did not make, so none of it
         is among `calls`. The same code as the API's calls stores it, as qm goes through the same
         library on a real node."""
         vms = self._vms_on_node()

@@ -1,6 +1,6 @@
 """The lab in a box through a lab's life. `whole_box_lifecycle(root)` is the scenario that
 tests/test_box_whole.py and tests/test_box_lifecycle.py read
-(`in_new_netns("lifecycle.whole_box_lifecycle", ...)`, run once for both): the README's first run,
+(`in_new_netns("management.lifecycle.whole_box_lifecycle", ...)`, run once for both): the README's first run,
 `pulumi up` on the empty box (box.py), a second run that must do nothing, then a lab's life: the
 bumps, a rebuild from a new image, the program's SSH key rotated, the state lost and the lab taken
 over by a new stack, and a `pulumi destroy` that the locks refuse.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from e2e.box import floor, lost_state, scenarios
+from e2e.box import scenarios
 from e2e.box.box import (
     CAPMOX_BUMP,
     CERT_MANAGER_BUMP,
@@ -27,6 +27,7 @@ from e2e.box.box import (
     Box,
     running,
 )
+from e2e.box.management import floor, lost_state
 from e2e.box.observed import K8S_WRITES, PROGRAM_USER, observe, standin_problems
 from e2e.engine import control_plane
 from e2e.standins.cluster import cainjector_standin, playbook_lab

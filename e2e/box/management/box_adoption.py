@@ -1,7 +1,7 @@
 """Adoption in the lab in a box, whole (issue 18): the box (e2e/box/box.py) starts as the Ansible
 playbook left the lab, and docs/adoption.md is followed with the real CLI and the program's own
 __main__.py, VM and host steps included. tests/test_box_whole_adoption.py runs it
-(`in_new_netns("box_adoption.adoption_in_the_box", ...)`).
+(`in_new_netns("management.box_adoption.adoption_in_the_box", ...)`).
 
 The playbook's lab (playbook_vm.py), at the spec's site or at another (SITES: node, VMID,
 address, k3s version).
@@ -33,8 +33,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from e2e.box import box, handover, observed, scenarios
-from e2e.box.playbook_vm import _on_guest, _wait_for_api_server, playbook_left
+from e2e.box import box, observed, scenarios
+from e2e.box.management import handover
+from e2e.box.management.playbook_vm import _on_guest, _wait_for_api_server, playbook_left
 from e2e.box.takeover import doc_script, keyboard
 from e2e.standins.cluster import playbook_lab
 from e2e.standins.proxmox import node_shell

@@ -31,7 +31,7 @@ from typing import Any
 
 from e2e.box import scenarios
 from e2e.box.box import VMID, Box, running
-from e2e.box.guest_processes import (
+from e2e.box.management.guest_processes import (
     FAULT_BOUND_SECONDS,
     _as_in_guest,
     _guest_output,
@@ -42,7 +42,7 @@ from e2e.box.guest_processes import (
     _sshd,
     _when_running,
 )
-from e2e.box.lifecycle import _admission, _reconciled_since
+from e2e.box.management.lifecycle import _admission, _reconciled_since
 from e2e.box.observed import observe, standin_problems
 from e2e.engine.cli import CLI_TIMEOUT_SECONDS
 from e2e.standins.cluster import admission_webhook_standin, playbook_lab

@@ -2,7 +2,7 @@
 webhook server stand-in (e2e/standins/cluster/admission_webhook_standin.py) behind the chart's two webhook
 configurations, and the CA injector stand-in (e2e/standins/cluster/cainjector_standin.py) filling them in, with the
 mutating one withheld at first. tests/test_webhook_standins.py runs it
-(`in_new_netns("webhook_trial.injection", ...)`) and reads what the API server answered a provider
+(`in_new_netns("management.webhook_trial.injection", ...)`) and reads what the API server answered a provider
 CR at each point, what the injector wrote and what the webhook server reviewed.
 """
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from e2e.box import box, handover, scenarios
+from e2e.box import box, scenarios
+from e2e.box.management import handover
 from e2e.standins.cluster import playbook_lab
 
 # The image the playbook's get_url left on the node (the spec), which `qm create` imported.

@@ -15,7 +15,7 @@ from e2e.box.cluster_part import (
     _operator_webhooks,
     _webhook_standins,
 )
-from e2e.box.handover import _handover, _playbook_capmox_data
+from e2e.box.management.handover import _handover, _playbook_capmox_data
 from e2e.box.scenarios import (
     VM_ADDRESS,
     _lab_secrets,
