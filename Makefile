@@ -31,8 +31,8 @@ test: $(VENV)
 # time (on a booting guest, a controller, a bound), so ENGINE_WORKERS of them run side by side, each
 # scenario's tests on the scenario's worker (tests/conftest.py). Four on two cores since the boxes
 # idle cheaper and the scenarios wait more than when three were faster: on 2026-12-05, 11 min 32 s
-# with four against 12 min 7 s with three (docs/testing.md, "Where the suite's time goes"). The
-# slowest 25 are listed last.
+# with four against 12 min 7 s with three; on 2026-12-06, 12 min 5 s with four against 12 min 55 s
+# with five (docs/testing.md, "Where the suite's time goes"). The slowest 25 are listed last.
 ENGINE_WORKERS ?= 4
 
 # What the machine must have (packages, Go, user namespaces, disk), checked in seconds before any
