@@ -2,14 +2,17 @@
 Cluster API v1.12's kubeadm bootstrap provider renders a worker's (bootstrap/kubeadm/internal/
 cloudinit/node.go): cloud-init's rendering with the VM's meta-data, the one kubeadm command and its
 configuration, what systemd makes of the kubelet arguments, and kubeadm join's discovery checks,
-each refusal with what kubeadm or cloud-init would stop at."""
+each refusal with what kubeadm or cloud-init would stop at; and the CA a workload control plane
+serves from in the box, which the join's pin names."""
 
 from __future__ import annotations
 
 import base64
 import datetime
 import hashlib
+import ipaddress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +21,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from e2e.engine import control_plane
 from e2e.standins.workload import kubelet, vm_boot
 
 UUID = "3f1c2a9e-7d41-4b7e-9c55-0e8f6c1d2b34"
@@ -181,3 +185,23 @@ def test_what_the_vm_cannot_render_or_run_is_refused(change: tuple[str, str], re
     value = JOIN.format(pin="sha256:00", token=TOKEN, sentinel=SENTINEL).replace(*change)
     with pytest.raises(ValueError, match=refusal):
         vm_boot.kubeadm_run(value, vm_boot.meta_data(UUID, "lab1-workers-x"))
+
+
+def test_a_workload_control_plane_serves_from_the_ca_its_workers_pin(tmp_path: Path) -> None:
+    """The CA made as kubeadm init makes it (control_plane.made_pki) signs the API server's
+    certificate for its address, is what its kubeconfigs trust, and is the one CA a join's pin must
+    name; made once, a restart serves the same."""
+    pki = control_plane.made_pki(tmp_path / "pki", "192.168.0.30")
+    assert pki.ca_key is not None
+    ca = x509.load_pem_x509_certificate(pki.ca.read_bytes())
+    serving = x509.load_pem_x509_certificate(pki.cert.read_bytes())
+    serving.verify_directly_issued_by(ca)
+    names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert ipaddress.ip_address("192.168.0.30") in names.get_values_for_type(x509.IPAddress)
+    assert control_plane.made_pki(tmp_path / "pki", "192.168.0.30") == pki
+    assert x509.load_pem_x509_certificate(pki.cert.read_bytes()) == serving
+    lab1 = control_plane.ControlPlane(tmp_path, tmp_path, "192.168.0.30", pki=pki)
+    lab1.kubeconfig.write_text(control_plane.kubeconfig_text(lab1.server, pki.ca, "admin", "token"))
+    assert lab1.certificate_authorities() == [ca]
+    held = {"bootstrap-token-abcdef": _token_secret()}
+    vm_boot.discover(_Client(lab1, held), _booted(_pin(ca)).configuration)  # type: ignore[arg-type]
