@@ -3,7 +3,7 @@ Cluster API v1.12's kubeadm bootstrap provider renders a worker's (bootstrap/kub
 cloudinit/node.go): cloud-init's rendering with the VM's meta-data, the one kubeadm command and its
 configuration, what systemd makes of the kubelet arguments, and kubeadm join's discovery checks,
 each refusal with what kubeadm or cloud-init would stop at; and the CA a workload control plane
-serves from in the box, which the join's pin names."""
+serves from in the box, which the join's pin names (real control planes' objects, not started)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from e2e.engine import control_plane
@@ -67,20 +65,12 @@ users:
 """
 
 
-def _ca() -> x509.Certificate:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "lab1-ca")])
-    now = datetime.datetime.now(datetime.UTC)
-    return (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
+def _lab1(where: Path, address: str = "192.168.0.30") -> tuple[control_plane.ControlPlane, x509.Certificate]:
+    """lab1's control plane as discovery sees it (its endpoint and the CA it serves from, made as in
+    the box), and that CA."""
+    pki = control_plane.made_pki(where, address)
+    return control_plane.ControlPlane(where, where, address, pki=pki), x509.load_pem_x509_certificate(
+        pki.ca.read_bytes()
     )
 
 
@@ -90,20 +80,8 @@ def _pin(ca: x509.Certificate) -> str:
 
 
 @dataclass
-class _Lab1:
-    """lab1's control plane as discovery sees it: its endpoint and CA."""
-
-    ca: x509.Certificate
-    address: str = "192.168.0.30"
-    port: int = 6443
-
-    def certificate_authorities(self) -> list[x509.Certificate]:
-        return [self.ca]
-
-
-@dataclass
 class _Client:
-    cluster: _Lab1
+    cluster: control_plane.ControlPlane
     secrets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def get(self, resource: str, api_version: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -129,8 +107,8 @@ def _booted(pin: str) -> vm_boot.KubeadmRun:
     )
 
 
-def test_a_worker_joins_with_the_provider_id_its_kubelet_receives_unquoted() -> None:
-    ca = _ca()
+def test_a_worker_joins_with_the_provider_id_its_kubelet_receives_unquoted(tmp_path: Path) -> None:
+    lab1, ca = _lab1(tmp_path)
     boot = _booted(_pin(ca))
     assert boot.phase == "join"
     registration = boot.configuration["nodeRegistration"]
@@ -139,7 +117,7 @@ def test_a_worker_joins_with_the_provider_id_its_kubelet_receives_unquoted() -> 
     node = kubelet.node_of("Machine/lab1/x", "lab1-workers-x", registration)
     assert node["spec"]["providerID"] == f"proxmox://{UUID}"
     assert node["spec"]["taints"] == [{"effect": "NoSchedule", "key": "node.cluster.x-k8s.io/uninitialized"}]
-    vm_boot.discover(_Client(_Lab1(ca), {"bootstrap-token-abcdef": _token_secret()}), boot.configuration)  # type: ignore[arg-type]
+    vm_boot.discover(_Client(lab1, {"bootstrap-token-abcdef": _token_secret()}), boot.configuration)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -151,20 +129,21 @@ def test_a_worker_joins_with_the_provider_id_its_kubelet_receives_unquoted() -> 
         ({"bootstrap-token-abcdef": _token_secret(usage="false")}, "is not one"),
     ],
 )
-def test_kubeadm_join_refuses_a_token_lab1_does_not_accept(held: dict[str, Any], refusal: str) -> None:
-    ca = _ca()
+def test_kubeadm_join_refuses_a_token_lab1_does_not_accept(tmp_path: Path, held: dict[str, Any], refusal: str) -> None:
+    lab1, ca = _lab1(tmp_path)
     with pytest.raises(ValueError, match=refusal):
-        vm_boot.discover(_Client(_Lab1(ca), held), _booted(_pin(ca)).configuration)  # type: ignore[arg-type]
+        vm_boot.discover(_Client(lab1, held), _booted(_pin(ca)).configuration)  # type: ignore[arg-type]
 
 
-def test_kubeadm_join_refuses_a_pin_of_another_ca_and_another_endpoint() -> None:
+def test_kubeadm_join_refuses_a_pin_of_another_ca_and_another_endpoint(tmp_path: Path) -> None:
     held = {"bootstrap-token-abcdef": _token_secret()}
-    configuration = _booted(_pin(_ca())).configuration
+    lab1, _ = _lab1(tmp_path / "lab1")
+    _, other = _lab1(tmp_path / "other")
     with pytest.raises(ValueError, match="none of the CA pins"):
-        vm_boot.discover(_Client(_Lab1(_ca()), held), configuration)  # type: ignore[arg-type]
-    ca = _ca()
+        vm_boot.discover(_Client(lab1, held), _booted(_pin(other)).configuration)  # type: ignore[arg-type]
+    elsewhere, ca = _lab1(tmp_path / "elsewhere", "192.168.0.31")
     with pytest.raises(ValueError, match=r"apiServerEndpoint '192.168.0.30:6443', not 192.168.0.31:6443"):
-        vm_boot.discover(_Client(_Lab1(ca, "192.168.0.31"), held), _booted(_pin(ca)).configuration)  # type: ignore[arg-type]
+        vm_boot.discover(_Client(elsewhere, held), _booted(_pin(ca)).configuration)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -189,10 +168,11 @@ def test_what_the_vm_cannot_render_or_run_is_refused(change: tuple[str, str], re
 
 def test_a_workload_control_plane_serves_from_the_ca_its_workers_pin(tmp_path: Path) -> None:
     """The CA made as kubeadm init makes it (control_plane.made_pki) signs the API server's
-    certificate for its address, is what its kubeconfigs trust, and is the one CA a join's pin must
-    name; made once, a restart serves the same."""
+    certificate for its address, keeps its key (for `<cluster>-ca`), and is made once: a restart
+    serves the same."""
     pki = control_plane.made_pki(tmp_path / "pki", "192.168.0.30")
     assert pki.ca_key is not None
+    assert pki.ca_key.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
     ca = x509.load_pem_x509_certificate(pki.ca.read_bytes())
     serving = x509.load_pem_x509_certificate(pki.cert.read_bytes())
     serving.verify_directly_issued_by(ca)
@@ -200,8 +180,3 @@ def test_a_workload_control_plane_serves_from_the_ca_its_workers_pin(tmp_path: P
     assert ipaddress.ip_address("192.168.0.30") in names.get_values_for_type(x509.IPAddress)
     assert control_plane.made_pki(tmp_path / "pki", "192.168.0.30") == pki
     assert x509.load_pem_x509_certificate(pki.cert.read_bytes()) == serving
-    lab1 = control_plane.ControlPlane(tmp_path, tmp_path, "192.168.0.30", pki=pki)
-    lab1.kubeconfig.write_text(control_plane.kubeconfig_text(lab1.server, pki.ca, "admin", "token"))
-    assert lab1.certificate_authorities() == [ca]
-    held = {"bootstrap-token-abcdef": _token_secret()}
-    vm_boot.discover(_Client(lab1, held), _booted(_pin(ca)).configuration)  # type: ignore[arg-type]

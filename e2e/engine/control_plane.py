@@ -175,16 +175,6 @@ class ControlPlane:
     def kubeconfig_of(self, user: str) -> Path:
         return self.root / f"{user.replace(':', '-')}.kubeconfig"
 
-    def certificate_authorities(self) -> list[x509.Certificate]:
-        """The CA certificates its clients trust (its kubeconfigs' certificate-authority-data), what
-        kubeadm's discovery pins; a serving certificate bundled with them (`--cert-dir`) left out."""
-        kubeconfig = json.loads(self.kubeconfig.read_text())
-        bundle = base64.b64decode(kubeconfig["clusters"][0]["cluster"]["certificate-authority-data"])
-        found = [certificate for certificate in x509.load_pem_x509_certificates(bundle) if _is_ca(certificate)]
-        if not found:
-            raise ValueError(f"{self.server}: its kubeconfig's certificate-authority-data holds no CA")
-        return found
-
     def kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """As the admin; a failure raises."""
         done = self.kubectl_as(self.kubeconfig, *args, stdin=stdin)
@@ -208,13 +198,6 @@ class ControlPlane:
         """Every request the audit policy records, in order."""
         log = self.root / "audit.log"
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-
-
-def _is_ca(certificate: x509.Certificate) -> bool:
-    try:
-        return bool(certificate.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
-    except x509.ExtensionNotFound:
-        return False
 
 
 def kubeconfig_text(server: str, ca: Path, user: str, token: str) -> str:

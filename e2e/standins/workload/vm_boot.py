@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from e2e.engine.control_plane import ControlPlane
@@ -118,13 +119,13 @@ def discover(lab: Client, join: dict[str, Any]) -> None:
     pins = set(token_discovery.get("caCertHashes") or [])
     if not pins and token_discovery.get("unsafeSkipCAVerification"):
         return
-    cluster_pins = {
-        "sha256:"
-        + hashlib.sha256(ca.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)).hexdigest()
-        for ca in cluster.certificate_authorities()
-    }
-    if not pins & cluster_pins:
-        raise ValueError(f"kubeadm join: none of the CA pins {sorted(pins)} is {endpoint}'s CA {sorted(cluster_pins)}")
+    if cluster.pki is None:
+        raise ValueError(f"{endpoint} was started without kubeadm's CA, which a join pins")
+    ca = x509.load_pem_x509_certificate(cluster.pki.ca.read_bytes())
+    spki = ca.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    cluster_pin = "sha256:" + hashlib.sha256(spki).hexdigest()
+    if cluster_pin not in pins:
+        raise ValueError(f"kubeadm join: none of the CA pins {sorted(pins)} is {endpoint}'s CA {cluster_pin}")
 
 
 def kubelet_arguments(registration: dict[str, Any]) -> dict[str, str]:
