@@ -5,7 +5,8 @@ upstream archives with their contract labels and starts the real cluster-api-man
 its webhook defaults the replicas the program leaves out; the real Cluster, MachineDeployment,
 MachineSet and Machine controllers make the first worker's chain, whose Node the kubelet stand-in
 registers and the real Machine controller finds; lab1 is a second real control plane with its real
-scheduler; the stand-ins of e2e/standins/workload/ do what cannot run here; and the control:
+scheduler; the real IPAM in-cluster provider gives each machine its address and releases it;
+the stand-ins of e2e/standins/workload/ do what cannot run here; and the control:
 without its contract label the ProxmoxCluster cannot be resolved. Selected with `pytest -m engine`.
 """
 
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import harness
 import pytest
 
+from components.settings import SettingsError, config_value, parse_settings
 from e2e.box.workload import lab1_controls, lab1_sites
 from e2e.engine.control_plane import ADMIN_USER, CLUSTER_API_USER, PROVIDERS_USER
 from e2e.standins.workload import vm_boot
@@ -46,16 +49,19 @@ def _write(lab1_box: Any, user: str, verb: str, resource: str) -> dict[str, Any]
 def test_the_operator_installs_the_real_crds_with_their_contract_labels(lab1_box: Any) -> None:
     beneath = lab1_box["beneath"]
     applied = {entry["kind"]: entry["crds"] for entry in beneath["crds_applied"]}
+    # The core first, as the operator installs it: the IPAM manager exits without its IPAddress CRDs.
+    assert next(iter(applied)) == "CoreProvider"
     assert len(applied["CoreProvider"]) == 13
     assert "machinedeployments.cluster.x-k8s.io" in applied["CoreProvider"]
     assert applied["InfrastructureProvider"] == [
         f"{plural}.infrastructure.cluster.x-k8s.io"
         for plural in ("proxmoxclusters", "proxmoxclustertemplates", "proxmoxmachines", "proxmoxmachinetemplates")
     ]
-    assert applied["IPAMProvider"] == []
-    assert beneath["operator_notes"] == [
-        "no archive of cluster-api-ipam-provider-in-cluster in ../shared/vendor: its CRDs "
-        "(InClusterIPPool, GlobalInClusterIPPool) are not applied"
+    # The IPAM provider's, from the module the box's manager is built from (e2e/controllers/ipam.py).
+    assert sorted(applied["IPAMProvider"]) == [
+        f"{scope}{kind}pools.ipam.cluster.x-k8s.io"
+        for scope in ("globalincluster", "incluster")
+        for kind in ("ip", "prefix")
     ]
     labels = beneath["crd_labels"]
     assert labels["kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io"][CONTRACT] == "v1beta2"
@@ -85,9 +91,14 @@ def test_the_programs_kubeadm_objects_go_through_the_real_kubeadm_webhooks(lab1_
     behind a watch filter no object carries), the bootstrap manager whole, and the program's
     KubeadmControlPlane and KubeadmConfigTemplate were created through upstream's defaulting."""
     processes = {line.split()[0]: line for line in lab1_box["beneath"]["manager_processes"]}
-    assert set(processes) == {"cluster-api-manager", "kubeadm-control-plane-manager", "kubeadm-bootstrap-manager"}
+    assert set(processes) == {
+        "cluster-api-manager",
+        "kubeadm-control-plane-manager",
+        "kubeadm-bootstrap-manager",
+        "cluster-api-ipam-in-cluster-manager",
+    }
     assert "--watch-filter=lab-mgmt-webhooks-only" in processes["kubeadm-control-plane-manager"]
-    for binary in ("cluster-api-manager", "kubeadm-bootstrap-manager"):
+    for binary in ("cluster-api-manager", "kubeadm-bootstrap-manager", "cluster-api-ipam-in-cluster-manager"):
         assert "--watch-filter" not in processes[binary], processes[binary]
     assert {
         f"{kind}/capi-kubeadm-{provider}-{what}-webhook-configuration"
@@ -203,6 +214,74 @@ def test_the_workers_bootstrap_data_is_the_real_providers_and_the_vm_joins_with_
     # The program's sshPublicKeys, for cloud-init's users module: root's authorized keys on the VM.
     cloud_config = vm_boot.render(data, vm_boot.meta_data("uuid", "name"))
     assert cloud_config["users"] == [{"name": "root", "ssh_authorized_keys": entry["sshPublicKeys"]}]
+
+
+def test_the_workers_address_is_the_real_ipam_providers_from_the_programs_range(lab1_box: Any) -> None:
+    """issue 57: the IPAM in-cluster manager runs for real; the InClusterIPPool and the claim are
+    made as CAPMOX makes them from the program's ProxmoxCluster (the stand-in), and the address
+    the worker's VM gets is the one the real provider answered the claim with."""
+    worker, entry = lab1_box["worker"], lab1_box["entry"]
+    [pool] = worker["ipam"]["inclusterippools"].values()
+    assert pool["spec"] == {
+        "addresses": entry["nodeIpRanges"],
+        "prefix": entry["ipPrefix"],
+        "gateway": entry["gateway"],
+        "addressReuseGracePeriodSeconds": 60,
+    }
+    name = worker["proxmox_machine"]["metadata"]["name"]
+    claim = worker["ipam"]["ipaddressclaims"][f"{name}-net0-00-inet"]
+    assert [o["uid"] for o in claim["metadata"]["ownerReferences"]] == [worker["proxmox_machine"]["metadata"]["uid"]]
+    address = worker["ipam"]["ipaddresses"][claim["status"]["addressRef"]["name"]]["spec"]
+    internal = [a["address"] for a in worker["proxmox_machine"]["status"]["addresses"] if a["type"] == "InternalIP"]
+    assert internal == [address["address"]]
+    first, last = (tuple(int(p) for p in end.split(".")) for end in entry["nodeIpRanges"][0].split("-"))
+    assert first <= tuple(int(p) for p in address["address"].split(".")) <= last
+    assert (address["prefix"], address["gateway"]) == (entry["ipPrefix"], entry["gateway"])
+    # The provider wrote the addresses; the stand-in only claimed them.
+    made = _write(lab1_box, CLUSTER_API_USER, "create", "ipaddresses")
+    assert made is not None
+    assert made["codes"] == [201]
+    writes = lab1_box["cluster_api_writes"]
+    assert [key for key in writes if key.startswith(f"{PROVIDERS_USER} ") and key.endswith(" ipaddresses")] == []
+
+
+def test_a_gone_machines_address_is_released_and_only_live_machines_hold_one(lab1_box: Any) -> None:
+    """The claim goes with its ProxmoxMachine (the management cluster's garbage collector, as k3s
+    runs it), and the real provider releases its address after the pool's grace period."""
+    at_end = lab1_box["ipam_at_end"]
+    held = {n for n, claim in at_end["ipaddressclaims"].items() if "deletionTimestamp" not in claim["metadata"]}
+    assert held == {f"{name}-net0-00-inet" for name in at_end["proxmoxmachines"]}
+    for claim in at_end["ipaddressclaims"].values():
+        assert claim["status"]["addressRef"]["name"] in at_end["ipaddresses"]
+    released = _write(lab1_box, CLUSTER_API_USER, "delete", "ipaddresses")
+    assert released is not None
+    assert released["count"] >= 4  # the workers of the 4 -> 0 scale-down, long enough ago
+    assert _write(lab1_box, PROVIDERS_USER, "delete", "ipaddressclaims") is None
+
+
+def _program_accepts(ranges: tuple[str, ...], prefix: int, gateway: str, endpoint: str) -> bool:
+    [lab1] = harness.stack_workload_clusters()
+    lab1 |= {"nodeIpRanges": list(ranges), "ipPrefix": prefix, "gateway": gateway, "controlPlaneEndpoint": endpoint}
+    raw = {key.removeprefix(f"{harness.PROJECT}:"): value for key, value in harness.stack_config().items()}
+    try:
+        parse_settings({**raw, "workloadClusters": config_value([lab1])})
+    except SettingsError:
+        return False
+    return True
+
+
+def test_no_node_network_the_program_accepts_is_refused_by_the_real_ipam_provider(lab1_box: Any) -> None:
+    """Shapes of nodeIpRanges beyond the lab's (lab1_controls.POOLS): the pool CAPMOX makes of each
+    that the program accepts passes the real IPAM webhook; and the webhook can refuse (a range
+    across two networks of its prefix), where the program refuses first."""
+    verdicts = dict(zip(lab1_controls.POOLS, lab1_box["ipam_verdicts"], strict=True))
+    accepted = {pool for pool in lab1_controls.POOLS if _program_accepts(*pool)}
+    assert len(accepted) >= 3
+    assert {pool: verdicts[pool] for pool in accepted if verdicts[pool]} == {}
+    refused = [verdict for verdict in verdicts.values() if verdict]
+    assert len(refused) == 1
+    assert "provided address belongs to a different subnet than others" in refused[0]
+    assert lab1_controls.POOLS[-1] not in accepted
 
 
 def test_the_real_scheduler_places_what_fits_and_leaves_the_rest_unschedulable(lab1_box: Any) -> None:

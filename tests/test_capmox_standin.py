@@ -1,6 +1,8 @@
-"""The CAPMOX stand-in (e2e/standins/workload/capmox.py) gives each machine a VM of its own: in one
-reconcile pass over several new ProxmoxMachines (a 1 -> 3 scale-up), each gets its own VMID,
-providerID and address from the pool, lowest free first, as the IPAM provider hands them out. A
+"""The CAPMOX stand-in (e2e/standins/workload/capmox.py) makes the ProxmoxCluster's InClusterIPPool
+and each machine's IPAddressClaim as CAPMOX v0.9.0 makes them, and gives each machine a VM of its
+own: in one reconcile pass over several new ProxmoxMachines (a 1 -> 3 scale-up), each gets its own
+VMID, providerID and the address the IPAM provider answered its claim with (here the test answers
+as the real one, e2e/controllers/ipam.py, does in the box: lowest free first). A
 clone from a template the Proxmox node no longer has fails as CAPMOX reports it, once, and the
 pass after the template is back clones. The machine it provisions for a workload cluster's control
 plane is the KubeadmControlPlane stand-in's (e2e/standins/workload/kubeadm_control_plane.py), made once as KCP
@@ -18,6 +20,10 @@ from e2e.standins.workload.objects import CONTROL_PLANE, CORE, INFRASTRUCTURE, R
 
 NAMESPACE = "default"
 TEMPLATE = 9000
+# As the cluster template has it, with the program's VLAN.
+NETWORK = {"networkDevices": [{"name": "net0", "bridge": "vmbr0", "model": "virtio", "vlan": 4}]}
+IPV4 = {"addresses": ["192.168.4.41", "192.168.4.42-192.168.4.45"], "prefix": 24, "gateway": "192.168.4.8"}
+POOL = "lab1-v4-icip"
 
 
 class Objects:
@@ -49,6 +55,7 @@ class Objects:
                 created = copy.deepcopy(item)
                 created["metadata"] |= {
                     "generation": 1,
+                    "uid": f"uid-{item['metadata']['name']}",
                     "creationTimestamp": f"2026-12-05T09:00:{len(self.objects):02}Z",
                 }
                 self.objects.append(created)
@@ -59,7 +66,8 @@ class Objects:
 
 
 def _plural(obj: dict[str, Any]) -> str:
-    return f"{obj['kind'].lower()}s"
+    kind = obj["kind"].lower()
+    return f"{kind}es" if kind.endswith("s") else f"{kind}s"
 
 
 def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
@@ -76,7 +84,7 @@ def _object(kind: str, api_version: str, name: str, spec: dict[str, Any], **meta
     return {
         "apiVersion": api_version,
         "kind": kind,
-        "metadata": {"name": name, "namespace": NAMESPACE, "generation": 1, **metadata},
+        "metadata": {"name": name, "namespace": NAMESPACE, "generation": 1, "uid": f"uid-{name}", **metadata},
         "spec": spec,
     }
 
@@ -91,7 +99,7 @@ def _worker(name: str) -> list[dict[str, Any]]:
         "ProxmoxMachine",
         INFRASTRUCTURE,
         name,
-        {"sourceNode": "pv1-1", "templateID": TEMPLATE, **sizing},
+        {"sourceNode": "pv1-1", "templateID": TEMPLATE, "network": NETWORK, **sizing},
         ownerReferences=[{"kind": "Machine", "apiVersion": CORE, "name": name}],
     )
     return [machine, proxmox_machine]
@@ -105,19 +113,81 @@ def _lab1(*workers: str) -> Objects:
         {"infrastructureRef": {"name": "lab1"}},
     )
     cluster["status"] = {"initialization": {"infrastructureProvisioned": True}}
-    proxmox_cluster = _object(
-        "ProxmoxCluster",
-        INFRASTRUCTURE,
-        "lab1",
-        {"ipv4Config": {"addresses": ["192.168.4.41", "192.168.4.42-192.168.4.45"]}},
-    )
+    proxmox_cluster = _object("ProxmoxCluster", INFRASTRUCTURE, "lab1", {"ipv4Config": IPV4})
+    proxmox_cluster["status"] = {"inClusterZoneRef": [{"zone": "default", "inClusterIPPoolRefV4": {"name": POOL}}]}
     return Objects([cluster, proxmox_cluster, *(o for name in workers for o in _worker(name))])
 
 
-def test_machines_provisioned_in_one_pass_get_a_vm_and_an_address_each() -> None:
-    api = _lab1("lab1-workers-a", "lab1-workers-b", "lab1-workers-c")
+def _ipam_answers(api: Objects, free: list[str]) -> None:
+    """What the IPAM provider does with each new claim: an IPAddress (named as the claim) with the
+    lowest free address, named in the claim's status."""
+    for claim in api.items("ipaddressclaims", capmox.IPAM_CLAIMS):
+        if (claim.get("status") or {}).get("addressRef"):
+            continue
+        name = claim["metadata"]["name"]
+        api.apply(
+            _object(
+                "IPAddress", capmox.IPAM_CLAIMS, name, {"address": free.pop(0), "poolRef": claim["spec"]["poolRef"]}
+            )
+        )
+        api.patch(claim, {"status": {"addressRef": {"name": name}}})
 
-    capmox.reconcile_machines(api, Record(), lambda _: None, missing_templates=())  # type: ignore[arg-type]
+
+def _reconcile(api: Objects, record: Record, missing_templates: Any = ()) -> None:
+    capmox.reconcile_machines(api, record, lambda _: None, missing_templates=missing_templates)  # type: ignore[arg-type]
+
+
+def test_the_pool_is_made_from_the_ipv4_config_as_capmox_makes_it_and_follows_it() -> None:
+    api, record = _lab1(), Record()
+    [proxmox_cluster] = api.items("proxmoxclusters", INFRASTRUCTURE)
+    api.patch(proxmox_cluster, {"spec": {"controlPlaneEndpoint": {"host": "192.168.4.40", "port": 6443}}})
+    api.patch(
+        proxmox_cluster, {"metadata": {"ownerReferences": [{"kind": "Cluster", "apiVersion": CORE, "name": "lab1"}]}}
+    )
+
+    for _ in range(2):
+        capmox.reconcile_clusters(api, record)  # type: ignore[arg-type]
+
+    [pool] = api.items("inclusterippools", capmox.IN_CLUSTER_POOLS)
+    assert pool["metadata"]["name"] == POOL
+    assert [(o["kind"], o["uid"], o["controller"]) for o in pool["metadata"]["ownerReferences"]] == [
+        ("ProxmoxCluster", "uid-lab1", True)
+    ]
+    assert pool["spec"] == {**IPV4, "addressReuseGracePeriodSeconds": 60}
+    assert pool["metadata"]["labels"] == {"topology.kubernetes.io/proxmox-zone": "default"}
+    assert pool["metadata"]["annotations"]["ipam.capmox.cluster.x-k8s.io/ip-family"] == "ipv4"
+    [proxmox_cluster] = api.items("proxmoxclusters", INFRASTRUCTURE)
+    assert proxmox_cluster["status"]["inClusterIPPoolRef"] == [{"name": POOL}]
+    assert proxmox_cluster["status"]["initialization"] == {"provisioned": True}
+    # Made once; a pass that finds it as wanted writes nothing.
+    assert [entry["what"] for entry in record.timeline] == [f"made InClusterIPPool {POOL}", "provisioned"]
+
+    api.patch(proxmox_cluster, {"spec": {"ipv4Config": {"addresses": ["192.168.4.41-192.168.4.50"]}}})
+    capmox.reconcile_clusters(api, record)  # type: ignore[arg-type]
+    [pool] = api.items("inclusterippools", capmox.IN_CLUSTER_POOLS)
+    assert pool["spec"]["addresses"] == ["192.168.4.41-192.168.4.50"]
+    assert record.timeline[-1]["what"] == f"updated InClusterIPPool {POOL}"
+
+
+def test_machines_provisioned_in_one_pass_get_a_vm_and_an_address_each() -> None:
+    api, record = _lab1("lab1-workers-a", "lab1-workers-b", "lab1-workers-c"), Record()
+
+    _reconcile(api, record)
+
+    claims = api.items("ipaddressclaims", capmox.IPAM_CLAIMS)
+    assert [c["metadata"]["name"] for c in claims] == [f"lab1-workers-{x}-net0-00-inet" for x in "abc"]
+    assert [[o["uid"] for o in c["metadata"]["ownerReferences"]] for c in claims] == [
+        [f"uid-lab1-workers-{x}"] for x in "abc"
+    ]
+    assert {c["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] for c in claims} == {"lab1"}
+    assert {c["spec"]["poolRef"]["name"] for c in claims} == {POOL}
+    # Nothing is cloned before the IPAM provider answers.
+    assert all("virtualMachineID" not in o["spec"] for o in api.items("proxmoxmachines", INFRASTRUCTURE))
+    _reconcile(api, record)
+    assert len(api.items("ipaddressclaims", capmox.IPAM_CLAIMS)) == 3
+
+    _ipam_answers(api, ["192.168.4.41", "192.168.4.42", "192.168.4.43"])
+    _reconcile(api, record)
 
     vms = [
         (o["spec"]["virtualMachineID"], o["spec"]["providerID"], o["status"]["addresses"][0]["address"])
@@ -132,7 +202,7 @@ def test_a_clone_from_a_missing_template_fails_as_capmox_says_until_the_template
     api, record = _lab1("lab1-workers-a"), Record()
 
     for _ in range(2):
-        capmox.reconcile_machines(api, record, lambda _: None, missing_templates={TEMPLATE})  # type: ignore[arg-type]
+        _reconcile(api, record, missing_templates={TEMPLATE})
 
     [machine] = api.items("proxmoxmachines", INFRASTRUCTURE)
     said = {c["type"]: (c["status"], c["reason"], c["message"]) for c in machine["status"]["conditions"]}
@@ -143,7 +213,9 @@ def test_a_clone_from_a_missing_template_fails_as_capmox_says_until_the_template
     assert "initialization" not in machine["status"]
     assert [entry["what"] for entry in record.timeline] == [f"clone failed: {message}"]
 
-    capmox.reconcile_machines(api, record, lambda _: None, missing_templates=())  # type: ignore[arg-type]
+    _reconcile(api, record)
+    _ipam_answers(api, ["192.168.4.41"])
+    _reconcile(api, record)
 
     [machine] = api.items("proxmoxmachines", INFRASTRUCTURE)
     assert machine["status"]["initialization"] == {"provisioned": True}
@@ -152,7 +224,7 @@ def test_a_clone_from_a_missing_template_fails_as_capmox_says_until_the_template
 
 def test_the_control_plane_machine_is_made_once_as_kcp_makes_one_and_provisioned_first() -> None:
     sizing = {"numSockets": 2, "numCores": 4, "memoryMiB": 16384, "disks": {"bootVolume": {"sizeGb": 100}}}
-    template_spec = {"sourceNode": "pv1-1", "templateID": TEMPLATE, **sizing}
+    template_spec = {"sourceNode": "pv1-1", "templateID": TEMPLATE, "network": NETWORK, **sizing}
     kcp = _object(
         "KubeadmControlPlane",
         CONTROL_PLANE,
@@ -203,7 +275,9 @@ def test_the_control_plane_machine_is_made_once_as_kcp_makes_one_and_provisioned
 
     # The real Machine controller takes it over (its owner reference), then CAPMOX clones it.
     api.patch(vm, {"metadata": {"ownerReferences": [{"kind": "Machine", "apiVersion": CORE, "name": name}]}})
-    capmox.reconcile_machines(api, record, lambda _: None, missing_templates=())  # type: ignore[arg-type]
+    _reconcile(api, record)
+    _ipam_answers(api, ["192.168.4.41"])
+    _reconcile(api, record)
     [vm] = api.items("proxmoxmachines", INFRASTRUCTURE)
     assert (vm["spec"]["virtualMachineID"], vm["status"]["addresses"][0]["address"]) == (100, "192.168.4.41")
 

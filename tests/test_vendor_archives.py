@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e.controllers import cluster_api
+from e2e.controllers import cluster_api, deployed
+from e2e.controllers.manager import Manager, webhook_configurations
 from e2e.engine import vendor
 from e2e.standins.cluster import provider_crds
 
@@ -44,7 +45,6 @@ def test_each_provider_gets_its_crds_with_upstream_contract_labels() -> None:
         ("ControlPlaneProvider", "kubeadm"): {"v1beta2"},
         ("InfrastructureProvider", "proxmox"): {"v1alpha2"},
     }
-    assert provider_crds.crds("IPAMProvider", "in-cluster") == []
     with pytest.raises(KeyError):
         provider_crds.crds("InfrastructureProvider", "docker")
 
@@ -58,9 +58,9 @@ def test_each_provider_gets_its_crds_with_upstream_contract_labels() -> None:
     ],
     ids=lambda value: getattr(value, "binary", ""),
 )
-def test_the_webhooks_are_called_at_a_url_with_a_ca_bundle(manager: cluster_api.Manager, webhook: str) -> None:
+def test_the_webhooks_are_called_at_a_url_with_a_ca_bundle(manager: Manager, webhook: str) -> None:
     url = f"https://192.168.4.21:{manager.webhook_port}"
-    configurations = cluster_api.webhook_configurations(manager, url, "QUJD")
+    configurations = webhook_configurations(manager, url, "QUJD")
     names = [c["metadata"]["name"] for c in configurations]
     assert names == [
         f"{manager.prefix}mutating-webhook-configuration",
@@ -76,7 +76,7 @@ def test_the_webhooks_are_called_at_a_url_with_a_ca_bundle(manager: cluster_api.
 def test_each_manager_has_ports_of_its_own() -> None:
     ports = [
         port
-        for manager in cluster_api.FOR_PROVIDER.values()
+        for manager in deployed.FOR_PROVIDER.values()
         for port in (manager.webhook_port, manager.health_port, manager.diagnostics_port)
     ]
     assert len(set(ports)) == len(ports)

@@ -18,8 +18,10 @@
 #                                      (LAB_MGMT_CLUSTER_API_BIN) with clusterctl beside it and
 #                                      cluster-autoscaler built with its clusterapi provider
 #                                      (LAB_MGMT_AUTOSCALER_BIN), from the upstream archives in
-#                                      $LAB_MGMT_VENDOR; the helm CLI from the Go module proxy
-#                                      (LAB_MGMT_HELM_BIN)
+#                                      $LAB_MGMT_VENDOR; the helm CLI and the IPAM in-cluster
+#                                      provider's manager (with its upstream config/ beside its
+#                                      bin/) from the Go module proxy (LAB_MGMT_HELM_BIN,
+#                                      LAB_MGMT_IPAM_BIN)
 #
 # The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
 # pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
@@ -533,6 +535,33 @@ build_helm() {
   printf 'LAB_MGMT_HELM_BIN=%s\n' "$out"
 }
 
+# The IPAM in-cluster provider's manager, which the box runs as cluster-api-operator deploys it for
+# the program's IPAMProvider (e2e/controllers/ipam.py), with the CRDs and webhook configurations of
+# its module's config/ copied beside bin/: the box reads them at run time, as the others' from their
+# archives. v1.1.0 for the v1.1.1 pin: the proxy refuses v1.1.1 (docs/testing.md's versions).
+IPAM_VERSION=1.1.0
+
+build_ipam() {
+  local home="$cache/ipam-in-cluster-v$IPAM_VERSION" module=sigs.k8s.io/cluster-api-ipam-provider-in-cluster
+  local out="$home/bin" src="$cache/src/ipam-in-cluster-v$IPAM_VERSION" started=$SECONDS dir
+  if [ -x "$out/cluster-api-ipam-in-cluster-manager" ] && [ -d "$home/config" ]; then
+    say "ipam in-cluster v$IPAM_VERSION: cached"
+  else
+    rm -rf "$src" "$home/config" "$home/config.partial" && mkdir -p "$src" "$out"
+    say "ipam in-cluster v$IPAM_VERSION: building"
+    (cd "$src" && go mod init lab-mgmt/ipam >/dev/null 2>&1 && go get "$module@v$IPAM_VERSION" >&2 &&
+      go build -trimpath -ldflags "-s -w" -o "$out/cluster-api-ipam-in-cluster-manager.partial" "$module")
+    dir="$(module_dir "$module@v$IPAM_VERSION")"
+    mkdir -p "$home/config.partial"
+    cp -r "$dir/config/crd" "$dir/config/webhook" "$home/config.partial/"
+    chmod -R u+w "$home/config.partial"
+    mv "$home/config.partial" "$home/config"
+    finish "$out/cluster-api-ipam-in-cluster-manager" "$started"
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_IPAM_BIN=%s\n' "$out"
+}
+
 # Two lanes build side by side, so that both cores stay busy while one links or downloads (Go's
 # module and build caches are safe for concurrent builds), each printing its lines as it goes:
 # the CLI and what builds on its packages; beside it, the control plane, then the plugins that
@@ -564,6 +593,7 @@ cli_lane() {
   fi
   if wants workload; then
     build_helm
+    build_ipam
   fi
 }
 

@@ -9,6 +9,10 @@ beside the clone, as for the build.
 Only YAML files are read (what the box needs: CRDs, kustomizations, webhook manifests). A
 missing archive, or one whose digest is not the pinned one, raises with one line saying which
 and where to put it.
+
+The IPAM in-cluster provider has no archive: build-engine.sh builds its manager from the module
+the Go module proxy serves and copies that module's config/ beside the manager's bin/
+(`ipam_config`), which the box reads the same way.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ import os
 import tarfile
 from pathlib import Path
 
-from e2e.engine.cli import REPO
+from e2e.engine.cli import REPO, built_bin
 
 DIGESTS_FILE = Path(__file__).with_name("vendor-archives.sha256")
 CLUSTER_API_ARCHIVE = "cluster-api-v1.12.11.tar.gz"
 CAPMOX_ARCHIVE = "cluster-api-provider-proxmox-v0.9.0.tar.gz"
+IPAM_BIN_VARIABLE = "LAB_MGMT_IPAM_BIN"
+IPAM_BINARY = "cluster-api-ipam-in-cluster-manager"
 
 
 class VendorError(RuntimeError):
@@ -96,3 +102,8 @@ def member(archive: str, path: str) -> str:
     if path not in found:
         raise VendorError(f"{archive} has no {path}")
     return found[path]
+
+
+def ipam_config() -> Path:
+    """The IPAM in-cluster provider module's config/ (crd/ and webhook/), as build-engine.sh copied it."""
+    return built_bin(IPAM_BIN_VARIABLE, IPAM_BINARY).parent / "config"

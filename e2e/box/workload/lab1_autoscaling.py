@@ -45,6 +45,7 @@ from e2e.box.workload.lab1_reads import (
     conditions,
     demand,
     get,
+    ipam,
     kubeconfig_secret,
     manager_processes,
     managers,
@@ -288,6 +289,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     out["no_change"].append(_no_change(engine, mgmt, cluster, "the template rule back"))
     out["capmox_assets"] = capmox_assets(box.charts)
     out["unlabelled"] = lab1_controls.without_contract_labels(mgmt, box.manager)
+    out["ipam_at_end"], out["ipam_verdicts"] = ipam(mgmt, ns), lab1_controls.ipam_verdicts(mgmt, ns)
     mark("contract control")
 
 
@@ -308,7 +310,6 @@ def _beneath_the_first_up(box: workload_box.WorkloadBox, cluster: Workload, lab1
     )
     return {
         "crds_applied": box.operator.crds_applied,
-        "operator_notes": box.operator.notes,
         "crd_labels": {crd["metadata"]["name"]: crd["metadata"].get("labels", {}) for crd in get(mgmt, "crd")["items"]},
         "webhook_configurations": [c for m in box.managers for c in m.configurations],
         "manager_processes": manager_processes(),
@@ -364,6 +365,7 @@ def _the_first_worker(mgmt: ControlPlane, cluster: Workload, lab: Lab, lab1: Pat
             mgmt, "proxmoxmachine", machine["spec"]["infrastructureRef"]["name"], namespace=cluster.namespace
         ),
         "bootstrap": bootstrap(mgmt, machine, lab1),
+        "ipam": ipam(mgmt, cluster.namespace),
         "node": node,
         "running": until(
             "the demand pod Running",

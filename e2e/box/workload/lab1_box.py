@@ -4,9 +4,10 @@ what lab1 needs beneath the program, as the workload box (workload_box.py) does 
 server:
 
 - the operator stand-in installs each provider's real CRDs, and once the CoreProvider appears the
-  REAL Cluster API core manager starts against the VM's k3s (and, for the ControlPlaneProvider
-  and the BootstrapProvider, the REAL kubeadm managers for their webhooks alone), its webhooks served at the box's
-  address on the lab network, which the VM's API server calls;
+  REAL Cluster API core manager starts against the VM's k3s (and, for the ControlPlaneProvider,
+  the BootstrapProvider and the IPAMProvider, the REAL kubeadm control-plane manager for its
+  webhooks alone, the REAL bootstrap and IPAM in-cluster managers: e2e/controllers/deployed.py),
+  their webhooks served at the box's address on the lab network, which the VM's API server calls;
 - the workload stand-ins (e2e/standins/workload/providers.py) start lab1's control plane at its
   endpoint and a kubelet for each worker Machine;
 - the pod runner runs the program's cluster-autoscaler Deployment as the real binary, in a network
@@ -31,7 +32,8 @@ import yaml
 from e2e.box import box as whole_box
 from e2e.box import scenarios
 from e2e.box.workload import lab1_autoscaling, lab1_reads, workload_box
-from e2e.controllers import cluster_api
+from e2e.controllers import deployed
+from e2e.controllers.manager import RunningManager
 from e2e.engine.cli import PROJECT, REPO, STACK, Engine, declare_workload_clusters
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import chart_repo_standin, pod_runner
@@ -50,8 +52,8 @@ ADDRESSES = (scenarios.PROXMOX_ADDRESS, LAB1_ENTRY["controlPlaneEndpoint"])
 class Lab1Parts:
     standins: providers.WorkloadStandIns
     runner: pod_runner.PodRunner
-    managers: list[cluster_api.ClusterApiManager]
-    """The real Cluster API managers, each once its provider CR is installed (cluster_api.FOR_PROVIDER)."""
+    managers: list[RunningManager]
+    """The real Cluster API managers, each once its provider CR is installed (e2e/controllers/deployed.py)."""
 
     def kubeconfig(self) -> Path:
         """lab1's admin kubeconfig, as Cluster API keeps it (`lab1-kubeconfig`), once it runs."""
@@ -90,16 +92,11 @@ def running(base: Path, *, as_shipped: bool = False) -> Iterator[tuple[whole_box
     as Pulumi.lab.yaml ships them (the owner's takeover, e2e/box/takeover/)."""
     _forward_to_pods()
     with ExitStack() as stack:
-        managers: list[cluster_api.ClusterApiManager] = []
+        managers: list[RunningManager] = []
         managers_stack = ExitStack()
 
         def on_installed(cluster: ControlPlane, kind: str, _name: str) -> None:
-            if kind in cluster_api.FOR_PROVIDER:
-                manager = cluster_api.FOR_PROVIDER[kind]
-                address = whole_box.SPEC_SITE.gateway
-                managers.append(
-                    managers_stack.enter_context(cluster_api.running(cluster, base / manager.binary, address, manager))
-                )
+            deployed.start_for(kind, cluster, base, whole_box.SPEC_SITE.gateway, stack=managers_stack, started=managers)
 
         parts = whole_box.WorkloadParts(
             charts={

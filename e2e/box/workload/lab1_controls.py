@@ -13,6 +13,9 @@ breaks when a piece the program or its providers supply is taken away.
   from zero.
 - Without its contract label, the ProxmoxCluster CRD cannot be resolved: a second Cluster's
   infrastructure is never found, and the real Cluster API manager says why.
+- The node network's shapes beyond the lab's (POOLS): what the real IPAM provider's webhook says
+  of the InClusterIPPool CAPMOX would make of each, asked without writing; the test asks the
+  program's settings about the same and wants no pool the program accepts refused.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box.workload.lab1_reads import Lab, built_tool, conditions, get, ran, scales, until
-from e2e.controllers.cluster_api import ClusterApiManager
+from e2e.controllers.manager import RunningManager
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import pod_runner
+from e2e.standins.workload import capmox
 
 TEMPLATES = "proxmoxmachinetemplates"
 HELM = "LAB_MGMT_HELM_BIN"
@@ -38,6 +42,17 @@ REFUSED = '"Failed to watch"'
 # Three refused retries after the demand is pending (about 8 s of the informer's backoff): a main
 # loop that were free would have run again meanwhile, started at once by the pending pod.
 CONTROL_REFUSALS = 3
+# nodeIpRanges, ipPrefix, gateway and controlPlaneEndpoint: the lab's, a CIDR spanning its network's
+# broadcast address, single addresses beside a range elsewhere, ranges in two /24s of a /16, a range
+# outside the gateway's network, a range across two /24s at prefix 24.
+POOLS = (
+    (("192.168.4.41-192.168.4.60",), 24, "192.168.4.8", "192.168.4.40"),
+    (("192.168.4.240/28",), 24, "192.168.4.8", "192.168.4.100"),
+    (("10.20.30.41", "10.20.30.43-10.20.30.45"), 24, "10.20.30.1", "10.20.30.40"),
+    (("192.168.5.10-192.168.5.20", "192.168.4.50"), 16, "192.168.4.8", "192.168.4.40"),
+    (("192.168.5.10-192.168.5.20",), 24, "192.168.4.8", "192.168.4.40"),
+    (("192.168.4.250-192.168.5.5",), 24, "192.168.4.8", "192.168.4.40"),
+)
 MAIN_LOOP = "Starting main loop"
 WAITING_FOR_TEMPLATES = "waiting for cache sync on infrastructure resource"
 # The control's second cluster, and what Cluster API says of a CRD without its contract label.
@@ -156,7 +171,7 @@ def _refusals(lines: list[str]) -> list[str]:
     return [line for line in lines if REFUSED in line and TEMPLATES in line and "forbidden" in line]
 
 
-def without_contract_labels(mgmt: ControlPlane, manager: ClusterApiManager) -> dict[str, Any]:
+def without_contract_labels(mgmt: ControlPlane, manager: RunningManager) -> dict[str, Any]:
     """With the contract labels taken off the ProxmoxCluster CRD, a second Cluster's
     infrastructure cannot be resolved, and the manager says why."""
     mgmt.kubectl(
@@ -192,3 +207,25 @@ def without_contract_labels(mgmt: ControlPlane, manager: ClusterApiManager) -> d
     )
     infra = conditions(get(mgmt, "cluster", UNLABELLED)).get("InfrastructureReady", {})
     return {"log": said[0], "condition": f"{infra.get('reason', '')}: {infra.get('message', '')}"}
+
+
+def ipam_verdicts(mgmt: ControlPlane, namespace: str) -> list[str]:
+    """For each of POOLS, the IPAM provider's refusal of the InClusterIPPool CAPMOX would make of
+    it (the stand-in's fields, e2e/standins/workload/capmox.py), or "" where it accepts it: a
+    server-side dry run, so its webhooks answer and nothing is written."""
+    verdicts = []
+    for ranges, prefix, gateway, _endpoint in POOLS:
+        pool = {
+            "apiVersion": capmox.IN_CLUSTER_POOLS,
+            "kind": "InClusterIPPool",
+            "metadata": {"name": "candidate-v4-icip", "namespace": namespace},
+            "spec": {
+                "addresses": list(ranges),
+                "prefix": prefix,
+                "gateway": gateway,
+                "addressReuseGracePeriodSeconds": 60,
+            },
+        }
+        asked = mgmt.kubectl_as(mgmt.kubeconfig, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(pool))
+        verdicts.append("" if asked.returncode == 0 else asked.stderr.strip())
+    return verdicts

@@ -21,7 +21,7 @@ from typing import Any
 
 from e2e.box.cluster_part import _requests_since
 from e2e.box.scenarios import WRITES
-from e2e.controllers import cluster_api
+from e2e.controllers import deployed
 from e2e.engine.cli import Engine, built_bin
 from e2e.engine.control_plane import ControlPlane
 from e2e.engine.kube_api import Api, UnreachableError
@@ -150,6 +150,23 @@ def bootstrap(mgmt: ControlPlane, machine: dict[str, Any], lab1: Path) -> dict[s
         "data": base64.b64decode(secret["data"]["value"]).decode(),
         "tokens": sorted(t["metadata"]["name"] for t in tokens if t["type"] == "bootstrap.kubernetes.io/token"),
     }
+
+
+# By version: the pools are served at v1alpha2 only, not at their group's preferred version (the
+# claims' v1beta2), and `ipaddresses` alone names Kubernetes' own (networking.k8s.io) kind.
+IPAM_READS = {
+    "inclusterippools": "ipam.cluster.x-k8s.io/v1alpha2",
+    "ipaddressclaims": "ipam.cluster.x-k8s.io/v1beta2",
+    "ipaddresses": "ipam.cluster.x-k8s.io/v1beta2",
+    "proxmoxmachines": "infrastructure.cluster.x-k8s.io/v1alpha2",
+}
+
+
+def ipam(mgmt: ControlPlane, namespace: str) -> dict[str, dict[str, Any]]:
+    """The IPAM objects and the ProxmoxMachines they are for, as they are now, by resource and name."""
+    api = Api.from_kubeconfig(mgmt.kubeconfig)
+    listed = {resource: api.items(version, resource, namespace) or [] for resource, version in IPAM_READS.items()}
+    return {resource: {item["metadata"]["name"]: item for item in items} for resource, items in listed.items()}
 
 
 def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -313,8 +330,8 @@ def not_triggered(mgmt: ControlPlane, lab1: Path) -> list[str]:
 
 
 def manager_processes() -> list[str]:
-    """The Cluster API managers (cluster_api.FOR_PROVIDER) running on this machine, each as its argv."""
-    binaries = {manager.binary for manager in cluster_api.FOR_PROVIDER.values()}
+    """The real managers (deployed.FOR_PROVIDER) running on this machine, each as its argv."""
+    binaries = {manager.binary for manager in deployed.FOR_PROVIDER.values()}
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:

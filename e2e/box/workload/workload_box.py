@@ -13,8 +13,10 @@ For the block it runs, in the test's network namespace:
   by the program), it installs that provider's CRDs from the archives, and for the CoreProvider it
   starts the REAL Cluster API core manager with its webhooks (e2e/controllers/cluster_api.py;
   `box.manager`), for the ControlPlaneProvider and the BootstrapProvider the REAL kubeadm
-  control-plane and bootstrap managers for their webhooks alone (`box.managers`), before marking
-  the provider Ready, where cluster-api-operator would deploy it;
+  control-plane manager for its webhooks alone and the REAL bootstrap manager, for the
+  IPAMProvider the REAL IPAM in-cluster manager (e2e/controllers/ipam.py; all in `box.managers`),
+  before marking the provider Ready, where cluster-api-operator would deploy it (the
+  CoreProvider first);
 - the operator chart's webhook server and cert-manager's CA injector stand-ins (what the program's
   operator release needs, as in the cluster-part scenarios, cluster_part.py);
 - the chart repositories' stand-in (`box.charts`, trusted by `box.engine()`): cert-manager, the
@@ -22,7 +24,7 @@ For the block it runs, in the test's network namespace:
   cilium_chart), any `extra_charts` (the autoscaler's, for instance), and CAPMOX's release asset
   `cluster-template.yaml` under `box.capmox_release_url` (`<url>/<version>/cluster-template.yaml`,
   v0.9.0 and v0.9.1; anything else a 404 recorded in `box.charts.unknown`);
-- the workload stand-ins' loop (e2e/standins/workload/providers.py: KCP, KubeadmConfig, CAPMOX and
+- the workload stand-ins' loop (e2e/standins/workload/providers.py: KCP, CAPMOX, the VMs' boot and
   the kubelets; `box.standins`), which starts lab1's real control plane at the ProxmoxCluster's
   endpoint (LAB1_ADDRESS in the box's lab) once the real Cluster controller has done its part.
 
@@ -39,7 +41,8 @@ from pathlib import Path
 
 from e2e.box.cluster_part import CHART_REPOS, OPERATOR_CHART_WITH_CRDS, _box_engine, _operator_webhooks
 from e2e.box.scenarios import LAB1_ADDRESS, OPERATOR_INSTALL_SECONDS, VM_ADDRESS
-from e2e.controllers import cluster_api
+from e2e.controllers import cluster_api, deployed
+from e2e.controllers.manager import RunningManager
 from e2e.engine import control_plane
 from e2e.engine.cli import Engine
 from e2e.standins.cluster import (
@@ -65,11 +68,11 @@ class WorkloadBox:
     charts: chart_repo_standin.ChartRepoStandIn
     webhook: admission_webhook_standin.WebhookStandIn
     injector: cainjector_standin.CainjectorStandIn
-    managers: list[cluster_api.ClusterApiManager] = field(default_factory=list)
+    managers: list[RunningManager] = field(default_factory=list)
     """The real Cluster API managers, each once the operator stand-in started it for its provider."""
 
     @property
-    def manager(self) -> cluster_api.ClusterApiManager:
+    def manager(self) -> RunningManager:
         """The core manager."""
         found = cluster_api.core(self.managers)
         if found is None:
@@ -153,13 +156,10 @@ def running(
         standins = stack.enter_context(providers.running(mgmt, base / "workload", interval=interval))
         # Entered before the operator's loop, so closed after it: nothing starts a manager then.
         managers_stack = stack.enter_context(ExitStack())
-        managers: list[cluster_api.ClusterApiManager] = []
+        managers: list[RunningManager] = []
 
-        def on_installed(kind: str, name: str) -> None:
-            if kind in cluster_api.FOR_PROVIDER:
-                manager = cluster_api.FOR_PROVIDER[kind]
-                directory = base / manager.binary
-                managers.append(managers_stack.enter_context(cluster_api.running(mgmt, directory, VM_ADDRESS, manager)))
+        def on_installed(kind: str, _name: str) -> None:
+            deployed.start_for(kind, mgmt, base, VM_ADDRESS, stack=managers_stack, started=managers)
 
         operator = stack.enter_context(
             operator_standin.running(

@@ -5,7 +5,8 @@ installing a provider does, then records the spec as installed: observedGenerati
 installedVersion and Ready=True, the way the operator's ProviderStatus carries them. It changes
 nothing else, and records each CR it reconciled, with the generation and when. A CR it is told to
 withhold it leaves as it is, never Ready, until it is told to release it: an operator whose
-provider never becomes Available.
+provider never becomes Available. As the operator does, it installs the CoreProvider before any
+other provider.
 
 Where the operator's own Pods must run too (a chart stand-in whose operator is a Deployment, whose
 Available status a step waits for), it also stands in for the scheduler and the kubelet of the one
@@ -16,9 +17,9 @@ Where a box asks for them (opt-in: `real_crds=True`; the boxes without a workloa
 their speed), it also installs each provider's real CRDs before it marks the provider Ready, as the
 operator applies a provider's components: read from the upstream archives with their contract
 labels (e2e/standins/cluster/provider_crds.py), applied server-side and waited for until
-Established. A provider with no archive (IPAM in-cluster) gets none, and a line in `notes`. A box
-can have it start what the operator would deploy for a provider (`on_installed`: the real Cluster
-API manager once the CoreProvider's CRDs are in), before the provider is marked Ready.
+Established. A box can have it start what the operator would deploy for a provider
+(`on_installed`: the real Cluster API manager once the CoreProvider's CRDs are in), before the
+provider is marked Ready.
 
 It talks to the API server under an identity of its own, so its writes are not the engine's. Until
 the cluster exists (its kubeconfig is written once the API server answers, as when the box's k3s is
@@ -61,8 +62,6 @@ class OperatorStandIn:
     applies_crds: bool = False
     crds_applied: list[dict[str, Any]] = field(default_factory=list)
     """kind, name, the CRDs' names and the seconds their apply and Established took, per provider."""
-    notes: list[str] = field(default_factory=list)
-    """What it could not install for a provider, one line each (a provider with no archive)."""
     on_installed: Callable[[str, str], None] | None = None
     """Called with a provider CR's kind and name once its CRDs are in, before it is marked Ready
     (where the operator would start the provider's Deployment: a box starts a real manager)."""
@@ -95,10 +94,18 @@ def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, 
     except ApiError as refused:
         standin.errors.append(str(refused))
         return
-    for item in listed or []:  # None: the operator chart has not installed its CRDs yet, nor runs an operator
+    # None: the operator chart has not installed its CRDs yet, nor runs an operator. The CoreProvider
+    # first: cluster-api-operator requeues every other provider until the core provider is
+    # installed (its docs, "Installing a Provider"), so no provider's manager starts without Cluster
+    # API's own CRDs (the IPAM manager exits without the IPAddress CRDs).
+    ordered = sorted(listed or [], key=lambda item: item["kind"] != "CoreProvider")
+    core_installed = any(_installed(item) for item in ordered if item["kind"] == "CoreProvider")
+    for item in ordered:
         meta, status = item["metadata"], item.get("status") or {}
         generation, cr = meta["generation"], _cr(item["kind"], meta["namespace"], meta["name"])
         if status.get("observedGeneration", 0) >= generation or cr in standin.withheld:
+            continue
+        if item["kind"] != "CoreProvider" and not core_installed:
             continue
         first_seen = seen.setdefault(f"{cr}@{generation}", time.monotonic())
         if time.monotonic() - first_seen < standin.install_seconds:
@@ -123,6 +130,7 @@ def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, 
         except ApiError as refused:
             standin.errors.append(str(refused))
             continue
+        core_installed = core_installed or item["kind"] == "CoreProvider"
         standin.reconciled.append(
             {
                 "kind": item["kind"],
@@ -133,6 +141,11 @@ def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, 
                 "at": time.time(),
             }
         )
+
+
+def _installed(item: dict[str, Any]) -> bool:
+    """Whether the operator has installed the provider (at some version): it said so in its status."""
+    return bool((item.get("status") or {}).get("installedVersion"))
 
 
 def _provider_crs(api: Api, resources: Sequence[str]) -> list[dict[str, Any]] | None:
@@ -171,22 +184,17 @@ def _install_crds(cluster: ControlPlane, standin: OperatorStandIn, kind: str, na
         return True
     started = time.monotonic()
     crds = provider_crds.crds(kind, name)
-    if not crds:
-        note = provider_crds.MISSING[(kind, name)]
-        if note not in standin.notes:
-            standin.notes.append(note)
-    else:
-        as_operator = cluster.kubeconfig_of(OPERATOR_USER)
-        listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": crds})
-        applied = cluster.kubectl_as(
-            as_operator, "apply", "--server-side", "--field-manager=capi-operator", "-f", "-", stdin=listed
-        )
-        names = [f"crd/{crd['metadata']['name']}" for crd in crds]
-        established = applied.returncode == 0 and _established(cluster, as_operator, names)
-        for done in (applied, established):
-            if done and done.returncode != 0:
-                standin.errors.append(f"{kind}/{name} CRDs: {done.stderr.strip()}")
-                return False
+    as_operator = cluster.kubeconfig_of(OPERATOR_USER)
+    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": crds})
+    applied = cluster.kubectl_as(
+        as_operator, "apply", "--server-side", "--field-manager=capi-operator", "-f", "-", stdin=listed
+    )
+    names = [f"crd/{crd['metadata']['name']}" for crd in crds]
+    established = applied.returncode == 0 and _established(cluster, as_operator, names)
+    for done in (applied, established):
+        if done and done.returncode != 0:
+            standin.errors.append(f"{kind}/{name} CRDs: {done.stderr.strip()}")
+            return False
     standin.crds_applied.append(
         {
             "kind": kind,

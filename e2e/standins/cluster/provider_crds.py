@@ -8,12 +8,15 @@ resolved by contract), so none are added here either.
 
     crds("InfrastructureProvider", "proxmox") -> [CRD, ...]
 
-The IPAM in-cluster provider has no archive in ../shared/vendor: `MISSING` says so, and `crds` gives
-nothing for it; the operator stand-in records that line.
+The IPAM in-cluster provider has no archive in ../shared/vendor: its CRDs are read, the same way,
+from its module's config/ that e2e/engine/build-engine.sh copies beside the manager it builds
+(vendor.ipam_config), the module the proxy serves.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -28,12 +31,8 @@ SOURCES = {
     ("ControlPlaneProvider", "kubeadm"): (CAPI_ARCHIVE, "controlplane/kubeadm/config/crd"),
     ("InfrastructureProvider", "proxmox"): (CAPMOX_ARCHIVE, "config/crd"),
 }
-MISSING = {
-    ("IPAMProvider", "in-cluster"): (
-        "no archive of cluster-api-ipam-provider-in-cluster in ../shared/vendor: its CRDs "
-        "(InClusterIPPool, GlobalInClusterIPPool) are not applied"
-    ),
-}
+# Provider CR (kind, name) -> its built module's config/ (which holds its `crd/` kustomization).
+BUILT: dict[tuple[str, str], Callable[[], Path]] = {("IPAMProvider", "in-cluster"): vendor.ipam_config}
 CONTRACT_LABEL_PREFIX = "cluster.x-k8s.io/"
 # libyaml's loader where PyYAML has it: Cluster API's CRDs are 3 MB of YAML.
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -49,20 +48,27 @@ def kustomize_labels(kustomization: dict[str, Any]) -> dict[str, str]:
 
 
 def crds(kind: str, name: str) -> list[dict[str, Any]]:
-    """The provider's CRDs with their upstream labels; nothing for a provider in MISSING; a
-    provider in neither is an error (KeyError), never skipped in silence."""
-    if (kind, name) in MISSING:
-        return []
+    """The provider's CRDs with their upstream labels; a provider in neither SOURCES nor BUILT is an
+    error (KeyError), never skipped in silence."""
+    if (kind, name) in BUILT:
+        config = BUILT[(kind, name)]()
+        bases = {f"crd/bases/{path.name}": path.read_text() for path in sorted((config / "crd/bases").glob("*.yaml"))}
+        return _kustomized(f"{config}:crd", (config / "crd/kustomization.yaml").read_text(), bases, "crd")
     archive, folder = SOURCES[(kind, name)]
-    kustomization = yaml.load(vendor.member(archive, f"{folder}/kustomization.yaml"), Loader=_LOADER)  # noqa: S506 - a safe loader
+    kustomization = vendor.member(archive, f"{folder}/kustomization.yaml")
+    return _kustomized(f"{archive}:{folder}", kustomization, vendor.members(archive, f"{folder}/bases/"), folder)
+
+
+def _kustomized(where: str, kustomization_text: str, bases: dict[str, str], folder: str) -> list[dict[str, Any]]:
+    """The CRDs `bases` (path -> YAML) with the labels the kustomization adds, once it lists them all."""
+    kustomization = yaml.load(kustomization_text, Loader=_LOADER)  # noqa: S506 - a safe loader
     labels = kustomize_labels(kustomization)
     unexpected = [key for key in labels if not key.startswith(CONTRACT_LABEL_PREFIX)]
     if unexpected:
-        raise ValueError(f"{archive}:{folder}/kustomization.yaml adds labels the box does not know: {unexpected}")
-    bases = vendor.members(archive, f"{folder}/bases/")
+        raise ValueError(f"{where}/kustomization.yaml adds labels the box does not know: {unexpected}")
     listed = [f"{folder}/{resource}" for resource in kustomization["resources"]]
     if sorted(listed) != sorted(bases):
-        raise ValueError(f"{archive}:{folder}: the kustomization lists {listed}, the bases are {sorted(bases)}")
+        raise ValueError(f"{where}: the kustomization lists {listed}, the bases are {sorted(bases)}")
     found = []
     for path in listed:
         crd = yaml.load(bases[path], Loader=_LOADER)  # noqa: S506 - a safe loader
