@@ -14,7 +14,7 @@ import pytest
 
 from components.readonly_access import ACCOUNT
 from components.settings.workload import MAX_SIZE_ANNOTATION
-from e2e.box.takeover import doc_script, inspector, owners_lab, scaling
+from e2e.box.takeover import day_after, doc_script, inspector, owners_lab, scaling
 from e2e.box.workload import lab1_box, lab1_state
 from e2e.engine.control_plane import CLUSTER_API_USER, PROVIDERS_USER
 from e2e.engine.netns import in_new_netns
@@ -319,3 +319,35 @@ def test_the_exit_criteria_report_what_the_box_saw_and_leave_nothing_behind(take
         assert any(seen(moved, at) for moved in moves), (at, moves)
     assert scaled["namespace_left"] is False
     assert scaled["no_changes"]["rc"] == 0, scaled["no_changes"]
+
+
+def test_after_its_upgrade_the_taken_over_lab1_is_recovered_by_naming_its_templates_as_they_run(
+    takeover: Any,
+) -> None:
+    """issue 55 (review 4, finding 2): lab1's Kubernetes upgraded as docs/operations.md says moves
+    it off clusterctl's template names; with the state lost, the page typed on the lab (its
+    takeover stopped before adoption.md step 8) stops at step 4 naming the templates as lab1 runs
+    them, one line each; typed, the recovery goes on to the zero-change preview, and no Machine
+    of lab1's is made or replaced."""
+    after = takeover["day_after"]
+    assert [done["rc"] for done in after["upgrade"]] == [0] * len(after["upgrade"]), after["upgrade"]
+    before, rolled = after["before"], after["rolled"]
+    assert (before["control_plane"], before["workers"]) == ("lab1-control-plane", "lab1-worker")
+    assert rolled["version"] == day_after.UPGRADE_TO
+    assert rolled["control_plane"] != before["control_plane"]
+    assert rolled["workers"] != before["workers"]
+    typed = after["recovery"]["typed"]
+    stopped = [done for done in typed if done["rc"]]
+    assert [done["line"] for done in stopped] == ["pulumi preview"]
+    assert "machine templates rolled since its takeover" in stopped[0]["output"]
+    at = typed.index(stopped[0])
+    named = [done["line"] for done in typed[at + 1 : at + 3]]
+    assert named == [
+        f"{day_after.TEMPLATE_NAMES}controlPlane' {rolled['control_plane']}",
+        f"{day_after.TEMPLATE_NAMES}worker' {rolled['workers']}",
+    ]
+    assert typed[at + 3]["line"] == "pulumi preview"  # the same line again, once
+    assert [done["rc"] for done in typed[at + 1 :]] == [0] * len(typed[at + 1 :])
+    assert typed[-1]["line"] == "pulumi preview --expect-no-changes"
+    assert len(typed) == len(day_after.recovery_lines()) + 3
+    assert after["after"] == rolled

@@ -28,7 +28,7 @@ from components.adoption import OBJECT_INPUTS, RELEASE_INPUTS
 from components.cluster_takeover import RECORD_OUTPUT, TakeoverMismatchError, object_path
 from components.hand_made_clusters import STACK_MARK, HandMadeClusterError
 from components.settings import SettingsError, parse_settings
-from e2e.box.takeover import keyboard, lost_state_page
+from e2e.box.takeover import doc_script, keyboard, lost_state_page
 
 [LAB1] = harness.stack_workload_clusters()
 RECOVER = {"adopt": True, "recover": True, "workloadClusters": [{**LAB1, "adopt": True}]}
@@ -197,6 +197,20 @@ def test_the_section_reads_as_a_script_for_both_boxes() -> None:
         assert line.on_node or line.text.startswith(("pulumi ", "sed -i.bak ", ".venv/bin/python tools/")), line
     secrets = {"proxmoxApiTokenSecret": "p", "capmoxTokenSecret": "c", "sshPrivateKey": "k"}
     assert [keyboard.typed_in(line.text, secrets) for line in lines if "--secret" in line.text] == ["p", "c", None]
+    # A lab whose takeover from the playbook stopped before adoption.md step 8 has no image file
+    # and stays adopted: the lines of a finished takeover are the node's and `config rm adopt`.
+    mid_takeover = lost_state_page.for_a_lab_mid_takeover()
+    assert [line.text for line in lines if line not in mid_takeover] == [
+        "pvesm free local:import/<image file>",
+        "pulumi config rm adopt",
+    ]
+
+
+def test_a_block_marked_for_no_box_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    section = lost_state_page.section().replace(doc_script.WITH_LAB1, "# in a lab that runs lab2")
+    monkeypatch.setattr(lost_state_page, "section", lambda: section)
+    with pytest.raises(ValueError, match="a block marked '# in a lab that runs lab2', which no box knows"):
+        lost_state_page.lines()
 
 
 def test_a_read_only_token_is_never_replaced_for_its_data(made: harness.Run, recovered: harness.Run) -> None:

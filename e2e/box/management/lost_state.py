@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from e2e.box.box import VMID, Box
@@ -32,8 +33,15 @@ def _image_file(box: Box) -> str:
     return volume.split(":import/", 1)[1]
 
 
-def recovered(box: Box) -> dict[str, Any]:
-    """What each line did (`typed`, with each run's observation), and the VM and guest around it."""
+def recovered(
+    box: Box,
+    lines: Sequence[lost_state_page.Line] | None = None,
+    *,
+    told: Callable[[dict[str, Any]], list[str]] | None = None,
+) -> dict[str, Any]:
+    """What each line did (`typed`, with each run's observation), and the VM and guest around it.
+    `lines` are the page's to type (by default the whole box's: lab1's left out), `told` what the
+    owner types where a run stops naming lines (keyboard.type_page)."""
     lost = box.engine
     config = json.loads(lost.pulumi("config", "--show-secrets", "--json").stdout)
     secrets = {key.split(":", 1)[1]: entry["value"] for key, entry in config.items() if entry.get("secret")}
@@ -52,21 +60,24 @@ def recovered(box: Box) -> dict[str, Any]:
     assert box.pve.vms is not None, "the Proxmox VE stand-in is not serving"
     vm_config = dict(box.pve.vms.vms[str(VMID)]["config"])
     boots = len(box.guests.log_dirs(VMID))
-    values = {IMAGE_FILE: _image_file(box)}
+    page = lost_state_page.for_the_whole_box() if lines is None else lines
+    # A lab whose takeover is not done has no image file, nor a line naming it.
+    values = {IMAGE_FILE: _image_file(box)} if any(IMAGE_FILE in line.text for line in page) else {}
     box.engine = engine
-    lines = [dataclasses.replace(line, text=line.filled(values)) for line in lost_state_page.for_the_whole_box()]
+    filled = [dataclasses.replace(line, text=line.filled(values)) for line in page]
     with node_shell.serving(box.pve, engine.root / "node") as shell:
         typed = keyboard.type_page(
-            lines,
+            filled,
             engine,
             secrets,
             run=lambda line: observe_typed(box, line, lambda text: keyboard.laptop(engine, text)),
             on_node=lambda line: keyboard.node(shell, engine.root / "node-home", line),
+            told=told,
         )
         unknown = list(shell.unknown)
     return {
         "typed": typed,
-        "image_file": values[IMAGE_FILE],
+        "image_file": values.get(IMAGE_FILE),
         "vm_config_before": vm_config,
         "vm_config_after": dict(box.pve.vms.vms[str(VMID)]["config"]),
         "boots": [boots, len(box.guests.log_dirs(VMID))],

@@ -6,7 +6,8 @@ not say is done between its lines. Around it, what the owner must find as it was
 and k3s's files, lab1's objects and what Cluster API made from them, and who wrote to them when;
 and the inspector's checks answering through its files before (the old account's) and after
 (the program's, written by W7). Then the program's autoscaler scales the lab1 it took over
-(scaling.py).
+(scaling.py), and the day after: lab1's Kubernetes upgraded, then the state lost and the lab taken
+back by the page (day_after.py).
 
     in_new_netns("takeover.journey.owners_takeover", root, addresses=lab1_box.ADDRESSES, timeout=...)
 """
@@ -21,7 +22,7 @@ from typing import Any
 from components.settings.workload import MAX_SIZE_ANNOTATION
 from e2e.box import observed
 from e2e.box.management import box_adoption
-from e2e.box.takeover import doc_script, inspector, owners_lab, scaling
+from e2e.box.takeover import day_after, doc_script, inspector, owners_lab, scaling
 from e2e.box.workload import lab1_state, workload_box
 from e2e.controllers import cluster_api
 
@@ -134,6 +135,9 @@ def owners_takeover(root: str) -> dict[str, Any]:
                 out["hand_edit"] = _hand_edit_after_the_takeover(lab)
                 out["scaling"] = scaling.exit_criteria(lab)
                 out["scaling"]["seconds"] = round(time.monotonic() - began - out["seconds"], 1)
+                mark = time.monotonic()
+                out["day_after"] = day_after.upgraded_then_recovered(lab)
+                out["day_after"]["seconds"] = round(time.monotonic() - mark, 1)
         except Exception:  # what happened so far is the test's to read
             out["failed"] = traceback.format_exc()
         out |= {**observed.standin_problems(lab.box), "lab1_problems": lab.parts.problems()}

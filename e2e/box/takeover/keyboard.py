@@ -79,6 +79,13 @@ def typed_in(line: str, secrets: Mapping[str, str]) -> str | None:
     return secrets[words[4]]
 
 
+def named_lines(ran: dict[str, Any], prefix: str) -> list[str]:
+    """The lines a run that stopped told the owner to type, each starting with `prefix` on a line
+    of its own (the program's refusals indent them under the message)."""
+    said = "\n".join(str(ran.get(key, "")) for key in ("stdout", "stderr", "output"))
+    return list(dict.fromkeys(found.strip() for found in said.splitlines() if found.strip().startswith(prefix)))
+
+
 def type_page(
     lines: Iterable[PageLine],
     engine: Engine,
@@ -86,23 +93,39 @@ def type_page(
     *,
     run: Callable[[str], dict[str, Any]],
     on_node: Callable[[str], dict[str, Any]] | None = None,
+    told: Callable[[dict[str, Any]], list[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """A page's lines typed in order, each as `{"line", "rc", …}`, up to the first that fails: a
     `pulumi preview` or `up` through `run` (which reads its plan), a node's line through `on_node`,
-    any other on the laptop, its prompt answered from `secrets`."""
+    any other on the laptop, its prompt answered from `secrets`. Where the page says to type the
+    lines a stopped run names, then run it again, `told(ran)` gives them: each is typed on the
+    laptop and the line again, once."""
     typed: list[dict[str, Any]] = []
     for line in lines:
-        if line.on_node:
-            if on_node is None:
-                raise ValueError(f"no Proxmox node to type {line.text!r} on")
-            typed.append(on_node(line.text))
-        elif line.text.split()[:2] in (["pulumi", "preview"], ["pulumi", "up"]):
-            typed.append({"line": line.text, **run(line.text)})
-        else:
-            typed.append(laptop(engine, line.text, typed_in=typed_in(line.text, secrets)))
+        typed.append(_type(line, engine, secrets, run, on_node))
+        if typed[-1]["rc"] != 0 and told is not None and (answers := told(typed[-1])):
+            typed += [laptop(engine, answer) for answer in answers]
+            if all(done["rc"] == 0 for done in typed[-len(answers) :]):
+                typed.append(_type(line, engine, secrets, run, on_node))
         if typed[-1]["rc"] != 0:
             break
     return typed
+
+
+def _type(
+    line: PageLine,
+    engine: Engine,
+    secrets: Mapping[str, str],
+    run: Callable[[str], dict[str, Any]],
+    on_node: Callable[[str], dict[str, Any]] | None,
+) -> dict[str, Any]:
+    if line.on_node:
+        if on_node is None:
+            raise ValueError(f"no Proxmox node to type {line.text!r} on")
+        return on_node(line.text)
+    if line.text.split()[:2] in (["pulumi", "preview"], ["pulumi", "up"]):
+        return {"line": line.text, **run(line.text)}
+    return laptop(engine, line.text, typed_in=typed_in(line.text, secrets))
 
 
 def with_the_tools(engine: Engine) -> None:

@@ -1,9 +1,11 @@
 """docs/operations.md "Lost state or passphrase" as a script: its `sh` blocks in the section's
 order, each line with the step it sits under and where it is typed (the Proxmox node when the
-block's first line is `# on the Proxmox node`, else the laptop). Two boxes type it: the whole box,
+block's first line is `# on the Proxmox node`, else the laptop). Three boxes type it: the whole box,
 whose lab the program made and which runs no workload cluster, every block but lab1's (first line
 `# in a lab that runs lab1`); the lab1 box, which has no VM of the program's, every block but the
-VM's step and the node's. Pure reading, as doc_script is for docs/adoption.md; the mocks tests
+VM's step and the node's; and the owner's lab taken over (e2e/box/takeover/day_after.py), whose
+adoption stops before its step 8, every block but those of a finished takeover (`# in a lab whose
+takeover is done`). Pure reading, as doc_script is for docs/adoption.md; the mocks tests
 check that the section reads as such a script (tests/test_recovery.py).
 """
 
@@ -23,6 +25,17 @@ STEP = re.compile(r"^### (\d+)\. .*$", re.MULTILINE)
 VM_STEP = "3"
 
 
+# A block's marker (its first line) for a lab that finished its takeover from the playbook
+# (adoption.md step 8): one still in the middle of it has no image file and stays adopted.
+TAKEOVER_DONE = "# in a lab whose takeover is done"
+MARKERS = {
+    ON_THE_NODE: (True, False, False),
+    f"{ON_THE_NODE}, {TAKEOVER_DONE.removeprefix('# ')}": (True, False, True),
+    WITH_LAB1: (False, True, False),
+    TAKEOVER_DONE: (False, False, True),
+}
+
+
 @dataclass(frozen=True)
 class Line:
     step: str
@@ -30,6 +43,8 @@ class Line:
     on_node: bool
     with_lab1: bool
     text: str
+    takeover_done: bool = False
+    """Only for a lab whose takeover from the playbook is done."""
 
     def filled(self, values: dict[str, str]) -> str:
         """The line with each placeholder replaced; one not in `values` is an error."""
@@ -58,9 +73,12 @@ def lines() -> list[Line]:
             continue
         step = next((number for at, number in reversed(steps) if at < fence.start()), "")
         block = fence.group(2).splitlines()
-        on_node, with_lab1 = block[0] == ON_THE_NODE, block[0] == WITH_LAB1
-        commands = block[1:] if on_node or with_lab1 else block
-        found += [Line(step, on_node, with_lab1, command) for command in commands]
+        marked = block[0].startswith("#")
+        if marked and block[0] not in MARKERS:
+            raise ValueError(f"{SECTION}, step {step}: a block marked {block[0]!r}, which no box knows")
+        on_node, with_lab1, takeover_done = MARKERS[block[0]] if marked else (False, False, False)
+        commands = block[1:] if marked else block
+        found += [Line(step, on_node, with_lab1, command, takeover_done) for command in commands]
     return found
 
 
@@ -73,3 +91,9 @@ def for_the_lab1_box() -> list[Line]:
     """What the box beside lab1, with no VM of the program's, types: every line but the VM step's
     and the node's."""
     return [line for line in lines() if line.step != VM_STEP and not line.on_node]
+
+
+def for_a_lab_mid_takeover() -> list[Line]:
+    """What a lab whose takeover from the playbook stopped before adoption.md step 8 types (lab1
+    taken over with it): every line but those of a finished takeover."""
+    return [line for line in lines() if not line.takeover_done]
