@@ -166,6 +166,12 @@ def test_the_control_plane_node_takes_what_tolerates_it(lab1_box: Any) -> None:
     assert [o["kind"] for o in machine["metadata"]["ownerReferences"]] == ["KubeadmControlPlane"]
     kcp = f"{lab1_box['entry']['name']}-control-plane"
     assert machine["metadata"]["labels"]["cluster.x-k8s.io/control-plane-name"] == kcp
+    # Its bootstrap data is the real bootstrap provider's rendering of the KubeadmConfig KCP made
+    # of the program's kubeadmConfigSpec, which the Machine controller named on the Machine (the
+    # KCP stand-in refuses a VM whose data would not run kubeadm init there, or a control-plane join).
+    config = machine["spec"]["bootstrap"]["configRef"]
+    assert (config["kind"], config["name"]) == ("KubeadmConfig", machine["metadata"]["name"])
+    assert machine["spec"]["bootstrap"]["dataSecretName"] == machine["metadata"]["name"]
 
 
 def test_scaling_to_one_makes_a_machine_whose_node_the_real_controller_finds(lab1_box: Any) -> None:

@@ -10,16 +10,21 @@ makes one: without it Cluster API neither drains nor deletes a worker's Node."""
 
 from __future__ import annotations
 
-import base64
 import copy
 import hashlib
 from typing import Any
 
-from e2e.standins.workload import capmox, kubeadm, kubeadm_control_plane, vm_boot
-from e2e.standins.workload.objects import CONTROL_PLANE, CORE, INFRASTRUCTURE, Record
+from e2e.standins.workload import capmox, kubeadm_control_plane
+from e2e.standins.workload.objects import BOOTSTRAP, CONTROL_PLANE, CORE, INFRASTRUCTURE, Record
 
 NAMESPACE = "default"
 TEMPLATE = 9000
+# A KubeadmControlPlane's kubeadmConfigSpec, as the cluster template has its parts.
+KUBEADM_CONFIG_SPEC = {
+    "initConfiguration": {"nodeRegistration": {"kubeletExtraArgs": [{"name": "provider-id", "value": "proxmox://x"}]}},
+    "joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": [{"name": "provider-id", "value": "proxmox://x"}]}},
+    "users": [{"name": "root", "sshAuthorizedKeys": ["ssh-ed25519 AAAA owner@laptop"]}],
+}
 # As the cluster template has it, with the program's VLAN.
 NETWORK = {"networkDevices": [{"name": "net0", "bridge": "vmbr0", "model": "virtio", "vlan": 4}]}
 IPV4 = {"addresses": ["192.168.4.41", "192.168.4.42-192.168.4.45"], "prefix": 24, "gateway": "192.168.4.8"}
@@ -232,7 +237,7 @@ def test_the_control_plane_machine_is_made_once_as_kcp_makes_one_and_provisioned
         {
             "version": "v1.35.9",
             "machineTemplate": {"spec": {"infrastructureRef": {"name": "lab1-control-plane"}}},
-            "kubeadmConfigSpec": {},
+            "kubeadmConfigSpec": KUBEADM_CONFIG_SPEC,
         },
         uid="d0682c4e-0000-4000-8000-000000000000",
     )
@@ -257,24 +262,35 @@ def test_the_control_plane_machine_is_made_once_as_kcp_makes_one_and_provisioned
     assert [o["kind"] for o in machine["metadata"]["ownerReferences"]] == ["KubeadmControlPlane"]
     # Without KCP's hook, the Machine controller would delete it without draining its Node.
     assert machine["metadata"]["annotations"] == {kubeadm_control_plane.PRE_TERMINATE_HOOK: ""}
-    assert machine["spec"]["bootstrap"] == {"dataSecretName": name}
+    # Its bootstrap data is the real bootstrap provider's, rendered from this KubeadmConfig.
+    assert machine["spec"]["bootstrap"] == {
+        "configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": name}
+    }
     assert machine["spec"]["infrastructureRef"] == {
         "apiGroup": "infrastructure.cluster.x-k8s.io",
         "kind": "ProxmoxMachine",
         "name": name,
     }
-    assert [s["metadata"]["name"] for s in api.items("secrets", "v1")] == [name]
+    [config] = api.items("kubeadmconfigs", BOOTSTRAP)
+    assert (config["metadata"]["name"], config["metadata"]["labels"]) == (name, machine["metadata"]["labels"])
+    # kubeadm init's: no joinConfiguration, and the gate KCP turns on for v1.31 to v1.35.
+    assert config["spec"] == {
+        **{key: value for key, value in KUBEADM_CONFIG_SPEC.items() if key != "joinConfiguration"},
+        "clusterConfiguration": {"featureGates": {"ControlPlaneKubeletLocalMode": True}},
+    }
+    assert api.items("secrets", "v1") == []
     [vm] = api.items("proxmoxmachines", INFRASTRUCTURE)
     assert vm["spec"] == template_spec
     assert vm["metadata"]["annotations"] == {
         "cluster.x-k8s.io/cloned-from-name": "lab1-control-plane",
         "cluster.x-k8s.io/cloned-from-groupkind": "ProxmoxMachineTemplate.infrastructure.cluster.x-k8s.io",
     }
-    assert "kubeadm init" in base64.b64decode(api.items("secrets", "v1")[0]["data"]["value"]).decode()
     assert len(record.timeline) == 1
 
-    # The real Machine controller takes it over (its owner reference), then CAPMOX clones it.
+    # The real Machine controller takes it over (its owner reference) and names the data the real
+    # bootstrap provider rendered; then CAPMOX clones it.
     api.patch(vm, {"metadata": {"ownerReferences": [{"kind": "Machine", "apiVersion": CORE, "name": name}]}})
+    api.patch(machine, {"spec": {"bootstrap": {"dataSecretName": name}}})
     _reconcile(api, record)
     _ipam_answers(api, ["192.168.4.41"])
     _reconcile(api, record)
@@ -322,10 +338,10 @@ def test_a_version_and_template_bump_rolls_the_control_plane_one_machine_more_fi
     assert [m["spec"]["version"] for m in surged] == ["v1.35.9", "v1.35.10"]
     new = surged[1]
     assert kubeadm_control_plane._up_to_date(api, kcp, new)  # type: ignore[arg-type]
-    [bootstrap] = [s for s in api.items("secrets", "v1") if s["metadata"]["name"] == new["metadata"]["name"]]
-    assert "kubeadm join" in base64.b64decode(bootstrap["data"]["value"]).decode()
-    joining = kubeadm.kubeadm_configuration(api, new, vm_boot.meta_data("uuid", "lab1-cp-b"))  # type: ignore[arg-type]
-    assert (joining["kind"], joining["controlPlane"]) == ("JoinConfiguration", {})
+    [joining] = [c for c in api.items("kubeadmconfigs", BOOTSTRAP) if c["metadata"]["name"] == new["metadata"]["name"]]
+    # A control-plane join's (KCP marks it so), without kubeadm init's configuration.
+    assert joining["spec"]["joinConfiguration"] == {"controlPlane": {}}
+    assert "initConfiguration" not in joining["spec"]
     # Until the new Machine has its Node, nothing is deleted, and no third Machine is made.
     assert [m["metadata"].get("deletionTimestamp") for m in roll()] == [None, None]
     api.patch(new, {"status": {"nodeRef": {"name": "lab1-cp-b"}}})

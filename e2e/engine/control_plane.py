@@ -102,11 +102,17 @@ class Pki:
     ca_key: Path | None = None
 
 
+# The other CAs kubeadm init makes beside the cluster's (etcd's and the front proxy's), by the
+# stem of their files in made_pki's directory (`<stem>.crt`, `<stem>.key`); Cluster API keeps
+# them in `<cluster>-etcd` and `<cluster>-proxy`.
+OTHER_CAS = {"etcd": "etcd-ca", "proxy": "front-proxy-ca"}
+
+
 def made_pki(directory: Path, address: str) -> Pki:
     """What kubeadm init makes for a workload cluster's API server at `address`: a CA (kept with its
     key, as Cluster API keeps it in `<cluster>-ca`) and a serving certificate it signs, with the
-    names and the Service address an API server's own certificate has. Made once in `directory`:
-    a restart serves the same ones."""
+    names and the Service address an API server's own certificate has, and etcd's and the front
+    proxy's CAs (OTHER_CAS). Made once in `directory`: a restart serves the same ones."""
     ca_key_file = directory / "ca.key"
     files = Pki(
         *(directory / "ca.crt", directory / "apiserver.crt", directory / "apiserver.key", directory / "ca.crt"),
@@ -139,6 +145,14 @@ def made_pki(directory: Path, address: str) -> Pki:
     for path, key in ((ca_key_file, ca_key), (files.key, serving_key)):
         path.write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
     files.ca.write_bytes(ca.public_bytes(Encoding.PEM))
+    for stem in OTHER_CAS.values():
+        other_key = ec.generate_private_key(ec.SECP256R1())
+        other = signed(stem, other_key.public_key(), stem, other_key, [(x509.BasicConstraints(True, None), True)])
+        (directory / f"{stem}.key").write_bytes(
+            other_key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+        )
+        (directory / f"{stem}.crt").write_bytes(other.public_bytes(Encoding.PEM))
+    # Written last: its presence says the directory is whole.
     files.cert.write_bytes(serving.public_bytes(Encoding.PEM))
     return files
 

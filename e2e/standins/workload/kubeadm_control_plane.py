@@ -1,25 +1,30 @@
 """A stand-in for Cluster API's KubeadmControlPlane where it cannot run here (kubeadm on VMs, and
-KCP's etcd health checks through a port-forward to control-plane pods); the workers' bootstrap is
-the real kubeadm bootstrap provider's (e2e/controllers/cluster_api.py):
+KCP's etcd health checks through a port-forward to control-plane pods); every machine's bootstrap
+data, the control plane's too, is the real kubeadm bootstrap provider's (e2e/controllers/cluster_api.py):
 
 - KubeadmControlPlane (controlplane.cluster.x-k8s.io/v1beta2): once its Cluster owns it and the
   Cluster's infrastructure is provisioned with a control-plane endpoint, the workload cluster's
   control plane starts for real at that endpoint (etcd, kube-apiserver, kube-controller-manager,
-  kube-scheduler; e2e/engine/control_plane.py), its admin kubeconfig and its CA are written where
-  Cluster API writes them (Secrets `<cluster>-kubeconfig`, key `value`, and `<cluster>-ca`, keys
-  `tls.crt` and `tls.key`, which the bootstrap provider pins in each worker's join; type cluster.x-k8s.io/secret,
-  labelled with the cluster's name, owned by the KCP), and the KCP's status says what the contract asks:
+  kube-scheduler; e2e/engine/control_plane.py), its admin kubeconfig and its certificates are
+  written where Cluster API writes them (Secrets `<cluster>-kubeconfig`, key `value`, and
+  `<cluster>-ca`, `-etcd`, `-proxy` and `-sa`, keys `tls.crt` and `tls.key`, from which the
+  bootstrap provider renders a control plane's data and pins the CA in each join; type
+  cluster.x-k8s.io/secret, labelled with the cluster's name, owned by the KCP), and the KCP's
+  status says what the contract asks:
   initialization.controlPlaneInitialized, the replica counts, selector, version,
   observedGeneration and the conditions Available (which the Cluster's ControlPlaneAvailable
   mirrors), Initialized, CertificatesAvailable, EtcdClusterHealthy, ControlPlaneComponentsHealthy.
   The control plane's VM is made as KCP makes a control-plane machine: a ProxmoxMachine cloned
-  from the KCP's ProxmoxMachineTemplate (with Cluster API's cloned-from annotations), bootstrap
-  data, and a Machine owned by the KCP with Cluster API's control-plane labels, which the real
+  from the KCP's ProxmoxMachineTemplate (with Cluster API's cloned-from annotations), a
+  KubeadmConfig of the KCP's kubeadmConfigSpec as KCP computes it (`kubeadm_config_spec`: init for
+  the first, a control-plane join after), which the real bootstrap provider renders, and a Machine
+  owned by the KCP with Cluster API's control-plane labels, which the real
   Machine controller reconciles and the CAPMOX stand-in provisions like any other (a VMID, an
   address from the pool, a providerID). With it, Cluster API drains a worker's Node before it
   deletes the worker, and then deletes the Node (isDeleteNodeAllowed in
   internal/controllers/machine/machine_controller.go: with no control-plane Machine it does
-  neither). Once that VM is provisioned its Node is registered through the kubelet stand-in's
+  neither). Once that VM is provisioned, its boot reads that data (kubeadm.py: kubeadm init, or a
+  control-plane join whose discovery is checked) and its Node is registered through the kubelet stand-in's
   code (kubelet.node_of, kubelet.register; the kubelet stand-in heartbeats it and runs its pods
   until the VM is gone) with the providerID of the bootstrap data's kubelet arguments (which must
   equal the ProxmoxMachine's), the `node-role.kubernetes.io/control-plane` label and kubeadm's
@@ -35,30 +40,30 @@ the real kubeadm bootstrap provider's (e2e/controllers/cluster_api.py):
   does, deletes its ProxmoxMachine (whose VM the CAPMOX stand-in destroys, freeing its address)
   and its Node. The status follows: replicas,
   upToDateReplicas, readyReplicas, RollingOut, MachinesUpToDate.
-  What it leaves out is the rest of KCP's logic: the bootstrap data is written for the Machine
-  directly (bootstrap.dataSecretName; the real KCP makes a KubeadmConfig, which the real bootstrap
-  provider would render only with the certificates KCP generates), and one control plane process runs at the endpoint
-  whatever the Machines are (no etcd members to move), so spec.replicas other than 1 is refused.
+  What it leaves out is the rest of KCP's logic: one control plane process runs at the endpoint
+  whatever the Machines are, started before any Machine (no kubeadm init on a VM, no etcd members
+  to move), so spec.replicas other than 1 is refused.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from e2e.engine.control_plane import ADMIN_USER, ControlPlane
+from e2e.engine.control_plane import ADMIN_USER, OTHER_CAS, ControlPlane
 from e2e.standins.workload import kubeadm
 from e2e.standins.workload.capmox import need_true
 from e2e.standins.workload.objects import (
+    BOOTSTRAP,
     CLUSTER_NAME_LABEL,
     CONTROL_PLANE,
     CONTROL_PLANE_MACHINE_LABEL,
     CORE,
     INFRASTRUCTURE,
-    JOIN_CONFIG_PATH,
     SECRET_TYPE,
     Client,
     Record,
@@ -83,6 +88,9 @@ WAITING_FOR_HOOK = "WaitingForPreTerminateHook"
 # KubeadmControlPlane's default rollout.strategy.rollingUpdate.maxSurge: one Machine more than
 # spec.replicas while it rolls out.
 MAX_SURGE = 1
+# The feature gate KCP turns on for the versions that have it (desiredstate.DefaultFeatureGates).
+LOCAL_MODE_GATE = "ControlPlaneKubeletLocalMode"
+BOOTSTRAP_GROUP = BOOTSTRAP.split("/", 1)[0]
 KCP_CONDITIONS = {
     "Available": "Available",
     "Initialized": "Initialized",
@@ -286,18 +294,10 @@ def _control_plane_machine(client: Client, record: Record, kcp: dict[str, Any], 
     }
     made = {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner_ref(kcp)]}
     cloned = {CLONED_FROM_NAME: template_name, CLONED_FROM_GROUP_KIND: f"ProxmoxMachineTemplate.{INFRASTRUCTURE_GROUP}"}
-    config_spec = need(kcp, "spec.kubeadmConfigSpec")
-    users = config_spec.get("users", [])
-    if need_true(kcp, "status.initialization.controlPlaneInitialized"):
-        join = {"kind": "JoinConfiguration", **config_spec.get("joinConfiguration", {}), "controlPlane": {}}
-        bootstrap = kubeadm.bootstrap_data(
-            made, JOIN_CONFIG_PATH, {"apiVersion": kubeadm.KUBEADM_API, **join}, "join", users
-        )
-    else:
-        init = {"kind": "InitConfiguration", **config_spec.get("initConfiguration", {})}
-        bootstrap = kubeadm.bootstrap_data(
-            made, kubeadm.INIT_CONFIG_PATH, {"apiVersion": kubeadm.KUBEADM_API, **init}, "init", users
-        )
+    config = {
+        **{"apiVersion": BOOTSTRAP, "kind": "KubeadmConfig", "metadata": made},
+        "spec": kubeadm_config_spec(kcp, join=need_true(kcp, "status.initialization.controlPlaneInitialized")),
+    }
     machine = {
         "apiVersion": CORE,
         "kind": "Machine",
@@ -305,7 +305,7 @@ def _control_plane_machine(client: Client, record: Record, kcp: dict[str, Any], 
         "spec": {
             "clusterName": cluster_name,
             "version": version,
-            "bootstrap": {"dataSecretName": name},
+            "bootstrap": {"configRef": {"apiGroup": BOOTSTRAP_GROUP, "kind": "KubeadmConfig", "name": name}},
             "infrastructureRef": {"apiGroup": INFRASTRUCTURE_GROUP, "kind": "ProxmoxMachine", "name": name},
         },
     }
@@ -313,9 +313,28 @@ def _control_plane_machine(client: Client, record: Record, kcp: dict[str, Any], 
         **{"apiVersion": INFRASTRUCTURE, "kind": "ProxmoxMachine", "metadata": {**made, "annotations": cloned}},
         "spec": need(template, "spec.template.spec"),
     }
-    client.apply({"apiVersion": "v1", "kind": "List", "items": [bootstrap, infrastructure_machine, machine]})
-    record.did("control-plane Machine, ProxmoxMachine and bootstrap data made", f"Machine/{namespace}/{name}")
+    client.apply({"apiVersion": "v1", "kind": "List", "items": [config, infrastructure_machine, machine]})
+    record.did("control-plane Machine, ProxmoxMachine and KubeadmConfig made", f"Machine/{namespace}/{name}")
     return machine
+
+
+def kubeadm_config_spec(kcp: dict[str, Any], *, join: bool) -> dict[str, Any]:
+    """A control-plane machine's KubeadmConfig spec as KCP computes it from its kubeadmConfigSpec
+    (ComputeDesiredKubeadmConfig in controlplane/kubeadm/internal/desiredstate/desired_state.go):
+    the first machine's without joinConfiguration (kubeadm init); a joining one's without
+    initConfiguration, its joinConfiguration marked a control plane's; and DefaultFeatureGates:
+    kubeadm's ControlPlaneKubeletLocalMode on, unless set, from Kubernetes v1.31 until v1.36, where
+    the gate went GA."""
+    spec: dict[str, Any] = copy.deepcopy(need(kcp, "spec.kubeadmConfigSpec"))
+    if join:
+        spec.pop("initConfiguration", None)
+        spec["joinConfiguration"] = {"controlPlane": {}, **spec.get("joinConfiguration", {})}
+    else:
+        spec.pop("joinConfiguration", None)
+    if (1, 31) <= _release(need(kcp, "spec.version"))[:2] < (1, 36):
+        gates = spec.setdefault("clusterConfiguration", {}).setdefault("featureGates", {})
+        gates.setdefault(LOCAL_MODE_GATE, True)
+    return spec
 
 
 def _machine_template(client: Client, kcp: dict[str, Any]) -> dict[str, Any]:
@@ -348,15 +367,23 @@ def _registered_once_provisioned(
 def _write_cluster_secrets(
     client: Client, record: Record, kcp: dict[str, Any], cluster_name: str, lab: ControlPlane
 ) -> None:
-    """What KCP keeps for the workload cluster: its admin kubeconfig, and its CA with the CA's key
-    (kubeadm's certificates, made when its control plane started), whose pin the kubeadm bootstrap
-    provider puts in every worker's join."""
+    """What KCP keeps for the workload cluster (its certificates' LookupOrGenerate): its admin
+    kubeconfig; its CA, etcd's and the front proxy's, each with its key (kubeadm's, made when its
+    control plane started, control_plane.made_pki), and the service-account key pair its API server
+    signs tokens with. The kubeadm bootstrap provider renders a control-plane machine's data from
+    them (their files on the VM) and puts the CA's pin in every worker's join."""
     namespace = kcp["metadata"]["namespace"]
     if lab.pki is None or lab.pki.ca_key is None:
         raise ValueError(f"{ident(kcp)}: its control plane was started without kubeadm's CA")
+    pki = lab.pki.ca.parent
     for purpose, data in (
         ("kubeconfig", {"value": lab.kubeconfig_of(ADMIN_USER).read_bytes()}),
         ("ca", {"tls.crt": lab.pki.ca.read_bytes(), "tls.key": lab.pki.ca_key.read_bytes()}),
+        *(
+            (purpose, {"tls.crt": (pki / f"{stem}.crt").read_bytes(), "tls.key": (pki / f"{stem}.key").read_bytes()})
+            for purpose, stem in OTHER_CAS.items()
+        ),
+        ("sa", {"tls.crt": (lab.root / "sa.pub").read_bytes(), "tls.key": (lab.root / "sa.key").read_bytes()}),
     ):
         name = f"{cluster_name}-{purpose}"
         encoded = {key: base64.b64encode(value).decode() for key, value in data.items()}

@@ -24,9 +24,6 @@ CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 CONTROL_PLANE_MACHINE_LABEL = "cluster.x-k8s.io/control-plane"
 DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
 SECRET_TYPE = "cluster.x-k8s.io/secret"
-# Where a join's bootstrap data writes its kubeadm JoinConfiguration (the bootstrap provider's
-# bootstrap/kubeadm/internal/cloudinit/node.go), which the KCP stand-in's control-plane join follows.
-JOIN_CONFIG_PATH = "/run/kubeadm/kubeadm-join-config.yaml"
 
 
 @dataclass
