@@ -34,37 +34,24 @@ BIN_VARIABLE = "LAB_MGMT_CLUSTER_API_BIN"
 HEALTH_FLAG = "--health-addr"
 
 
-CORE = Manager(
-    "cluster-api-manager",
-    BIN_VARIABLE,
-    partial(vendor.member, vendor.CLUSTER_API_ARCHIVE, "config/webhook/manifests.yaml"),
-    "capi-",
-    9445,
-    9440,
-    8443,
-    HEALTH_FLAG,
-)
-CONTROL_PLANE = Manager(
+def _manager(
+    binary: str, tree: str, prefix: str, ports: tuple[int, int, int], watch_filter: str | None = None
+) -> Manager:
+    """A manager of the archive's tree at `tree` (its config/ there), at its webhook, health and
+    diagnostics `ports`."""
+    manifests = partial(vendor.member, vendor.CLUSTER_API_ARCHIVE, f"{tree}config/webhook/manifests.yaml")
+    return Manager(binary, BIN_VARIABLE, manifests, prefix, *ports, HEALTH_FLAG, watch_filter=watch_filter)
+
+
+CORE = _manager("cluster-api-manager", "", "capi-", (9445, 9440, 8443))
+CONTROL_PLANE = _manager(
     "kubeadm-control-plane-manager",
-    BIN_VARIABLE,
-    partial(vendor.member, vendor.CLUSTER_API_ARCHIVE, "controlplane/kubeadm/config/webhook/manifests.yaml"),
+    "controlplane/kubeadm/",
     "capi-kubeadm-control-plane-",
-    9446,
-    9441,
-    8444,
-    HEALTH_FLAG,
-    watch_filter=IDLE_WATCH_FILTER,
+    (9446, 9441, 8444),
+    IDLE_WATCH_FILTER,
 )
-BOOTSTRAP = Manager(
-    "kubeadm-bootstrap-manager",
-    BIN_VARIABLE,
-    partial(vendor.member, vendor.CLUSTER_API_ARCHIVE, "bootstrap/kubeadm/config/webhook/manifests.yaml"),
-    "capi-kubeadm-bootstrap-",
-    9447,
-    9442,
-    8445,
-    HEALTH_FLAG,
-)
+BOOTSTRAP = _manager("kubeadm-bootstrap-manager", "bootstrap/kubeadm/", "capi-kubeadm-bootstrap-", (9447, 9442, 8445))
 
 
 def core(managers: Sequence[RunningManager]) -> RunningManager | None:

@@ -29,7 +29,6 @@ import base64
 import json
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from typing import Any
 import yaml
 
 from e2e.engine.cli import built_bin
-from e2e.engine.control_plane import CLUSTER_API_USER, OPERATOR_USER, ControlPlane
+from e2e.engine.control_plane import CLUSTER_API_USER, OPERATOR_USER, ControlPlane, until_ready
 from e2e.standins import https_server
 
 READY_BOUND_SECONDS = 120
@@ -96,19 +95,15 @@ def webhook_configurations(manager: Manager, url: str, ca_bundle: str) -> list[d
 
 
 def _wait_ready(process: subprocess.Popen[bytes], health: str, log: Path) -> None:
-    deadline = time.monotonic() + READY_BOUND_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-            raise RuntimeError(f"{log.stem} exited {process.returncode}; the end of {log}:\n{tail}")
-        try:
-            with urllib.request.urlopen(f"{health}/readyz", timeout=2) as response:  # noqa: S310
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{log.stem} not ready within {READY_BOUND_SECONDS}s; its log: {log}")
+    def exited() -> str | None:
+        if process.poll() is None:
+            return None
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        return f"{log.stem} exited {process.returncode}; the end of {log}:\n{tail}"
+
+    until_ready(
+        f"{health}/readyz", exited, what=f"{log.stem} (its log: {log})", bound=READY_BOUND_SECONDS, interval=0.2
+    )
 
 
 @contextmanager

@@ -229,24 +229,47 @@ def kubeconfig_text(server: str, ca: Path, user: str, token: str) -> str:
     )
 
 
+def until_ready(
+    request: urllib.request.Request | str,
+    exited: Callable[[], str | None],
+    *,
+    what: str,
+    bound: float,
+    interval: float,
+    context: ssl.SSLContext | None = None,
+) -> None:
+    """`request` (a readyz) polled every `interval` seconds until it answers 200; a RuntimeError
+    with what `exited()` says as soon as it says something (a process that died), or naming
+    `what` after `bound` seconds."""
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        if (died := exited()) is not None:
+            raise RuntimeError(died)
+        try:
+            with urllib.request.urlopen(request, timeout=2, context=context) as response:  # noqa: S310
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(interval)
+    raise RuntimeError(f"{what} not ready within {bound}s")
+
+
 def _wait_ready(server: str, processes: dict[str, subprocess.Popen[bytes]], logs: Path) -> None:
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     request = urllib.request.Request(f"{server}/readyz", headers={"Authorization": f"Bearer {TOKENS[ADMIN_USER]}"})  # noqa: S310
-    deadline = time.monotonic() + READY_BOUND_SECONDS
-    while time.monotonic() < deadline:
-        for name, process in processes.items():
-            if process.poll() is not None:
-                raise RuntimeError(f"{name} exited {process.returncode}; logs in {logs}")
-        try:
-            with urllib.request.urlopen(request, timeout=5, context=context) as response:  # noqa: S310
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"kube-apiserver not ready within {READY_BOUND_SECONDS}s; logs in {logs}")
+
+    def exited() -> str | None:
+        return next(
+            (f"{name} exited {p.returncode}; logs in {logs}" for name, p in processes.items() if p.poll() is not None),
+            None,
+        )
+
+    until_ready(
+        request, exited, what=f"kube-apiserver (logs in {logs})", bound=READY_BOUND_SECONDS, interval=1, context=context
+    )
 
 
 @contextmanager
