@@ -114,9 +114,18 @@ def test_a_worker_joins_with_the_provider_id_its_kubelet_receives_unquoted(tmp_p
     registration = boot.configuration["nodeRegistration"]
     # After cloud-init the quotes are still in kubeadm's configuration; systemd takes them off.
     assert registration["kubeletExtraArgs"] == [{"name": "provider-id", "value": f"proxmox://'{UUID}'"}]
-    node = kubelet.node_of("Machine/lab1/x", "lab1-workers-x", registration)
+    vm = {"metadata": {"name": "lab1-workers-x"}, "spec": {"providerID": f"proxmox://{UUID}"}}
+    node = kubelet.node_of("Machine/lab1/x", vm, registration)
     assert node["spec"]["providerID"] == f"proxmox://{UUID}"
     assert node["spec"]["taints"] == [{"effect": "NoSchedule", "key": "node.cluster.x-k8s.io/uninitialized"}]
+    # The provider writes an unset list as null, which kubeadm reads as its default; [] is none.
+    default = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+    assert kubelet.node_of("x", vm, registration | {"taints": None}, default)["spec"]["taints"] == default
+    assert kubelet.node_of("x", vm, registration | {"taints": []}, default)["spec"]["taints"] == []
+    # Another VM's providerID: the Machine would never find this Node.
+    other = {**vm, "spec": {"providerID": "proxmox://another-uuid"}}
+    with pytest.raises(ValueError, match=f"would register providerID 'proxmox://{UUID}', not 'proxmox://another-uuid'"):
+        kubelet.node_of("Machine/lab1/x", other, registration)
     vm_boot.discover(_Client(lab1, {"bootstrap-token-abcdef": _token_secret()}), boot.configuration)  # type: ignore[arg-type]
 
 

@@ -7,13 +7,12 @@ kubeadm bootstrap provider rendered for the machine's KubeadmConfig, as the VM's
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 from e2e.engine.control_plane import ADMIN_USER, KUBELET_USER, ControlPlane
 from e2e.standins.workload import kubelet, vm_boot
-from e2e.standins.workload.capmox import need_true, size
-from e2e.standins.workload.objects import Client, ident, need
+from e2e.standins.workload.capmox import need_true
+from e2e.standins.workload.objects import Client, ident
 
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
@@ -28,9 +27,7 @@ def register_control_plane_node(
     ProxmoxMachine's), the labels kubeadm's mark-control-plane phase sets and its default taint
     `node-role.kubernetes.io/control-plane:NoSchedule` (unless the configuration names taints), the
     capacity of the template it was cloned from, the VM's addresses, the Machine's version."""
-    provider_id: str = need(vm, "spec.providerID")
-    vm_uuid = provider_id.removeprefix("proxmox://")
-    boot = kubeadm_run(client, machine, vm_boot.meta_data(vm_uuid, vm["metadata"]["name"]))
+    boot = vm_boot.booted(client, machine, vm)
     joining = need_true(kcp, "status.initialization.controlPlaneInitialized")
     if (boot.phase, "controlPlane" in boot.configuration) != (("join", True) if joining else ("init", False)):
         raise ValueError(
@@ -39,34 +36,13 @@ def register_control_plane_node(
         )
     if joining:
         vm_boot.discover(Client(lab, KUBELET_USER), boot.configuration)
-    registration = dict(boot.configuration.get("nodeRegistration", {}))
-    # The bootstrap provider writes `taints: null` where none are set, which kubeadm reads as unset
-    # (its default taint); an empty list would mean none.
-    if registration.get("taints") is None:
-        registration["taints"] = [{"key": CONTROL_PLANE_LABEL, "effect": "NoSchedule"}]
-    node = kubelet.node_of(ident(kcp), vm["metadata"]["name"], registration)
-    if node["spec"]["providerID"] != provider_id:
-        raise ValueError(
-            f"{ident(kcp)}: the kubelet would register providerID {node['spec']['providerID']!r}, not {provider_id!r}"
-        )
+    registration = boot.configuration.get("nodeRegistration", {})
+    node = kubelet.node_of(ident(kcp), vm, registration, [{"key": CONTROL_PLANE_LABEL, "effect": "NoSchedule"}])
     node["metadata"]["labels"] |= {
         CONTROL_PLANE_LABEL: "",
         "node.kubernetes.io/exclude-from-external-load-balancers": "",
     }
-    capacity = size({**vm, "spec": need(vm, "spec")})
-    addresses = [{"type": a["type"], "address": a["address"]} for a in need(vm, "status.addresses")]
-    version = need(machine, "spec.version")
-    kubelet.register(Client(lab, KUBELET_USER), node, capacity, addresses, version=version, vm_uuid=vm_uuid)
-
-
-def kubeadm_run(client: Client, machine: dict[str, Any], meta: dict[str, str]) -> vm_boot.KubeadmRun:
-    """The kubeadm command that the control-plane `machine`'s bootstrap data runs, with its Init- or
-    JoinConfiguration, on a VM of meta-data `meta`."""
-    name = need(machine, "spec.bootstrap.dataSecretName")
-    secret = client.get("secrets", "v1", machine["metadata"]["namespace"], name)
-    if secret is None:
-        raise KeyError(f"{ident(machine)}'s bootstrap data Secret {name} is gone")
-    return vm_boot.kubeadm_run(base64.b64decode(secret["data"]["value"]).decode(), meta)
+    kubelet.register(Client(lab, KUBELET_USER), node, vm, machine)
 
 
 # kubeadm init's CoreDNS addon, as this stand-in writes it (not kubeadm's manifest): two replicas

@@ -17,8 +17,8 @@ When the ProxmoxMachine goes, its kubelet stops; Cluster API deletes the Node.
 
 from __future__ import annotations
 
-import base64
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from e2e.engine.control_plane import KUBELET_USER, ControlPlane
@@ -90,38 +90,37 @@ def forget(registered: set[str], machine: dict[str, Any]) -> None:
 
 
 def _register(client: Client, lab: Client, item: dict[str, Any], machine: dict[str, Any]) -> None:
-    meta, spec = item["metadata"], item["spec"]
-    secret = client.get("secrets", "v1", meta["namespace"], need(machine, "spec.bootstrap.dataSecretName"))
-    if secret is None:
-        raise KeyError(f"{ident(machine)}'s bootstrap data Secret is gone")
-    vm_uuid = need(item, "spec.providerID").removeprefix("proxmox://")
-    boot = vm_boot.kubeadm_run(
-        base64.b64decode(secret["data"]["value"]).decode(), vm_boot.meta_data(vm_uuid, meta["name"])
-    )
+    boot = vm_boot.booted(client, machine, item)
     if boot.phase != "join":
         raise ValueError(f"{ident(machine)}: a worker's bootstrap data runs kubeadm {boot.phase}, not join")
     vm_boot.discover(lab, boot.configuration)
-    node = node_of(ident(machine), meta["name"], boot.configuration.get("nodeRegistration", {}))
-    if node["spec"]["providerID"] != spec["providerID"]:
-        raise ValueError(
-            f"{ident(item)}: the kubelet would register providerID {node['spec']['providerID']!r}, "
-            f"not {spec['providerID']!r}"
-        )
-    addresses = [{"type": a["type"], "address": a["address"]} for a in need(item, "status.addresses")]
-    register(lab, node, size(item), addresses, version=need(machine, "spec.version"), vm_uuid=vm_uuid)
+    register(lab, node_of(ident(item), item, boot.configuration.get("nodeRegistration", {})), item, machine)
 
 
-def node_of(owner_name: str, name: str, registration: dict[str, Any]) -> dict[str, Any]:
+def node_of(
+    owner_name: str,
+    vm: dict[str, Any],
+    registration: dict[str, Any],
+    default_taints: Sequence[dict[str, str]] = (),
+) -> dict[str, Any]:
     """The Node a kubelet started by kubeadm with `registration` (a Join- or InitConfiguration's
-    nodeRegistration, rendered by the VM's cloud-init) registers: its providerID, the labels a
-    kubelet sets and the `node-labels` argument's, and the taints as kubeadm passes them (`taints`
-    absent: none for a join; an init's caller gives kubeadm's default). A kubelet argument it does
-    not know is refused, naming `owner_name`."""
+    nodeRegistration, rendered by the VM's cloud-init) registers on the VM of ProxmoxMachine `vm`:
+    named after it, its providerID (which must be the ProxmoxMachine's, else the Machine never
+    finds its Node), the labels a kubelet sets and the `node-labels` argument's, and the taints as
+    kubeadm passes them: `taints` unset or null (as the bootstrap provider writes an unset list) is
+    kubeadm's default, `default_taints` (none for a worker's join). A kubelet argument it does not
+    know is refused, naming `owner_name`."""
     arguments = vm_boot.kubelet_arguments(registration)
     for argument in arguments:
         if argument not in KNOWN_KUBELET_ARGS:
             raise ValueError(f"{owner_name}: kubelet argument {argument}: the kubelet stand-in does not know it")
     provider_id = arguments.get("provider-id", "")
+    if provider_id != need(vm, "spec.providerID"):
+        raise ValueError(
+            f"{owner_name}: the kubelet would register providerID {provider_id!r}, not {vm['spec']['providerID']!r}"
+        )
+    name = vm["metadata"]["name"]
+    taints = registration.get("taints")
     labels = {
         "kubernetes.io/hostname": name,
         **{"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"},
@@ -134,22 +133,18 @@ def node_of(owner_name: str, name: str, registration: dict[str, Any]) -> dict[st
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"providerID": provider_id, "taints": registration.get("taints", [])},
+        "spec": {"providerID": provider_id, "taints": list(default_taints) if taints is None else taints},
     }
 
 
-def register(
-    lab: Client,
-    node: dict[str, Any],
-    capacity: dict[str, str],
-    addresses: list[dict[str, str]],
-    *,
-    version: str,
-    vm_uuid: str,
-) -> None:
-    """`node` (node_of's) created in the workload cluster `lab`, then its status as a kubelet
-    reports it: capacity and allocatable, addresses, the pressure conditions False, Ready True,
-    nodeInfo with the kubelet's `version`."""
+def register(lab: Client, node: dict[str, Any], vm: dict[str, Any], machine: dict[str, Any]) -> None:
+    """`node` (node_of's) created in the workload cluster `lab`, then its status as a kubelet on
+    the VM of ProxmoxMachine `vm` reports it: the VM's capacity (its sizing) as allocatable too, its
+    addresses, the pressure conditions False, Ready True, nodeInfo with the VM's SMBIOS uuid and
+    the kubelet version of `machine`."""
+    capacity = size(vm)
+    addresses = [{"type": a["type"], "address": a["address"]} for a in need(vm, "status.addresses")]
+    vm_uuid, version = need(vm, "spec.providerID").removeprefix("proxmox://"), need(machine, "spec.version")
     lab.apply(node)
     stamp = now()
     pressure = {"MemoryPressure": "KubeletHasSufficientMemory", "DiskPressure": "KubeletHasNoDiskPressure"}
