@@ -562,6 +562,36 @@ build_ipam() {
   printf 'LAB_MGMT_IPAM_BIN=%s\n' "$out"
 }
 
+# CAPMOX's manager, which the box runs as cluster-api-operator deploys it for the program's
+# InfrastructureProvider (e2e/controllers/capmox.py), against the Proxmox stand-in. v0.9.0 for the
+# v0.9.1 pin (docs/testing.md's versions): its archive is the main module, and its Cluster API
+# requirement (v1.12.9, refused by the proxy) is replaced by the unpacked Cluster API archive, so
+# one Cluster API source runs across the box. Only its e2e tests (test/, dropped) import
+# sigs.k8s.io/cluster-api/test, which the proxy refuses too.
+CAPMOX_VERSION=0.9.0
+
+build_capmox() {
+  local archive="cluster-api-provider-proxmox-v$CAPMOX_VERSION.tar.gz" capi="cluster-api-v$CLUSTER_API_VERSION.tar.gz"
+  local out="$cache/capmox-v$CAPMOX_VERSION/bin" src="$cache/src/capmox-v$CAPMOX_VERSION" started=$SECONDS
+  if [ -x "$out/capmox-manager" ]; then
+    say "capmox v$CAPMOX_VERSION: cached"
+  elif ! have_archives "$archive" "$capi"; then
+    say "capmox v$CAPMOX_VERSION: missing $archive or $capi (put them in $vendor or set LAB_MGMT_VENDOR)"
+    return 1
+  else
+    rm -rf "$src" && mkdir -p "$out"
+    unpack "$archive" "$src/capmox"
+    unpack "$capi" "$src/cluster-api"
+    say "capmox v$CAPMOX_VERSION: building"
+    (cd "$src/capmox" && rm -rf test &&
+      go mod edit -replace="sigs.k8s.io/cluster-api=$src/cluster-api" -droprequire=sigs.k8s.io/cluster-api/test &&
+      go build -trimpath -ldflags "-s -w" -o "$out/capmox-manager.partial" ./cmd)
+    finish "$out/capmox-manager" "$started"
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_CAPMOX_BIN=%s\n' "$out"
+}
+
 # Two lanes build side by side, so that both cores stay busy while one links or downloads (Go's
 # module and build caches are safe for concurrent builds), each printing its lines as it goes:
 # the CLI and what builds on its packages; beside it, the control plane, then the plugins that
@@ -609,6 +639,7 @@ beside_lane() {
   if wants workload; then
     build_cluster_api
     build_autoscaler
+    build_capmox
   fi
 }
 
