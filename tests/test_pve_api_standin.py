@@ -23,13 +23,15 @@ from typing import Any
 
 import pytest
 
+from e2e.box.box import ALL_PRIVILEGES
 from e2e.standins.proxmox import pve_api_standin
 from e2e.standins.proxmox.pve_api_standin import PveApiStandIn
 
 TOKEN = "pulumi@pve!lab-mgmt"
 SECRET = "0f1e2d3c-4b5a-4697-8877-66554433aa11"
 WRONG_SECRET = "deadbeef-0000-4000-8000-000000000000"
-PERMISSIONS = {"/": {"VM.Allocate": 1}}
+# The box's tokens: every privilege the program and CAPMOX need, on `/`.
+PERMISSIONS = ALL_PRIVILEGES
 NODE = "pv1-1"
 IMAGE = b"QFI\xfb" + bytes(range(256)) * 64
 FILE_NAME = "noble-server-cloudimg-amd64-20260926.qcow2"
@@ -79,6 +81,12 @@ class RecordingGuest:
 
     def agent_interfaces(self, vmid: int) -> list[dict[str, Any]] | None:
         return self.agent
+
+    def agent_osinfo(self, vmid: int) -> dict[str, Any] | None:
+        return None
+
+    def agent_exec(self, vmid: int, command: list[str], input_data: str) -> dict[str, Any] | None:
+        return None
 
 
 @dataclass

@@ -23,6 +23,7 @@ The boot itself runs as the guest's PID 1 inside the new namespaces (boot.py).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import ipaddress
 import json
@@ -251,21 +252,55 @@ class Guests:
     def agent_interfaces(self, vmid: int) -> list[dict[str, Any]] | None:
         """The guest agent's `guest-network-get-interfaces` answer, or None while no agent answers
         (not installed, not running, VM off, or the VM has no agent port)."""
+        interfaces: list[dict[str, Any]] | None = self._agent(vmid, "guest-network-get-interfaces")
+        return interfaces
+
+    def agent_osinfo(self, vmid: int) -> dict[str, Any] | None:
+        """The guest agent's `guest-get-osinfo` answer, or None while no agent answers. The
+        management VM's agent (qga_standin.py) knows no such command: its refusal is raised."""
+        info: dict[str, Any] | None = self._agent(vmid, "guest-get-osinfo")
+        return info
+
+    def agent_exec(self, vmid: int, command: list[str], input_data: str) -> dict[str, Any] | None:
+        """`command` run by the guest agent as Proxmox VE runs it (`guest-exec` with its output
+        captured, then `guest-exec-status` until it has exited), its output decoded; None while
+        no agent answers. The management VM's agent (qga_standin.py) knows neither command: its
+        refusal is raised."""
+        arguments = {"path": command[0], "arg": command[1:], "capture-output": True}
+        arguments |= {"input-data": base64.b64encode(input_data.encode()).decode()} if input_data else {}
+        started = self._agent(vmid, "guest-exec", arguments)
+        deadline = time.monotonic() + BOOT_BOUND_SECONDS
+        while started is not None:
+            status = self._agent(vmid, "guest-exec-status", {"pid": started["pid"]})
+            if status is None or status["exited"]:
+                return status and {
+                    key: base64.b64decode(value).decode() if key.endswith("-data") else value
+                    for key, value in status.items()
+                    if key != "exited"
+                }
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"guest agent of VM {vmid}: {command} still running after {BOOT_BOUND_SECONDS}s")
+            time.sleep(0.1)
+        return None
+
+    def _agent(self, vmid: int, execute: str, arguments: Mapping[str, Any] | None = None) -> Any:
+        """One command to the VM's guest agent over its virtio port, as QEMU passes it on: its
+        `return`, or None while no agent answers; an error answer is raised."""
         if vmid not in self._running:
             return None
         port = self._instances[vmid] / "virtio" / QGA_PORT
+        request = {"execute": execute} | ({"arguments": dict(arguments)} if arguments else {})
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
                 connection.settimeout(10)
                 connection.connect(str(port))
-                connection.sendall(b'{"execute": "guest-network-get-interfaces"}\n')
+                connection.sendall(json.dumps(request).encode() + b"\n")
                 answer = json.loads(connection.makefile("rb").readline())
         except (FileNotFoundError, ConnectionRefusedError):
             return None
         if "return" not in answer:
             raise RuntimeError(f"guest agent of VM {vmid}: {answer}")
-        interfaces: list[dict[str, Any]] = answer["return"]
-        return interfaces
+        return answer["return"]
 
     def _instance_dir(self, vmid: int, serial: int) -> Path:
         return self.root / f"vm{vmid}-{serial}"

@@ -1,7 +1,8 @@
 """What the Proxmox VE API stand-in's modules share: a request as a handler gets it (`Ask`), an
-answer other than 2xx (`ApiError`), the faults a test injects and the VM's guest told of power
-changes. It imports none of them, so each of pve_tasks, pve_storage, pve_vms and pve_api_standin
-imports only what is below it.
+answer other than 2xx (`ApiError`), Proxmox VE's privilege checks on a request's token
+(`require`, `permitted`), the faults a test injects and the VM's guest told of power changes. It
+imports none of them, so each of pve_tasks, pve_storage, pve_vms, pve_clone, pve_node and
+pve_api_standin imports only what is below it.
 """
 
 from __future__ import annotations
@@ -10,21 +11,64 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+ROOT = "root@pam"
+
 
 @dataclass(frozen=True)
 class Ask:
     user: str
     permissions: Mapping[str, Mapping[str, int]]
-    params: dict[str, str]
+    """The token's effective ACL as `GET /access/permissions` gives it: path -> privilege ->
+    propagate (1: the privilege holds below the path too)."""
+    params: dict[str, Any]
+    """Query and body parameters as Proxmox VE takes them: strings (a JSON body's numbers and
+    booleans as their text, `1`/`0` for booleans), but an array parameter (agent exec's
+    `command`) as a list of strings."""
+    file: bytes | None = None
+    """An upload's file part; its name is the `filename` parameter."""
 
 
 class ApiError(Exception):
-    """An answer other than 2xx, as Proxmox VE gives it: the message is the reason phrase."""
+    """An answer other than 2xx, as Proxmox VE gives it: the message is the reason phrase;
+    `errors` (a 400's per-parameter messages) goes in the body as PVE::Exception's raise_param_exc
+    puts it."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, errors: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.errors = dict(errors) if errors else None
+
+
+def param_error(name: str, message: str) -> ApiError:
+    """pve-common's raise_param_exc: 400 "Parameter verification failed." naming the parameter."""
+    return ApiError(400, "Parameter verification failed.", {name: message})
+
+
+def permitted(ask: Ask, path: str, privilege: str) -> bool:
+    """Whether the token holds `privilege` on `path`: granted there, or on an ancestor with
+    propagate set (pve-access-control's PVE::AccessControl::permission); root@pam holds all."""
+    if ask.user == ROOT:
+        return True
+    for granted, privileges in ask.permissions.items():
+        if privilege not in privileges:
+            continue
+        below = granted == "/" or path.startswith(granted.rstrip("/") + "/")
+        if path == granted or (below and privileges[privilege]):
+            return True
+    return False
+
+
+def require(ask: Ask, path: str, *privileges: str, any_of: bool = False) -> None:
+    """RPCEnvironment's `check` (every privilege, naming the first missing) or `check_any` (one of
+    them, naming all): 403 "Permission check failed (/vms/101, VM.Clone)" as PVE::Exception's
+    raise_perm_exc words it."""
+    held = [privilege for privilege in privileges if permitted(ask, path, privilege)]
+    if any_of and not held:
+        raise ApiError(403, f"Permission check failed ({path}, {'|'.join(privileges)})")
+    missing = [privilege for privilege in privileges if privilege not in held]
+    if not any_of and missing:
+        raise ApiError(403, f"Permission check failed ({path}, {missing[0]})")
 
 
 class Guest(Protocol):
@@ -33,7 +77,8 @@ class Guest(Protocol):
     def start(self, vmid: int, config: dict[str, str]) -> None:
         """The VM starts; `config` is its Proxmox VE config as strings (`ciuser`, `sshkeys` as
         stored: URL-encoded, keys separated by `\\n`; `ipconfig0`, `nameserver`, `net0` with its
-        MAC as `virtio=BC:24:11:..,bridge=..`)."""
+        MAC as `virtio=BC:24:11:..,bridge=..`; `ide0` as `local:iso/user-data-101.iso,media=cdrom`
+        once CAPMOX mounted its ISO, whose file `PveApiStandIn.volume_path` gives)."""
 
     def stop(self, vmid: int) -> None:
         """The VM is shut down or stopped."""
@@ -43,6 +88,16 @@ class Guest(Protocol):
 
     def agent_interfaces(self, vmid: int) -> list[dict[str, Any]] | None:
         """`network-get-interfaces` as the guest agent answers it, or None when no agent runs."""
+
+    def agent_osinfo(self, vmid: int) -> dict[str, Any] | None:
+        """`get-osinfo` as the guest agent answers it (`id`, `name`, `pretty-name`, `version-id`,
+        `kernel-release`, ...), or None when no agent runs."""
+
+    def agent_exec(self, vmid: int, command: list[str], input_data: str) -> dict[str, Any] | None:
+        """Runs `command` (program and arguments) with `input_data` on its stdin, as `guest-exec`
+        does, and answers how it ended as `guest-exec-status` does once it has, its output
+        decoded as Proxmox VE decodes it: `exitcode`, `out-data`, and `err-data` or `signal` if
+        any (`{"exitcode": 0, "out-data": "status: done\\n"}`); None when no agent runs."""
 
 
 @dataclass

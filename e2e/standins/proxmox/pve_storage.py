@@ -1,12 +1,15 @@
 """The Proxmox VE stand-in's storages: `download-url` really fetches the URL it is given (a server
-the test started) in a task and checks its checksum, as Proxmox VE does, and the volumes it holds
-(downloaded files and VM disks) are listed, read and deleted as the provider's `download.File`
-and `VmLegacy` ask.
+the test started) in a task and checks its checksum, as Proxmox VE does; `upload` (CAPMOX's
+cloud-init ISO) keeps the file under the state directory, where `file` finds it; and the volumes
+it holds (downloaded and uploaded files, VM disks) are listed, read and deleted as the provider's
+`download.File` and `VmLegacy` and go-proxmox's ISO calls ask (pve-storage
+src/PVE/API2/Storage/Status.pm, Content.pm).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import ssl
 import threading
 import urllib.error
@@ -14,7 +17,7 @@ import urllib.request
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from e2e.standins.proxmox.common import ApiError, Ask, Faults
+from e2e.standins.proxmox.common import ApiError, Ask, Faults, param_error, permitted, require
 from e2e.standins.proxmox.pve_tasks import NodeState
 
 # The lab's two storages (README: `local` with the `import` content type, `local-lvm` for disks),
@@ -23,6 +26,12 @@ STORAGES = {
     "local": ("/var/lib/vz", {"iso", "vztmpl", "backup", "import"}),
     "local-lvm": ("/dev/pve", {"images", "rootdir"}),
 }
+# Each storage's type and size, as a fresh Proxmox VE 8.4 install on a 1 TB disk makes them.
+KINDS = {"local": ("dir", 100 << 30), "local-lvm": ("lvmthin", 800 << 30)}
+# Where a directory storage keeps each content type (pve-storage PVE/Storage/Plugin.pm get_subdir).
+SUBDIRS = {"iso": "template/iso", "vztmpl": "template/cache"}
+# pve-storage PVE/Storage.pm ISO_EXT_RE_0.
+ISO_NAME = re.compile(r"[^/]+\.(?:iso|img)", re.IGNORECASE)
 # Proxmox VE 8.4 takes these file types into `import` (and names the format after the extension).
 IMPORT_FORMATS = {".qcow2": "qcow2", ".raw": "raw", ".vmdk": "vmdk", ".ova": "ova"}
 FETCH_TIMEOUT_SECONDS = 60
@@ -114,7 +123,56 @@ class Storage:
 
     def path(self, volid: str) -> str:
         storage, volume = volid.split(":", 1)
-        return f"{STORAGES[storage][0]}/{volume}"
+        content, _, name = volume.partition("/")
+        return f"{STORAGES[storage][0]}/{SUBDIRS.get(content, content)}/{name}"
+
+    def file(self, volid: str) -> Path:
+        """Where the stand-in keeps an uploaded volume's bytes: under the state directory, as the
+        node keeps them under the storage's path."""
+        storage, volume = volid.split(":", 1)
+        return self.state.directory / "storage" / storage / volume
+
+    def index(self, ask: Ask, node: str) -> list[dict[str, Any]]:
+        """The storages the token may see (Datastore.Audit or Datastore.AllocateSpace), as
+        Status.pm's index lists them; `content` keeps those holding any of the listed types."""
+        self.state.check_node(node)
+        wanted = set(filter(None, ask.params.get("content", "").split(",")))
+        listed = []
+        for storage, (_, contents) in sorted(STORAGES.items()):
+            path = f"/storage/{storage}"
+            if not any(permitted(ask, path, p) for p in ("Datastore.Audit", "Datastore.AllocateSpace")):
+                continue
+            if wanted and not wanted & contents:
+                continue
+            kind, total = KINDS[storage]
+            used = sum(v["size"] for volid, v in self.volumes.items() if volid.startswith(f"{storage}:"))
+            listed.append(
+                {"storage": storage, "type": kind, "content": ",".join(sorted(contents)), "enabled": 1}
+                | {"active": 1, "shared": 0, "total": total, "used": used, "avail": total - used}
+                | {"used_fraction": used / total}
+            )
+        return listed
+
+    def upload(self, ask: Ask, node: str, storage: str) -> str:
+        """Status.pm's upload: the file lands in the storage's directory in an `imgcopy` task."""
+        self.check(node, storage)
+        content, name = ask.params["content"], ask.params.get("filename", "")
+        if ask.file is None:
+            raise ApiError(500, "missing temporary file name")
+        if STORAGES[storage][0].startswith("/dev/"):
+            raise ApiError(500, f"can't upload to storage type '{KINDS[storage][0]}'")
+        if content != "iso":
+            raise ApiError(501, f"the stand-in uploads only content iso, not {content!r}")
+        if not ISO_NAME.fullmatch(name):
+            raise param_error("filename", "wrong file extension")
+        if content not in STORAGES[storage][1]:
+            raise ApiError(500, f"storage '{storage}' does not support '{content}' content")
+        volid = f"{storage}:{content}/{name}"
+        self.file(volid).parent.mkdir(parents=True, exist_ok=True)
+        self.file(volid).write_bytes(ask.file)
+        self.volumes[volid] = {"content": content, "format": content, "size": len(ask.file)}
+        log = [f"target node: {node}", f"target file: {self.path(volid)}", f"file size is: {len(ask.file)}"]
+        return self.state.done_task("imgcopy", "", ask.user, [*log, "finished file import successfully"])
 
     def listing(self, ask: Ask, node: str, storage: str) -> list[dict[str, Any]]:
         content = ask.params.get("content")
@@ -126,13 +184,35 @@ class Storage:
         ]
 
     def volume(self, ask: Ask, node: str, storage: str, volid: str) -> dict[str, Any]:
+        volume = self._existing(node, storage, volid)
+        check_volume_access(ask, volid, volume)
+        return {"path": self.path(volid), "format": volume["format"], "size": volume["size"], "used": volume["size"]}
+
+    def delete(self, ask: Ask, node: str, storage: str, volid: str) -> str:
+        self._existing(node, storage, volid)
+        # pve-storage PVE/API2/Storage/Content.pm delete: no backups here, so Datastore.Allocate.
+        require(ask, f"/storage/{storage}", "Datastore.Allocate")
+        del self.volumes[volid]
+        self.file(volid).unlink(missing_ok=True)
+        return self.state.done_task("imgdel", volid, ask.user, [f"removed volume '{volid}'"])
+
+    def _existing(self, node: str, storage: str, volid: str) -> dict[str, Any]:
         self.check(node, storage)
         volume = self.volumes.get(volid) if volid.startswith(f"{storage}:") else None
         if volume is None:
             raise ApiError(500, f"volume '{volid}' does not exist")
-        return {"path": self.path(volid), "format": volume["format"], "size": volume["size"], "used": volume["size"]}
+        return volume
 
-    def delete(self, ask: Ask, node: str, storage: str, volid: str) -> str:
-        self.volume(ask, node, storage, volid)
-        del self.volumes[volid]
-        return self.state.done_task("imgdel", volid, ask.user, [f"removed volume '{volid}'"])
+
+def check_volume_access(ask: Ask, volid: str, volume: dict[str, Any]) -> None:
+    """pve-storage PVE/Storage.pm check_volume_access, for a volume with no VM of the caller's."""
+    path = f"/storage/{volid.split(':', 1)[0]}"
+    if permitted(ask, path, "Datastore.Allocate"):
+        return
+    if volume["content"] in ("iso", "vztmpl", "import"):
+        require(ask, path, "Datastore.AllocateSpace", "Datastore.Audit", any_of=True)
+    elif "vmid" in volume:
+        require(ask, path, "Datastore.Audit")
+        require(ask, f"/vms/{volume['vmid']}", "VM.Config.Disk")
+    else:
+        raise ApiError(500, f"missing privileges to access {volid}")

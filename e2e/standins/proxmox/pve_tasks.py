@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e.standins.proxmox.common import ApiError, Ask
+from e2e.standins.proxmox.common import ApiError, Ask, require
 
 STATE_FILE = "pve-standin-state.json"
 # A task still running when its stand-in stopped never finishes: Proxmox VE reports a task whose
@@ -27,6 +27,7 @@ class NodeState:
 
     def __init__(self, directory: Path, node: str) -> None:
         self.node = node
+        self.directory = directory
         self.lock = threading.RLock()
         self._file = directory / STATE_FILE
         empty: dict[str, Any] = {"vms": {}, "volumes": {}, "tasks": {}, "task_counter": 0}
@@ -78,7 +79,11 @@ class NodeState:
         return task
 
     def task_status(self, ask: Ask, node: str, upid: str) -> dict[str, Any]:
-        return {key: value for key, value in self._task(node, upid).items() if key != "log"}
+        task = self._task(node, upid)
+        # pve-manager PVE/API2/Tasks.pm: another user's task needs Sys.Audit on the node.
+        if task["user"] != ask.user:
+            require(ask, f"/nodes/{node}", "Sys.Audit")
+        return {key: value for key, value in task.items() if key != "log"}
 
     def task_log(self, ask: Ask, node: str, upid: str) -> list[dict[str, Any]]:
         return [{"n": n, "t": line} for n, line in enumerate(self._task(node, upid)["log"], start=1)]
