@@ -135,7 +135,8 @@ def done(standin: PveApiStandIn, answer: Answer, kind: str) -> None:
     """The task's UPID is of `kind` and the task ended well (go-proxmox's Task.WaitFor)."""
     assert answer.status == 200, answer
     assert f":{kind}:" in answer.data
-    path = f"/nodes/{NODE}/tasks/{urllib.parse.quote(answer.data, safe=':@')}/status"
+    # As go-proxmox (tasks.go Ping) puts it in the path: not escaped.
+    path = f"/nodes/{NODE}/tasks/{answer.data}/status"
     for _ in range(50):
         status = send(standin, "GET", path).data
         if status["status"] == "stopped":

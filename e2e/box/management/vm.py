@@ -8,6 +8,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from e2e.box.box import ALL_PRIVILEGES
 from e2e.box.scenarios import (
     PROGRAM_SECRET,
     PROGRAM_TOKEN,
@@ -38,7 +39,8 @@ def vm_lifecycle(root: str) -> dict[str, Any]:
     image.parent.mkdir(parents=True)
     image.write_bytes(b"QFI\xfb" + bytes(range(256)) * 4096)
     key, cert = https_server.self_signed_certificate(base, "images", "127.0.0.1")
-    tokens: dict[tuple[str, str], dict[str, dict[str, int]]] = {(PROGRAM_TOKEN, PROGRAM_SECRET): {}}
+    # The program's own check is skipped here; Proxmox VE still checks each call's privileges.
+    tokens = {(PROGRAM_TOKEN, PROGRAM_SECRET): ALL_PRIVILEGES}
     runs: dict[str, dict[str, Any]] = {}
     with (
         https_server.serving_files(base / "images", ("127.0.0.1", 0), key, cert) as files,

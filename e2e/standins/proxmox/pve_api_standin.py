@@ -143,6 +143,20 @@ class PveApiStandIn:
             vms.delete(Ask(ROOT, {}, {}), vms.state.node, str(vmid))
             vms.state.save()
 
+    def qm_config(self, vmid: int) -> dict[str, Any]:
+        """`qm config VMID` and `qm status VMID` typed on the node: the VM's config, and its power
+        state as `status`. Not through this API, so not among `calls`."""
+        vms = self._vms_on_node()
+        with vms.state.lock:
+            vm = vms.vm(vms.state.node, str(vmid))
+            return {**vm["config"], "status": vm["status"]}
+
+    def vms_on_node(self) -> dict[int, str]:
+        """`qm list` typed on the node: each VM's name by VMID."""
+        vms = self._vms_on_node()
+        with vms.state.lock:
+            return {int(vmid): vm["config"].get("name", "") for vmid, vm in vms.vms.items()}
+
     def volume_path(self, volid: str) -> Path:
         """The file holding a stored volume's bytes (`local:iso/user-data-101.iso`, which CAPMOX
         uploaded), for a guest or a test to read."""
@@ -355,7 +369,9 @@ def serve(
                     if route.permission is not None:
                         route.permission(ask, {**params, **path})
                     data = route.answer(ask, **path)
-                    state.save()
+                    # A read changes nothing, and the state is a growing document: CAPMOX polls.
+                    if self.command in WRITES:
+                        state.save()
             except ApiError as error:
                 self._answer(error.status, None, error.message, error.errors)
                 return

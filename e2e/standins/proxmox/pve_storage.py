@@ -37,6 +37,9 @@ IMPORT_FORMATS = {".qcow2": "qcow2", ".raw": "raw", ".vmdk": "vmdk", ".ova": "ov
 FETCH_TIMEOUT_SECONDS = 60
 CHUNK = 1 << 20
 
+# A VM's disk names its owner (PVE::Storage::Plugin parse_name_dir: vm-<id>-disk-N, base-<id>-disk-N).
+_OWNER = re.compile(r"^[^:]+:(?:\d+/)?(?:vm|base)-(\d+)-")
+
 
 class Storage:
     def __init__(self, state: NodeState, faults: Faults, trusted_certificates: Path | None) -> None:
@@ -194,7 +197,11 @@ class Storage:
         require(ask, f"/storage/{storage}", "Datastore.Allocate")
         del self.volumes[volid]
         self.file(volid).unlink(missing_ok=True)
-        return self.state.done_task("imgdel", volid, ask.user, [f"removed volume '{volid}'"])
+        # The task's id is the storage, after the owning VM of a VM's disk (Content.pm's `$id`),
+        # never the volume: a volume's `/` would split the UPID a client puts in a task's path.
+        owner = _OWNER.match(volid)
+        subject = f"{owner[1]}@{storage}" if owner else storage
+        return self.state.done_task("imgdel", subject, ask.user, [f"Removed volume '{volid}'"])
 
     def _existing(self, node: str, storage: str, volid: str) -> dict[str, Any]:
         self.check(node, storage)

@@ -100,7 +100,6 @@ class Vms:
             self._check_option(ask, vmid, key, str(config.get(key, "")))
         for key, value in sorted(params.items()):
             self._check_option(ask, vmid, key, value)
-        order = _boot_order(config)
         present = {key for key, value in {**config, **params}.items() if value} - set(deleted)
         for key in deleted:
             config.pop(key, None)
@@ -111,10 +110,6 @@ class Vms:
                 config[key] = _tags(value)
             else:
                 config[key] = self._value(vmid, key, value)
-            # Qemu.pm update_vm_api: a new CD drive joins an existing boot order, to be bootable.
-            if order and key not in order and is_drive(key) and "media=cdrom" in value.split(","):
-                order.append(key)
-                config["boot"] = f"order={';'.join(order)}"
 
     def _check_option(self, ask: Ask, vmid: str, key: str, value: str) -> None:
         """Qemu.pm check_vm_modify_config_perm, its drive checks and assert_tag_permissions."""
@@ -355,11 +350,6 @@ def new_mac() -> str:
 
 def is_drive(key: str) -> bool:
     return key.rstrip("0123456789") in DRIVES and key[-1].isdigit()
-
-
-def _boot_order(config: dict[str, Any]) -> list[str]:
-    settings = dict(part.partition("=")[::2] for part in str(config.get("boot", "")).split(",") if part)
-    return list(filter(None, settings.get("order", "").split(";")))
 
 
 def _boot(value: str, present: set[str]) -> str:
