@@ -18,7 +18,7 @@ import harness
 import pytest
 
 from components.settings import SettingsError, config_value, parse_settings
-from e2e.box.workload import lab1_controls, lab1_sites
+from e2e.box.workload import lab1_controls, lab1_sites, proxmox_node
 from e2e.engine.control_plane import ADMIN_USER, CLUSTER_API_USER, PROVIDERS_USER
 from e2e.standins.workload import vm_boot
 
@@ -88,17 +88,19 @@ def test_the_real_webhook_defaults_replicas_to_the_min_size(lab1_box: Any) -> No
 
 def test_the_programs_kubeadm_objects_go_through_the_real_kubeadm_webhooks(lab1_box: Any) -> None:
     """issue 57: the kubeadm control-plane manager runs for its webhooks alone (its controller idle
-    behind a watch filter no object carries), the bootstrap manager whole, and the program's
-    KubeadmControlPlane and KubeadmConfigTemplate were created through upstream's defaulting."""
+    behind a watch filter no object carries), the bootstrap, IPAM and CAPMOX managers whole, and
+    the program's KubeadmControlPlane and KubeadmConfigTemplate were created through upstream's
+    defaulting."""
     processes = {line.split()[0]: line for line in lab1_box["beneath"]["manager_processes"]}
-    assert set(processes) == {
+    whole = (
         "cluster-api-manager",
-        "kubeadm-control-plane-manager",
         "kubeadm-bootstrap-manager",
         "cluster-api-ipam-in-cluster-manager",
-    }
+        "capmox-manager",
+    )
+    assert set(processes) == {"kubeadm-control-plane-manager", *whole}
     assert "--watch-filter=lab-mgmt-webhooks-only" in processes["kubeadm-control-plane-manager"]
-    for binary in ("cluster-api-manager", "kubeadm-bootstrap-manager", "cluster-api-ipam-in-cluster-manager"):
+    for binary in whole:
         assert "--watch-filter" not in processes[binary], processes[binary]
     assert {
         f"{kind}/capi-kubeadm-{provider}-{what}-webhook-configuration"
@@ -119,12 +121,16 @@ def test_the_programs_kubeadm_objects_go_through_the_real_kubeadm_webhooks(lab1_
 
 
 def test_the_real_cluster_controller_does_its_part_and_the_stand_ins_theirs(lab1_box: Any) -> None:
-    # Owner references and the endpoint are the manager's writes, the providers' status theirs.
+    # Owner references and the endpoint are the manager's writes, the providers' status theirs:
+    # the ProxmoxCluster's the real CAPMOX's (the managers' user), the KCP's its stand-in's.
     for resource in ("proxmoxclusters", "kubeadmcontrolplanes", "clusters"):
         assert _write(lab1_box, CLUSTER_API_USER, "patch", resource), resource
-    for resource in ("proxmoxclusters/status", "kubeadmcontrolplanes/status"):
+    for resource, writer in (
+        ("proxmoxclusters/status", CLUSTER_API_USER),
+        ("kubeadmcontrolplanes/status", PROVIDERS_USER),
+    ):
         writers = {key.split(" ")[0] for key in lab1_box["cluster_api_writes"] if key.endswith(f" {resource}")}
-        assert writers == {PROVIDERS_USER}, resource
+        assert writers == {writer}, resource
     cluster = lab1_box["cluster"]
     assert cluster["spec"]["controlPlaneEndpoint"] == {"host": lab1_box["entry"]["controlPlaneEndpoint"], "port": 6443}
     assert cluster["status"]["initialization"] == {"infrastructureProvisioned": True, "controlPlaneInitialized": True}
@@ -222,10 +228,29 @@ def test_the_workers_bootstrap_data_is_the_real_providers_and_the_vm_joins_with_
     assert cloud_config["users"] == [{"name": "root", "ssh_authorized_keys": entry["sshPublicKeys"]}]
 
 
+def test_the_workers_vm_is_the_programs_clone_configured_by_the_real_capmox(lab1_box: Any) -> None:
+    """issue 57: the first worker's VM, as the real CAPMOX made it on the Proxmox stand-in: cloned
+    on the program's node, named after its machine, with the program's sockets, cores, memory and
+    boot disk, net0 on the program's bridge and VLAN, its address as CAPMOX tags it, and the
+    cloud-init ISO ejected once the Machine had its Node; it runs."""
+    worker, entry = lab1_box["worker"], lab1_box["entry"]
+    vm, spec, sizing = worker["vm"], worker["proxmox_machine"]["spec"], entry["workers"]
+    print("the first worker's VM:", vm)
+    assert (vm["status"], vm["name"]) == ("running", worker["proxmox_machine"]["metadata"]["name"])
+    assert (spec["sourceNode"], spec["templateID"]) == (entry["sourceNode"], entry["templateVmId"])
+    assert (vm["sockets"], vm["cores"], vm["memory"]) == (sizing["sockets"], sizing["cores"], sizing["memoryMib"])
+    assert f",size={sizing['diskGib']}G" in vm["scsi0"]
+    net0 = dict(part.split("=", 1) for part in vm["net0"].split(",")[1:])
+    assert (net0["bridge"], net0.get("tag")) == (entry["bridge"], str(entry["vlan"]) if entry.get("vlan") else None)
+    [address] = [a["address"] for a in worker["proxmox_machine"]["status"]["addresses"] if a["type"] == "InternalIP"]
+    assert f"ip_net0_{address}" in vm["tags"].split(";")
+    assert vm["ide0"] == "none,media=cdrom"
+
+
 def test_the_workers_address_is_the_real_ipam_providers_from_the_programs_range(lab1_box: Any) -> None:
     """issue 57: the IPAM in-cluster manager runs for real; the InClusterIPPool and the claim are
-    made as CAPMOX makes them from the program's ProxmoxCluster (the stand-in), and the address
-    the worker's VM gets is the one the real provider answered the claim with."""
+    the real CAPMOX's from the program's ProxmoxCluster, and the address the worker's VM gets is
+    the one the real provider answered the claim with."""
     worker, entry = lab1_box["worker"], lab1_box["entry"]
     [pool] = worker["ipam"]["inclusterippools"].values()
     assert pool["spec"] == {
@@ -243,12 +268,13 @@ def test_the_workers_address_is_the_real_ipam_providers_from_the_programs_range(
     first, last = (tuple(int(p) for p in end.split(".")) for end in entry["nodeIpRanges"][0].split("-"))
     assert first <= tuple(int(p) for p in address["address"].split(".")) <= last
     assert (address["prefix"], address["gateway"]) == (entry["ipPrefix"], entry["gateway"])
-    # The provider wrote the addresses; the stand-in only claimed them.
-    made = _write(lab1_box, CLUSTER_API_USER, "create", "ipaddresses")
-    assert made is not None
-    assert made["codes"] == [201]
+    # The providers wrote the pool, the claims and the addresses; no stand-in did.
+    for resource in ("inclusterippools", "ipaddressclaims", "ipaddresses"):
+        made = _write(lab1_box, CLUSTER_API_USER, "create", resource)
+        assert made is not None, resource
+        assert made["codes"] == [201], resource
     writes = lab1_box["cluster_api_writes"]
-    assert [key for key in writes if key.startswith(f"{PROVIDERS_USER} ") and key.endswith(" ipaddresses")] == []
+    assert [key for key in writes if key.startswith(f"{PROVIDERS_USER} ") and "ip" in key.split(" ")[-1]] == []
 
 
 def test_a_gone_machines_address_is_released_and_only_live_machines_hold_one(lab1_box: Any) -> None:
@@ -280,7 +306,7 @@ def test_no_node_network_the_program_accepts_is_refused_by_the_real_ipam_provide
     """Shapes of nodeIpRanges beyond the lab's (lab1_controls.POOLS): the pool CAPMOX makes of each
     that the program accepts passes the real IPAM webhook; and the webhook can refuse (a range
     across two networks of its prefix), where the program refuses first."""
-    verdicts = dict(zip(lab1_controls.POOLS, lab1_box["ipam_verdicts"], strict=True))
+    verdicts = dict(zip(lab1_controls.POOLS, lab1_box["verdicts"]["ipam"], strict=True))
     accepted = {pool for pool in lab1_controls.POOLS if _program_accepts(*pool)}
     assert len(accepted) >= 3
     assert {pool: verdicts[pool] for pool in accepted if verdicts[pool]} == {}
@@ -288,6 +314,19 @@ def test_no_node_network_the_program_accepts_is_refused_by_the_real_ipam_provide
     assert len(refused) == 1
     assert "provided address belongs to a different subnet than others" in refused[0]
     assert lab1_controls.POOLS[-1] not in accepted
+
+
+def test_no_endpoint_the_program_accepts_is_refused_by_the_real_capmox_webhook(lab1_box: Any) -> None:
+    """The program's ProxmoxCluster with each of lab1_controls.POOLS' node networks and endpoints:
+    what the program accepts passes CAPMOX's webhook; the webhook refuses an endpoint inside the
+    nodes' addresses (a range, a CIDR), which the program refuses first."""
+    verdicts = dict(zip(lab1_controls.POOLS, lab1_box["verdicts"]["capmox"], strict=True))
+    accepted = {pool for pool in lab1_controls.POOLS if _program_accepts(*pool)}
+    assert len(accepted) >= 3
+    assert {pool: verdicts[pool] for pool in accepted if verdicts[pool]} == {}
+    inside = {pool for pool in lab1_controls.POOLS if "addresses may not contain the endpoint IP" in verdicts[pool]}
+    assert len(inside) == 2, verdicts
+    assert not inside & accepted
 
 
 def test_the_real_scheduler_places_what_fits_and_leaves_the_rest_unschedulable(lab1_box: Any) -> None:
@@ -303,9 +342,12 @@ def test_scaling_to_zero_takes_the_machines_their_vms_and_their_nodes(lab1_box: 
     # The control plane's Node alone: the one its rollout for the upgrade left.
     [(control_node, _)] = lab1_box["upgrade"]["control_plane"]["after"]["nodes"]
     assert lab1_box["nodes_after"] == [control_node]
-    worker = lab1_box["worker"]["proxmox_machine"]["metadata"]["name"]
-    done = [entry["what"] for entry in lab1_box["standins_timeline"] if entry["object"].endswith(f"/{worker}")]
-    assert done[-1] == "destroyed"
+    # CAPMOX destroyed each worker's VM: the node holds the templates and the control plane's VM.
+    worker = lab1_box["worker"]["proxmox_machine"]["spec"]["virtualMachineID"]
+    left = lab1_box["vms_after"]
+    assert str(worker) not in left
+    templates = {str(vmid) for vmid in proxmox_node.templates_of(lab1_box["entry"])}
+    assert [name for vmid, name in left.items() if vmid not in templates] == [control_node]
 
 
 def test_the_capmox_template_is_served_for_v0_9_0_and_v0_9_1_only(lab1_box: Any) -> None:

@@ -13,7 +13,7 @@ import pytest
 from e2e.controllers import cluster_api, deployed
 from e2e.controllers.manager import Manager, webhook_configurations
 from e2e.engine import vendor
-from e2e.standins.cluster import provider_crds
+from e2e.standins.cluster import admission_webhook_standin, provider_crds
 
 REPO = Path(__file__).resolve().parent.parent
 CONTRACT = "cluster.x-k8s.io/v1beta2"
@@ -80,4 +80,4 @@ def test_each_manager_has_ports_of_its_own() -> None:
         for port in (manager.webhook_port, manager.health_port, manager.diagnostics_port)
     ]
     assert len(set(ports)) == len(ports)
-    assert 9443 not in ports  # the operator's webhook stand-in's
+    assert admission_webhook_standin.PORT not in ports

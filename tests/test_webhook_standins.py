@@ -46,7 +46,9 @@ def test_the_chart_holds_the_webhook_configurations_the_program_waits_on() -> No
             assert (webhook["failurePolicy"], webhook["sideEffects"]) == ("Fail", "None")
             assert webhook["admissionReviewVersions"] == ["v1"]
             assert "caBundle" not in webhook["clientConfig"]
-            assert webhook["clientConfig"]["url"].startswith(f"https://{admission_webhook_standin.HOST}:9443/")
+            assert webhook["clientConfig"]["url"].startswith(
+                f"https://{admission_webhook_standin.HOST}:{admission_webhook_standin.PORT}/"
+            )
             [rule] = webhook["rules"]
             assert rule["apiGroups"] == [playbook_lab.PROVIDER_GROUP]
             assert rule["apiVersions"] == ["v1alpha2"]

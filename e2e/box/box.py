@@ -33,6 +33,7 @@ from typing import Any
 
 from components import credentials
 from e2e.box import scenarios
+from e2e.box.workload import proxmox_node
 from e2e.engine import control_plane
 from e2e.engine.cli import Engine, built_bin, fresh_engine
 from e2e.standins import https_server
@@ -45,6 +46,7 @@ from e2e.standins.cluster import (
 )
 from e2e.standins.guest import guest, k3s_release_standin, k3s_standin
 from e2e.standins.proxmox import pve_api_standin
+from e2e.standins.workload.vm_guest import WorkloadGuests
 
 VMID = scenarios.VMID
 IMAGE_PATH = "noble/20260926/noble-server-cloudimg-amd64.img"
@@ -101,10 +103,18 @@ ALL_PRIVILEGES = {
         1,
     )
 }
+# CAPMOX's token holds no more than what the program's check asks of it: the real CAPMOX manager
+# drives the Proxmox stand-in with it, which refuses a call as Proxmox VE does without the
+# privilege, so a privilege CAPMOX uses that the check does not ask for fails the box.
+CAPMOX_LEAST_PRIVILEGES = {
+    "/": dict.fromkeys(
+        (*credentials.CAPMOX_ROOT_PRIVILEGES, *credentials.CAPMOX_PRIVILEGES, credentials.CAPMOX_GUEST_AGENT[0]), 1
+    )
+}
 TOKENS = {
     (scenarios.PROGRAM_TOKEN, scenarios.PROGRAM_SECRET): ALL_PRIVILEGES,
-    (scenarios.CAPMOX_TOKEN, scenarios.CAPMOX_SECRET): ALL_PRIVILEGES,
-    (scenarios.CAPMOX_TOKEN, ROTATED_CAPMOX_SECRET): ALL_PRIVILEGES,
+    (scenarios.CAPMOX_TOKEN, scenarios.CAPMOX_SECRET): CAPMOX_LEAST_PRIVILEGES,
+    (scenarios.CAPMOX_TOKEN, ROTATED_CAPMOX_SECRET): CAPMOX_LEAST_PRIVILEGES,
 }
 
 
@@ -138,12 +148,16 @@ SPEC_SITE = Site()
 @dataclass(frozen=True)
 class WorkloadParts:
     """What a box with a workload cluster adds (e2e/box/workload/lab1_box.py): charts and CAPMOX's
-    release assets to serve, and what starts on the management cluster once the operator stand-in
-    has installed a provider's real CRDs (the Cluster API manager, for the CoreProvider)."""
+    release assets to serve, what starts on the management cluster once the operator stand-in
+    has installed a provider's real CRDs (the Cluster API manager, for the CoreProvider), and on
+    the Proxmox node the templates CAPMOX clones from and the insides of the VMs it clones, which
+    pass every other VM on to the management VM's guests."""
 
     charts: Mapping[str, Sequence[chart_repo_standin.Chart | chart_repo_standin.VendoredChart]]
     release_assets: Mapping[str, bytes]
     on_installed: Callable[[control_plane.ControlPlane, str, str], None]
+    guests: WorkloadGuests
+    templates: tuple[int, ...]
 
 
 @dataclass
@@ -308,10 +322,14 @@ def running(
                 base,
                 (scenarios.PROXMOX_ADDRESS, scenarios.PROXMOX_PORT),
                 node=site.node,
-                guest=guests,
+                guest=workload.guests if workload else guests,
                 trusted_certificates=cert,
+                node_memory=proxmox_node.NODE_MEMORY,
             )
         )
+        if workload:
+            workload.guests.others, workload.guests.volume_path = guests, pve.volume_path
+            proxmox_node.make_templates(pve, workload.templates)
         charts = stack.enter_context(
             chart_repo_standin.serve(
                 {**_chart_repos(), **(workload.charts if workload else {})},

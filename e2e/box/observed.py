@@ -133,6 +133,7 @@ def _observed(box: Box, run_it: Callable[[], EngineRun]) -> dict[str, Any]:
 # empty.
 STANDIN_RECORDS: dict[str, Callable[[Box], list[str]]] = {
     "pve_unknown": lambda box: box.pve.unknown,
+    "pve_failed": lambda box: box.pve.failed,
     "chart_unknown": lambda box: box.charts.unknown,
     "release_unknown": lambda box: box.releases.unknown,
     "operator_errors": lambda box: box.operator.errors,

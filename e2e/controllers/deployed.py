@@ -1,14 +1,13 @@
-"""What cluster-api-operator would deploy for each of the program's provider CRs that the box runs
-for real, by the CR's kind (the operator stand-in's `on_installed` starts it): the Cluster API
-managers (cluster_api.py) and the IPAM in-cluster manager (ipam.py). CAPMOX's is still a stand-in
-(e2e/standins/workload/capmox.py)."""
+"""What cluster-api-operator would deploy for each of the program's provider CRs, by the CR's kind
+(the operator stand-in's `on_installed` starts it): the Cluster API managers (cluster_api.py),
+the IPAM in-cluster manager (ipam.py) and CAPMOX's (capmox.py)."""
 
 from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
 
-from e2e.controllers import cluster_api, ipam, manager
+from e2e.controllers import capmox, cluster_api, ipam, manager
 from e2e.controllers.manager import Manager, RunningManager
 from e2e.engine.control_plane import ControlPlane
 
@@ -17,6 +16,7 @@ FOR_PROVIDER: dict[str, Manager] = {
     "ControlPlaneProvider": cluster_api.CONTROL_PLANE,
     "BootstrapProvider": cluster_api.BOOTSTRAP,
     "IPAMProvider": ipam.IN_CLUSTER,
+    "InfrastructureProvider": capmox.PROXMOX,
 }
 
 

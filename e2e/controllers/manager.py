@@ -3,10 +3,10 @@ deploy it for the provider's CR (upstream's config/manager/manager.yaml):
 
 - as a process in the test's network namespace, with a kubeconfig and a token of its own
   (`control_plane.CLUSTER_API_USER`), so the audit log tells its writes from everyone else's;
-- its webhook server on `address` at a port of its own (not 9443: the operator's webhook stand-in
-  may hold it) with a throwaway serving certificate made as the box's HTTPS stand-ins make theirs
-  (e2e/standins/https_server.py), its health and diagnostics endpoints on `address`, leader
-  election off;
+- its webhook server on `address` at a port of its own (9443, where controller-runtime puts it, for
+  CAPMOX's, whose main has no flag for it) with a throwaway serving certificate made as the box's
+  HTTPS stand-ins make theirs (e2e/standins/https_server.py), its health and diagnostics endpoints
+  on `address`, leader election off; its environment as the operator fills it in;
 - once it is ready, the webhook configurations upstream ships (its `config/webhook/manifests.yaml`,
   read at run time, named with the prefix of its config/default) are registered with each
   webhook's Service rewritten to a `url:` at the manager's address, and the certificate as
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -62,6 +63,13 @@ class Manager:
     """Its main's flag for the health endpoint's address."""
     watch_filter: str | None = None
     """A `--watch-filter` value; one no object carries keeps its controllers idle (webhooks only)."""
+    webhook_flags: bool = True
+    """Whether its main takes the webhook server's port and certificate as flags. CAPMOX's does
+    not: controller-runtime's defaults hold, its `webhook_port` (9443) on every address and the
+    certificate as tls.crt and tls.key in $TMPDIR/k8s-webhook-server/serving-certs."""
+    environment: Callable[[ControlPlane], dict[str, str]] | None = None
+    """Its container's environment as the operator fills it in from the cluster (CAPMOX's
+    credentials, from the provider CR's configSecret)."""
 
 
 @dataclass(frozen=True)
@@ -113,14 +121,24 @@ def running(cluster: ControlPlane, directory: Path, address: str, manager: Manag
     bin_dir = built_bin(manager.bin_variable, manager.binary)
     directory.mkdir(parents=True, exist_ok=True)
     service = f"{manager.prefix}webhook-service"
-    key, cert = https_server.self_signed_certificate(directory, service, address, (f"{service}.svc",))
+    environment = dict(manager.environment(cluster)) if manager.environment else {}
+    if manager.webhook_flags:
+        certificates = directory
+        webhook_args: tuple[str, ...] = (f"--webhook-port={manager.webhook_port}", f"--webhook-cert-dir={directory}")
+    else:
+        environment["TMPDIR"] = str(directory)
+        certificates = directory / "k8s-webhook-server" / "serving-certs"
+        certificates.mkdir(parents=True, exist_ok=True)
+        webhook_args = ()
+    key, cert = https_server.self_signed_certificate(certificates, service, address, (f"{service}.svc",))
+    if manager.webhook_flags:
+        webhook_args += (f"--webhook-cert-name={cert.name}", f"--webhook-key-name={key.name}")
+    else:
+        key, cert = key.rename(certificates / "tls.key"), cert.rename(certificates / "tls.crt")
     args = (
         f"--kubeconfig={cluster.kubeconfig_of(CLUSTER_API_USER)}",
         "--leader-elect=false",
-        f"--webhook-port={manager.webhook_port}",
-        f"--webhook-cert-dir={directory}",
-        f"--webhook-cert-name={cert.name}",
-        f"--webhook-key-name={key.name}",
+        *webhook_args,
         f"{manager.health_flag}={address}:{manager.health_port}",
         f"--diagnostics-address={address}:{manager.diagnostics_port}",
         *((f"--watch-filter={manager.watch_filter}",) if manager.watch_filter else ()),
@@ -128,7 +146,12 @@ def running(cluster: ControlPlane, directory: Path, address: str, manager: Manag
     log = directory / f"{manager.binary}.log"
     with log.open("wb") as output:
         started = time.monotonic()
-        process = subprocess.Popen([str(bin_dir / manager.binary), *args], stdout=output, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [str(bin_dir / manager.binary), *args],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **environment} if environment else None,
+        )
         try:
             _wait_ready(process, f"http://{address}:{manager.health_port}", log)
             ready = time.monotonic() - started

@@ -21,7 +21,7 @@ from typing import Any
 
 from components.settings.workload import MIN_SIZE_ANNOTATION
 from e2e.box.takeover.owners_lab import OwnersLab
-from e2e.box.workload import lab1_sites
+from e2e.box.workload import lab1_sites, proxmox_node
 from e2e.box.workload.lab1_reads import LAB1, get, scales, until
 
 # The shipped Pulumi.lab.yaml's lab1 bounds.
@@ -125,12 +125,8 @@ def never_joins(lab: OwnersLab) -> dict[str, Any]:
     demand; the template back, lab1 is at 0 again once the autoscaler has given the worker up
     (the zero-change preview after the passing run stands for this one: the count is never the
     stack's)."""
-    template = int(lab.made["site"]["template_vmid"])
-    lab.parts.standins.missing_templates.add(template)
-    try:
+    with proxmox_node.template_gone(lab.box.pve, int(lab.made["site"]["template_vmid"])):
         typed = lab.laptop(f"{EXIT_CRITERIA} EXIT_CRITERIA_FLAGS='--margin 0'")
-    finally:
-        lab.parts.standins.missing_templates.discard(template)
     left = lab.box.cluster.kubectl_as(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE)
     until("lab1 at 0 workers again", lambda: workers(lab) == {"replicas": 0, "machines": 0, "ready_workers": 0})
     return {"typed": typed, "namespace_left": left.returncode == 0}

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box.scenarios import WRITES, _lab_secrets, _readme_first_run, _set_all, _step
-from e2e.box.workload import lab1_controls, lab1_faults, lab1_recovery, lab1_rollouts, workload_box
+from e2e.box.workload import lab1_controls, lab1_faults, lab1_recovery, lab1_rollouts, proxmox_node, workload_box
 from e2e.box.workload.lab1_reads import (
     DEMAND,
     Lab,
@@ -49,7 +49,6 @@ from e2e.box.workload.lab1_reads import (
     kubeconfig_secret,
     manager_processes,
     managers,
-    mounted_kubeconfig,
     not_triggered,
     process,
     run,
@@ -59,17 +58,17 @@ from e2e.box.workload.lab1_reads import (
 from e2e.box.workload.lab1_sites import declared
 from e2e.controllers import cluster_api
 from e2e.engine.cli import Engine, declare_workload_clusters
-from e2e.engine.control_plane import ADMIN_USER, OPERATOR_USER, ControlPlane
+from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import pod_runner
+from e2e.standins.proxmox.pve_api_standin import PveApiStandIn
 from e2e.standins.workload.objects import CONTROL_PLANE_MACHINE_LABEL
 
 # One demand pod fills three quarters of a worker's cpu: one fits a worker beside Cilium's agent
 # (100m), two never do, and none fits the control plane, whose taint it does not tolerate.
 DEMAND_SHARE_OF_CPU = 0.75
-# The box's short timings, through the program's own settings.
-# The scan interval stays the upstream 10 s: a pending pod starts a loop at once, and a shorter
-# interval with the autoscaler's client unthrottled (components/cluster_autoscaler.py) cost the
-# suite minutes of CPU in the API servers and their audit logs.
+# The box's short timings, through the program's own settings. The scan interval stays the upstream
+# 10 s: a pending pod starts a loop at once, and a shorter one with the autoscaler's client
+# unthrottled (components/cluster_autoscaler.py) cost the suite minutes of CPU in the API servers.
 TIMINGS = {"scaleDownUnneededTime": "5s", "scaleDownDelayAfterAdd": "5s"}
 # The kubelet's first restart backoff is 10 s and it syncs a mounted Secret about every minute;
 # the box's pod runner, through its settings, 1 s and every 2 s.
@@ -88,8 +87,7 @@ def _config(engine: Engine, box: workload_box.WorkloadBox, entry: dict[str, Any]
 
 
 def _demand(lab1: Path, mgmt: ControlPlane, replicas: int, worker_cpus: int) -> None:
-    millicores = int(worker_cpus * 1000 * DEMAND_SHARE_OF_CPU)
-    demand(mgmt, lab1, replicas, {"cpu": f"{millicores}m", "memory": "1Gi"})
+    demand(mgmt, lab1, replicas, {"cpu": f"{int(worker_cpus * 1000 * DEMAND_SHARE_OF_CPU)}m", "memory": "1Gi"})
 
 
 def _no_change(
@@ -117,6 +115,7 @@ def lab1_autoscaling(root: str, site: str) -> dict[str, Any]:
 
     with workload_box.running_with_autoscaler(
         base,
+        entry,
         cluster.namespace,
         cluster.autoscaler,
         backoff_seconds=BACKOFF_SECONDS,
@@ -136,6 +135,7 @@ def lab1_autoscaling(root: str, site: str) -> dict[str, Any]:
             "autoscaler_logs": {path: text[-6000:] for path, text in runner.logs().items()},
             "autoscaler_log_heads": {path: text[:LOG_HEAD_CHARS] for path, text in runner.logs().items()},
             "standins_timeline": box.standins.record.timeline,
+            "proxmox_calls": proxmox_node.calls_by_route(box.pve),
         }
         if out.get("failed"):
             out["manager_log_tail"] = core.log_tail(40) if (core := cluster_api.core(box.managers)) else ""
@@ -193,7 +193,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
         at = time.mktime(time.strptime(first["at"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
         out["reaction"] = round(at + float("0." + first["at"][20:26]) - wall, 1)
     mark("0 -> 1")
-    out["worker"] = worker = _the_first_worker(mgmt, cluster, lab, lab1)
+    out["worker"] = worker = _the_first_worker(mgmt, box.pve, cluster, lab, lab1)
     # Read here, not at the first up: the Machine controller finds the control plane's Node once its
     # cache of lab1 connects, which it retries with a backoff (about 25 s after the Node registered).
     out["control_machine"] = _running_machine(mgmt, cluster, CONTROL_PLANE_MACHINE_LABEL)
@@ -246,7 +246,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
         )
         raised.append(run(engine, mgmt, "up"))
 
-    out["never_a_node"] = lab1_faults.never_a_node(mgmt, lab, box.standins, runner, raise_max_size)
+    out["never_a_node"] = lab1_faults.never_a_node(mgmt, lab, box.pve, runner, raise_max_size)
     mark("a Machine that never becomes a Node")
     timelines["3->4"] = lab.watch(
         "3 -> 4, maxSize raised",
@@ -264,6 +264,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     out["scale_down"] = scales(mgmt, audit_mark, cluster)
     out["timelines"] = timelines
     out["nodes_after"] = [n["metadata"]["name"] for n in get(mgmt, "nodes", kubeconfig=lab1)["items"]]
+    out["vms_after"] = box.pve.vms_on_node()
     mark("4 -> 0")
     # lab1 unreachable at 0, two ways (lab1_faults.py); the zero-change run after them is the scale-down's too.
     network = f"{entry['gateway']}/{entry['ipPrefix']}"
@@ -274,7 +275,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     # 6. lab1's kubeconfig rotated where Cluster API keeps it (the KCP stand-in writes the Secret
     # from its control plane's admin kubeconfig): the next up restarts the autoscaler. Before the
     # sizing change, whose runs take the time the new autoscaler waits for its predecessor's lease.
-    _rotate(engine, mgmt, cluster, lab1_plane=lab1_plane, runner=runner, out=out)
+    lab1_rollouts.rotate_kubeconfig(engine, mgmt, cluster, lab1_plane=lab1_plane, runner=runner, out=out)
     mark("kubeconfig rotation")
     # 7. A worker sizing change: a new template, the MachineDeployment repointed, the old deleted.
     lab1_rollouts.resize(engine, mgmt, cluster, entry["workers"]["memoryMib"] + lab1_rollouts.RESIZE_BY_MIB, out)
@@ -287,9 +288,12 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     )
     mark("control")
     out["no_change"].append(_no_change(engine, mgmt, cluster, "the template rule back"))
-    out["capmox_assets"] = capmox_assets(box.charts)
-    out["unlabelled"] = lab1_controls.without_contract_labels(mgmt, box.manager)
-    out["ipam_at_end"], out["ipam_verdicts"] = ipam(mgmt, ns), lab1_controls.ipam_verdicts(mgmt, ns)
+    out["capmox_assets"], out["unlabelled"] = (
+        capmox_assets(box.charts),
+        lab1_controls.without_contract_labels(mgmt, box.manager),
+    )
+    out["ipam_at_end"], live = ipam(mgmt, ns), get(mgmt, "proxmoxcluster", cluster.name, namespace=ns)
+    out["verdicts"] = lab1_controls.verdicts(mgmt, ns, live)
     mark("contract control")
 
 
@@ -345,9 +349,12 @@ def _running_machine(mgmt: ControlPlane, cluster: Workload, selector: str) -> di
     return running[0] if running else None
 
 
-def _the_first_worker(mgmt: ControlPlane, cluster: Workload, lab: Lab, lab1: Path) -> dict[str, Any]:
-    """The chain the real MachineSet and Machine controllers made for the first worker, the Node
-    the kubelet stand-in registered, the demand pod the real scheduler placed on it."""
+def _the_first_worker(
+    mgmt: ControlPlane, pve: PveApiStandIn, cluster: Workload, lab: Lab, lab1: Path
+) -> dict[str, Any]:
+    """The chain the real MachineSet and Machine controllers made for the first worker, its VM as
+    CAPMOX made it, the Node the kubelet stand-in registered, the demand pod the real scheduler
+    placed on it."""
     machine = until(
         "a worker Machine Running with its nodeRef", lambda: _running_machine(mgmt, cluster, cluster.workers_selector)
     )
@@ -359,11 +366,11 @@ def _the_first_worker(mgmt: ControlPlane, cluster: Workload, lab: Lab, lab1: Pat
             and found
         ),
     )
+    infra = get(mgmt, "proxmoxmachine", machine["spec"]["infrastructureRef"]["name"], namespace=cluster.namespace)
     return {
         "machine": machine,
-        "proxmox_machine": get(
-            mgmt, "proxmoxmachine", machine["spec"]["infrastructureRef"]["name"], namespace=cluster.namespace
-        ),
+        "proxmox_machine": infra,
+        "vm": pve.qm_config(int(infra["spec"]["virtualMachineID"])),
         "bootstrap": bootstrap(mgmt, machine, lab1),
         "ipam": ipam(mgmt, cluster.namespace),
         "node": node,
@@ -373,48 +380,3 @@ def _the_first_worker(mgmt: ControlPlane, cluster: Workload, lab: Lab, lab1: Pat
         ),
         "lease": get(mgmt, "lease", node["metadata"]["name"], namespace="kube-node-lease", kubeconfig=lab1),
     }
-
-
-def _rotate(
-    engine: Engine,
-    mgmt: ControlPlane,
-    cluster: Workload,
-    *,
-    lab1_plane: ControlPlane,
-    runner: pod_runner.PodRunner,
-    out: dict[str, Any],
-) -> None:
-    """A renewed admin kubeconfig: the Secret rewritten reaches the running autoscaler's mounted
-    file, which it does not read again (#4784); the next `pulumi up` puts the new digest on the pod
-    template, and the rollout restarts it."""
-    before = kubeconfig_secret(mgmt, cluster)["value"]
-    [*_, running] = [e for e in runner.events if e["event"] == "started"]
-    # Marked before the rotation: the runner may sync the new Secret before it is seen here.
-    events = len(runner.events)
-    # Another user's credentials, as a renewal gives a new client certificate.
-    rotated = json.loads(lab1_plane.kubeconfig_of(OPERATOR_USER).read_text())
-    lab1_plane.kubeconfig_of(ADMIN_USER).write_text(json.dumps(rotated))
-    value = until(
-        f"the KCP stand-in rewrites {cluster.kubeconfig_secret}",
-        lambda: (now := kubeconfig_secret(mgmt, cluster)["value"]) != before and now,
-    )
-    out["rotated_secret"] = True
-    until("the runner syncs the mounted Secret", lambda: any(e["event"] == "synced" for e in runner.events[events:]))
-    out["rotation_sync"] = {
-        "events": [e["event"] for e in runner.events[events:]],
-        "kubeconfig_seen": mounted_kubeconfig(running["pid"]) == value,
-        "same_process_alive": Path(f"/proc/{running['pid']}").exists(),
-        "rotated": value,
-    }
-    events = len(runner.events)
-    out["rotation_up"] = run(engine, mgmt, "up")
-
-    def restarted() -> bool:
-        later = [event["event"] for event in runner.events[events:]]
-        return "started" in later and "stopped" in later
-
-    until("the autoscaler restarted with the new kubeconfig", restarted)
-    out["rotation_events"] = runner.events[events:]
-    [new] = [e for e in out["rotation_events"] if e["event"] == "started"]
-    out["rotation_deployment"] = get(mgmt, "deployment", cluster.autoscaler, namespace=cluster.namespace)
-    out["rotation_pod"] = get(mgmt, "pod", new["pod"], namespace=cluster.namespace)

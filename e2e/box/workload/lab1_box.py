@@ -31,13 +31,14 @@ import yaml
 
 from e2e.box import box as whole_box
 from e2e.box import scenarios
-from e2e.box.workload import lab1_autoscaling, lab1_reads, workload_box
+from e2e.box.workload import lab1_autoscaling, lab1_reads, proxmox_node, workload_box
 from e2e.controllers import deployed
 from e2e.controllers.manager import RunningManager
 from e2e.engine.cli import PROJECT, REPO, STACK, Engine, declare_workload_clusters
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import chart_repo_standin, pod_runner
 from e2e.standins.workload import providers
+from e2e.standins.workload.vm_guest import WorkloadGuests
 
 # The workload cluster as Pulumi.lab.yaml ships it, and the management VM's name, which its guest
 # takes as hostname and k3s as its Node's name: the pod runner runs the autoscaler "there".
@@ -105,9 +106,11 @@ def running(base: Path, *, as_shipped: bool = False) -> Iterator[tuple[whole_box
             },
             release_assets=chart_repo_standin.capmox_release_assets(),
             on_installed=on_installed,
+            guests=WorkloadGuests(),
+            templates=proxmox_node.templates_of(LAB1_ENTRY),
         )
         box = stack.enter_context(whole_box.running(base, workload=parts))
-        standins = stack.enter_context(providers.running(box.cluster, base / "workload"))
+        standins = stack.enter_context(providers.running(box.cluster, base / "workload", parts.guests))
         # The manager stops before lab1's control plane, which its cluster cache watches: a watched
         # API server waits out its bound (20 s) before it is killed.
         stack.enter_context(managers_stack)

@@ -14,8 +14,10 @@ breaks when a piece the program or its providers supply is taken away.
 - Without its contract label, the ProxmoxCluster CRD cannot be resolved: a second Cluster's
   infrastructure is never found, and the real Cluster API manager says why.
 - The node network's shapes beyond the lab's (POOLS): what the real IPAM provider's webhook says
-  of the InClusterIPPool CAPMOX would make of each, asked without writing; the test asks the
-  program's settings about the same and wants no pool the program accepts refused.
+  of the InClusterIPPool CAPMOX would make of each, and CAPMOX's of the program's ProxmoxCluster
+  with each node network and control-plane endpoint (two with the endpoint inside the nodes'
+  addresses), asked without writing; the test asks the program's settings about the same and
+  wants nothing the program accepts refused.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from e2e.box.workload.lab1_reads import Lab, built_tool, conditions, get, ran, s
 from e2e.controllers.manager import RunningManager
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import pod_runner
-from e2e.standins.workload import capmox
 
 TEMPLATES = "proxmoxmachinetemplates"
 HELM = "LAB_MGMT_HELM_BIN"
@@ -51,6 +52,8 @@ POOLS = (
     (("10.20.30.41", "10.20.30.43-10.20.30.45"), 24, "10.20.30.1", "10.20.30.40"),
     (("192.168.5.10-192.168.5.20", "192.168.4.50"), 16, "192.168.4.8", "192.168.4.40"),
     (("192.168.5.10-192.168.5.20",), 24, "192.168.4.8", "192.168.4.40"),
+    (("192.168.4.30-192.168.4.60",), 24, "192.168.4.8", "192.168.4.40"),
+    (("192.168.4.32/27",), 24, "192.168.4.8", "192.168.4.40"),
     (("192.168.4.250-192.168.5.5",), 24, "192.168.4.8", "192.168.4.40"),
 )
 MAIN_LOOP = "Starting main loop"
@@ -209,23 +212,49 @@ def without_contract_labels(mgmt: ControlPlane, manager: RunningManager) -> dict
     return {"log": said[0], "condition": f"{infra.get('reason', '')}: {infra.get('message', '')}"}
 
 
-def ipam_verdicts(mgmt: ControlPlane, namespace: str) -> list[str]:
+def verdicts(mgmt: ControlPlane, namespace: str, live: dict[str, Any]) -> dict[str, list[str]]:
+    """For each of POOLS, what the IPAM provider (`ipam`) and CAPMOX (`capmox`) refuse of it."""
+    return {"ipam": _ipam_verdicts(mgmt, namespace), "capmox": _capmox_verdicts(mgmt, namespace, live)}
+
+
+def _ipam_verdicts(mgmt: ControlPlane, namespace: str) -> list[str]:
     """For each of POOLS, the IPAM provider's refusal of the InClusterIPPool CAPMOX would make of
-    it (the stand-in's fields, e2e/standins/workload/capmox.py), or "" where it accepts it: a
-    server-side dry run, so its webhooks answer and nothing is written."""
-    verdicts = []
-    for ranges, prefix, gateway, _endpoint in POOLS:
-        pool = {
-            "apiVersion": capmox.IN_CLUSTER_POOLS,
-            "kind": "InClusterIPPool",
-            "metadata": {"name": "candidate-v4-icip", "namespace": namespace},
-            "spec": {
-                "addresses": list(ranges),
-                "prefix": prefix,
-                "gateway": gateway,
-                "addressReuseGracePeriodSeconds": 60,
+    it (pkg/kubernetes/ipam/ipam.go CreateOrUpdateInClusterIPPool), or "" where it accepts it."""
+    return [
+        _dry_run(
+            mgmt,
+            {
+                "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2",
+                "kind": "InClusterIPPool",
+                "metadata": {"name": "candidate-v4-icip", "namespace": namespace},
+                "spec": {
+                    "addresses": list(ranges),
+                    "prefix": prefix,
+                    "gateway": gateway,
+                    "addressReuseGracePeriodSeconds": 60,
+                },
             },
+        )
+        for ranges, prefix, gateway, _endpoint in POOLS
+    ]
+
+
+def _capmox_verdicts(mgmt: ControlPlane, namespace: str, live: dict[str, Any]) -> list[str]:
+    """For each of POOLS, CAPMOX's webhook's refusal of the ProxmoxCluster `live` (the program's)
+    with that node network and control-plane endpoint, or "" where it accepts it."""
+    verdicts = []
+    for ranges, prefix, gateway, endpoint in POOLS:
+        spec = live["spec"] | {
+            "controlPlaneEndpoint": {"host": endpoint, "port": live["spec"]["controlPlaneEndpoint"]["port"]},
+            "ipv4Config": {"addresses": list(ranges), "prefix": prefix, "gateway": gateway},
         }
-        asked = mgmt.kubectl_as(mgmt.kubeconfig, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(pool))
-        verdicts.append("" if asked.returncode == 0 else asked.stderr.strip())
+        candidate = {"apiVersion": live["apiVersion"], "kind": live["kind"], "spec": spec}
+        verdicts.append(_dry_run(mgmt, candidate | {"metadata": {"name": "candidate", "namespace": namespace}}))
     return verdicts
+
+
+def _dry_run(mgmt: ControlPlane, obj: dict[str, Any]) -> str:
+    """The admission webhooks' refusal of creating `obj`, or "": a server-side dry run, so the
+    webhooks answer and nothing is written."""
+    asked = mgmt.kubectl_as(mgmt.kubeconfig, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(obj))
+    return "" if asked.returncode == 0 else asked.stderr.strip()

@@ -15,11 +15,13 @@ ending converged once its cause is gone:
   the VIP held nowhere a restart's dial would wait out its 30 s before failing, so lab1 comes back
   after the first exit. What each process said. Once lab1 is back, the next restart stays up and
   reaches lab1 (it writes its status ConfigMap there).
-- `never_a_node`: the template the workers are cloned from taken off the Proxmox node (the CAPMOX
-  stand-in's `missing_templates`) while the autoscaler adds a worker for a pending pod. The new
-  Machine's clone fails as CAPMOX reports it; the Machine stays Provisioning without a Node, and
-  the autoscaler counts it as the worker on its way, adding no other, for `maxNodeProvisionTime`.
-  With the template back, the clone is retried, and the Machine becomes the Node the pod runs on.
+- `never_a_node`: the template the workers are cloned from destroyed on the Proxmox node
+  (proxmox_node.template_gone) while the autoscaler adds a worker for a pending pod. The new
+  Machine's clone fails as the real CAPMOX reports it; the Machine stays Provisioning without a
+  Node, and the autoscaler counts it as the worker on its way, adding no other, for
+  `maxNodeProvisionTime`. With the template back, CAPMOX v0.9.0 clones again but leaves that VM
+  as cloned (stopped, unconfigured) and reports it provisioned; deleting the Machine, as
+  docs/troubleshooting.md says, gets a new one that becomes the Node the pod runs on.
 """
 
 from __future__ import annotations
@@ -32,14 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box.box import ROTATED_CAPMOX_SECRET
+from e2e.box.workload import proxmox_node
 from e2e.box.workload.lab1_controls import MAIN_LOOP, log_lines
 from e2e.box.workload.lab1_reads import Lab, Workload, conditions, get, run, scales, until
 from e2e.engine import netns
 from e2e.engine.cli import Engine
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import pod_runner
+from e2e.standins.proxmox.pve_api_standin import PveApiStandIn
 from e2e.standins.workload.objects import owner
-from e2e.standins.workload.providers import WorkloadStandIns
 
 STATUS_CONFIGMAP = "cluster-autoscaler-status"
 MIN_SIZE = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size"
@@ -193,18 +196,17 @@ def _current_template(mgmt: ControlPlane, lab: Lab) -> int:
 def never_a_node(
     mgmt: ControlPlane,
     lab: Lab,
-    standins: WorkloadStandIns,
+    pve: PveApiStandIn,
     runner: pod_runner.PodRunner,
     scale_up: Callable[[], None],
 ) -> dict[str, Any]:
-    """The workers' template gone from the Proxmox node while `scale_up()` makes the autoscaler
-    add a worker; what the owner reads while it is, then the template back."""
+    """The workers' template gone from the Proxmox node `pve` while `scale_up()` makes the
+    autoscaler add a worker; what the owner reads while it is, then the template back."""
     cluster = lab.cluster
     template = _current_template(mgmt, lab)
     _, log = _log(runner)
     audit_mark, began = len(mgmt.audit()), time.monotonic()
-    standins.missing_templates.add(template)
-    try:
+    with proxmox_node.template_gone(pve, template):
         scale_up()
         failed = until(
             "a worker's clone failed",
@@ -232,11 +234,29 @@ def never_a_node(
             "proxmox_machine": get(mgmt, "proxmoxmachine", failed["metadata"]["name"], namespace=cluster.namespace),
             "autoscaler_lines": [line for line in log_lines(log)[from_line:] if "upcoming" in line.lower()][:6],
         }
-    finally:
-        standins.missing_templates.discard(template)
+    # CAPMOX clones again once the template is back; but the ProxmoxMachine keeps the CloningFailed
+    # reason, and each later step of CAPMOX's state machine runs only from the reason before it: the
+    # clone stays as cloned, stopped, and the ProxmoxMachine is reported provisioned.
+    name = failed["metadata"]["name"]
+    provisioned = until(
+        "the template back: the failed machine's second clone",
+        lambda: (
+            (item := get(mgmt, "proxmoxmachine", name, namespace=cluster.namespace))
+            and (item.get("status") or {}).get("initialization", {}).get("provisioned")
+            and item
+        ),
+    )
+    stuck = {
+        "proxmox_machine": provisioned,
+        "vm": pve.qm_config(int(provisioned["spec"]["virtualMachineID"])),
+        "machine": get(mgmt, "machine", machine, namespace=cluster.namespace),
+    }
+    # docs/troubleshooting.md's way out: delete that Machine; CAPMOX destroys its VM and the
+    # MachineSet makes another, which is cloned and configured from the start.
     back = time.monotonic()
+    deleted = mgmt.kubectl("delete", "machine", machine, "-n", cluster.namespace, "--wait=false")
     timeline = lab.watch(
-        "the template back: the Machine becomes a Node and the demand runs",
+        "the stuck Machine deleted: its replacement becomes a Node and the demand runs",
         lambda s: s["pending"] == 0 and s["machines_with_node"] == s["machines"] == s["nodes"] == s["replicas"],
         back,
     )
@@ -244,6 +264,8 @@ def never_a_node(
         "template": template,
         "failed_in": failed_in,
         "held": held,
-        "after_template_back": timeline,
+        "stuck": stuck,
+        "deleted": deleted.stdout + deleted.stderr,
+        "after_machine_deleted": timeline,
         "scaled": scales(mgmt, audit_mark, cluster),
     }

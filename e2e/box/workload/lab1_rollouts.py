@@ -10,19 +10,32 @@ maxSurge 1), and the real Machine controller drains the old one (DELETION: the d
 made again and placed by the real scheduler on the new worker) before it deletes it and its Node.
 Sampled until every machine runs the new version and the demand and kube-system's pods run again:
 the workers' counts as a timeline, the MachineDeployment's writes (the autoscaler's among them),
-the Machines and Nodes of both parts before and after.
+the Machines and Nodes of both parts before and after. And the autoscaler's Deployment rolled by
+a renewed lab1 kubeconfig (`rotate_kubeconfig`).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 from e2e.box.scenarios import WRITES, _step
-from e2e.box.workload.lab1_reads import Lab, Workload, get, names, run, scales, until
+from e2e.box.workload.lab1_reads import (
+    Lab,
+    Workload,
+    get,
+    kubeconfig_secret,
+    mounted_kubeconfig,
+    names,
+    run,
+    scales,
+    until,
+)
 from e2e.engine.cli import Engine
-from e2e.engine.control_plane import ADMIN_USER, ControlPlane
+from e2e.engine.control_plane import ADMIN_USER, OPERATOR_USER, ControlPlane
+from e2e.standins.cluster import pod_runner
 from e2e.standins.workload.kubeadm import CONTROL_PLANE_LABEL as CONTROL_PLANE_NODE_LABEL
 from e2e.standins.workload.objects import CONTROL_PLANE_MACHINE_LABEL
 
@@ -220,3 +233,48 @@ def resize(engine: Engine, mgmt: ControlPlane, cluster: Workload, memory_mib: in
     out["machinesets"] = {"before": sets_before, "new": new_sets}
     out["md_resized"] = get(mgmt, "machinedeployment", cluster.workers, namespace=ns)
     out["templates"] = names(mgmt, "proxmoxmachinetemplates", ns)
+
+
+def rotate_kubeconfig(
+    engine: Engine,
+    mgmt: ControlPlane,
+    cluster: Workload,
+    *,
+    lab1_plane: ControlPlane,
+    runner: pod_runner.PodRunner,
+    out: dict[str, Any],
+) -> None:
+    """A renewed admin kubeconfig rolls the autoscaler: the Secret rewritten reaches the running
+    autoscaler's mounted file, which it does not read again (#4784); the next `pulumi up` puts the
+    new digest on the pod template, and the rollout restarts it."""
+    before = kubeconfig_secret(mgmt, cluster)["value"]
+    [*_, running] = [e for e in runner.events if e["event"] == "started"]
+    # Marked before the rotation: the runner may sync the new Secret before it is seen here.
+    events = len(runner.events)
+    # Another user's credentials, as a renewal gives a new client certificate.
+    rotated = json.loads(lab1_plane.kubeconfig_of(OPERATOR_USER).read_text())
+    lab1_plane.kubeconfig_of(ADMIN_USER).write_text(json.dumps(rotated))
+    value = until(
+        f"the KCP stand-in rewrites {cluster.kubeconfig_secret}",
+        lambda: (now := kubeconfig_secret(mgmt, cluster)["value"]) != before and now,
+    )
+    out["rotated_secret"] = True
+    until("the runner syncs the mounted Secret", lambda: any(e["event"] == "synced" for e in runner.events[events:]))
+    out["rotation_sync"] = {
+        "events": [e["event"] for e in runner.events[events:]],
+        "kubeconfig_seen": mounted_kubeconfig(running["pid"]) == value,
+        "same_process_alive": Path(f"/proc/{running['pid']}").exists(),
+        "rotated": value,
+    }
+    events = len(runner.events)
+    out["rotation_up"] = run(engine, mgmt, "up")
+
+    def restarted() -> bool:
+        later = [event["event"] for event in runner.events[events:]]
+        return "started" in later and "stopped" in later
+
+    until("the autoscaler restarted with the new kubeconfig", restarted)
+    out["rotation_events"] = runner.events[events:]
+    [new] = [e for e in out["rotation_events"] if e["event"] == "started"]
+    out["rotation_deployment"] = get(mgmt, "deployment", cluster.autoscaler, namespace=cluster.namespace)
+    out["rotation_pod"] = get(mgmt, "pod", new["pod"], namespace=cluster.namespace)

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from e2e.box.scenarios import VM_ADDRESS
+from e2e.box.workload import workload_box
 from e2e.engine.cli import PROJECT, REPO, STACK
 
 # Where the scenario runs: the lab's own declaration (Pulumi.lab.yaml's first workload cluster as
@@ -41,6 +41,5 @@ def declared(site: str) -> dict[str, Any]:
 
 
 def addresses(site: str) -> list[str]:
-    """What the scenario's network namespace must hold: the management VM's and the cluster's
-    control-plane endpoint."""
-    return [VM_ADDRESS, declared(site)["controlPlaneEndpoint"]]
+    """What the scenario's network namespace must hold (workload_box.addresses)."""
+    return workload_box.addresses(declared(site))

@@ -1,7 +1,7 @@
 """One box for a workload cluster (lab1) with the real Cluster API core, for a scenario of the
 program's (e2e/box/workload/lab1_autoscaling.py: its `pulumi up` through box_program.py declaring lab1).
 
-    with workload_box.running(base) as box:        # inside in_new_netns(..., addresses=ADDRESSES)
+    with workload_box.running(base, entry) as box:  # inside in_new_netns(..., addresses=addresses(entry))
         engine = box.engine(workload_clusters=True)  # the program's engine (box_program.py)
         ...                                        # box.mgmt, box.manager, box.standins, box.charts
 
@@ -14,9 +14,13 @@ For the block it runs, in the test's network namespace:
   starts the REAL Cluster API core manager with its webhooks (e2e/controllers/cluster_api.py;
   `box.manager`), for the ControlPlaneProvider and the BootstrapProvider the REAL kubeadm
   control-plane manager for its webhooks alone and the REAL bootstrap manager, for the
-  IPAMProvider the REAL IPAM in-cluster manager (e2e/controllers/ipam.py; all in `box.managers`),
-  before marking the provider Ready, where cluster-api-operator would deploy it (the
-  CoreProvider first);
+  IPAMProvider the REAL IPAM in-cluster manager (e2e/controllers/ipam.py), for the
+  InfrastructureProvider the REAL CAPMOX manager (e2e/controllers/capmox.py; all in
+  `box.managers`), before marking the provider Ready, where cluster-api-operator would deploy it
+  (the CoreProvider first);
+- the Proxmox VE stand-in at the program's proxmoxEndpoint, serving the node the workload cluster
+  `entry` is cloned on with its templates, and the insides of the VMs CAPMOX clones there
+  (proxmox_node.py; `box.pve`, `box.guests`);
 - the operator chart's webhook server and cert-manager's CA injector stand-ins (what the program's
   operator release needs, as in the cluster-part scenarios, cluster_part.py);
 - the chart repositories' stand-in (`box.charts`, trusted by `box.engine()`): cert-manager, the
@@ -24,12 +28,14 @@ For the block it runs, in the test's network namespace:
   cilium_chart), any `extra_charts` (the autoscaler's, for instance), and CAPMOX's release asset
   `cluster-template.yaml` under `box.capmox_release_url` (`<url>/<version>/cluster-template.yaml`,
   v0.9.0 and v0.9.1; anything else a 404 recorded in `box.charts.unknown`);
-- the workload stand-ins' loop (e2e/standins/workload/providers.py: KCP, CAPMOX, the VMs' boot and
-  the kubelets; `box.standins`), which starts lab1's real control plane at the ProxmoxCluster's
-  endpoint (LAB1_ADDRESS in the box's lab) once the real Cluster controller has done its part.
+- the workload stand-ins' loop (e2e/standins/workload/providers.py: KCP and the kubelets of the
+  VMs CAPMOX booted; `box.standins`), which starts lab1's real control plane at the
+  ProxmoxCluster's endpoint (LAB1_ADDRESS in the box's lab) once the real Cluster controller has
+  done its part.
 
 `box.problems()` is everything any stand-in refused or did not know: a scenario asserts it empty.
-The namespace must hold ADDRESSES (the management cluster's and lab1's endpoint).
+The namespace must hold `addresses(entry)` (the management cluster's, the Proxmox API's and the
+workload cluster's endpoint).
 """
 
 from __future__ import annotations
@@ -38,9 +44,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from e2e.box.box import TOKENS
 from e2e.box.cluster_part import CHART_REPOS, OPERATOR_CHART_WITH_CRDS, _box_engine, _operator_webhooks
-from e2e.box.scenarios import LAB1_ADDRESS, OPERATOR_INSTALL_SECONDS, VM_ADDRESS
+from e2e.box.scenarios import OPERATOR_INSTALL_SECONDS, PROXMOX_ADDRESS, VM_ADDRESS
+from e2e.box.workload import proxmox_node
 from e2e.controllers import cluster_api, deployed
 from e2e.controllers.manager import RunningManager
 from e2e.engine import control_plane
@@ -53,10 +62,16 @@ from e2e.standins.cluster import (
     playbook_lab,
     pod_runner,
 )
+from e2e.standins.proxmox.pve_api_standin import PveApiStandIn
 from e2e.standins.workload import providers
+from e2e.standins.workload.vm_guest import WorkloadGuests
 
-ADDRESSES = (VM_ADDRESS, LAB1_ADDRESS)
 CILIUM_VERSION = "1.18.4"
+
+
+def addresses(entry: Mapping[str, Any]) -> list[str]:
+    """What the box's network namespace must hold for the workload cluster `entry`."""
+    return [VM_ADDRESS, PROXMOX_ADDRESS, entry["controlPlaneEndpoint"]]
 
 
 @dataclass
@@ -68,6 +83,8 @@ class WorkloadBox:
     charts: chart_repo_standin.ChartRepoStandIn
     webhook: admission_webhook_standin.WebhookStandIn
     injector: cainjector_standin.CainjectorStandIn
+    pve: PveApiStandIn
+    guests: WorkloadGuests
     managers: list[RunningManager] = field(default_factory=list)
     """The real Cluster API managers, each once the operator stand-in started it for its provider."""
 
@@ -119,6 +136,8 @@ class WorkloadBox:
             "webhook_unknown": self.webhook.unknown,
             "injector": self.injector.errors,
             "charts_unknown": self.charts.unknown,
+            "proxmox_unknown": self.pve.unknown,
+            "proxmox_failed": self.pve.failed,
         }
 
 
@@ -138,6 +157,7 @@ def chart_repositories(
 @contextmanager
 def running(
     base: Path,
+    entry: Mapping[str, Any],
     *,
     cilium_version: str = CILIUM_VERSION,
     extra_charts: Mapping[str, Sequence[chart_repo_standin.Chart | chart_repo_standin.VendoredChart]] | None = None,
@@ -150,10 +170,12 @@ def running(
     (the token controller alone unless a Deployment must become Pods: the autoscaler's)."""
     with ExitStack() as stack:
         mgmt = stack.enter_context(control_plane.running(base / "mgmt", VM_ADDRESS, controllers=mgmt_controllers))
+        # Before the managers, so that CAPMOX's finds it when it starts and it outlives them.
+        pve, guests = stack.enter_context(proxmox_node.serving(base / "pve", entry, TOKENS))
         # The workload stand-ins' block, whose workload control planes stop after the manager: a
         # workload API server still watched by the manager's cluster cache waits out its bound
         # (20 s) before it is killed.
-        standins = stack.enter_context(providers.running(mgmt, base / "workload", interval=interval))
+        standins = stack.enter_context(providers.running(mgmt, base / "workload", guests, interval=interval))
         # Entered before the operator's loop, so closed after it: nothing starts a manager then.
         managers_stack = stack.enter_context(ExitStack())
         managers: list[RunningManager] = []
@@ -178,7 +200,7 @@ def running(
                 chart_repo_standin.capmox_release_assets(),
             )
         )
-        yield WorkloadBox(base, mgmt, operator, standins, charts, webhook, injector, managers)
+        yield WorkloadBox(base, mgmt, operator, standins, charts, webhook, injector, pve, guests, managers)
 
 
 # The official cluster-autoscaler chart 9.59.0 from the archives, which the program's release installs.
@@ -197,7 +219,13 @@ AUTOSCALER_MGMT_CONTROLLERS = (
 
 @contextmanager
 def running_with_autoscaler(
-    base: Path, namespace: str, deployment: str, *, backoff_seconds: float, secret_sync_seconds: float
+    base: Path,
+    entry: Mapping[str, Any],
+    namespace: str,
+    deployment: str,
+    *,
+    backoff_seconds: float,
+    secret_sync_seconds: float,
 ) -> Iterator[tuple[WorkloadBox, pod_runner.PodRunner]]:
     """The workload box for the block with the autoscaler's chart served, and the pod runner that
     runs the program's autoscaler Deployment `namespace/deployment` as the real binary."""
@@ -205,6 +233,7 @@ def running_with_autoscaler(
         box = stack.enter_context(
             running(
                 base,
+                entry,
                 extra_charts={"autoscaler": [AUTOSCALER_CHART]},
                 operator_install_seconds=0.0,
                 mgmt_controllers=AUTOSCALER_MGMT_CONTROLLERS,

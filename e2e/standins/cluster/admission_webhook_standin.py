@@ -32,9 +32,10 @@ from e2e.standins.cluster import playbook_lab
 from e2e.standins.cluster.cainjector_standin import INJECT_CA_FROM
 
 # The name the API server calls the chart's webhook Service by. The box has no Services' network:
-# a box guest's /etc/hosts points the name at the box, where the stand-in listens on PORT.
+# a box guest's /etc/hosts points the name at the box, where the stand-in listens on PORT: not the
+# chart's 9443, which CAPMOX's manager takes on every address of the box (e2e/controllers/capmox.py).
 HOST = "capi-operator-webhook-service.capi-operator-system.svc"
-PORT = 9443
+PORT = 9543
 SERVING_CERT = "capi-operator-serving-cert"
 # The certificate as the configurations' annotation names it for the release, in its namespace.
 CERTIFICATE = f"{playbook_lab.PLAYBOOK_CHARTS['cluster-api-operator'][0]}/{SERVING_CERT}"

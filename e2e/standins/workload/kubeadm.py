@@ -11,14 +11,14 @@ from typing import Any
 
 from e2e.engine.control_plane import ADMIN_USER, KUBELET_USER, ControlPlane
 from e2e.standins.workload import kubelet, vm_boot
-from e2e.standins.workload.capmox import need_true
-from e2e.standins.workload.objects import Client, ident
+from e2e.standins.workload.objects import Client, ident, need_true
+from e2e.standins.workload.vm_guest import Boot
 
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
 
 def register_control_plane_node(
-    client: Client, kcp: dict[str, Any], machine: dict[str, Any], vm: dict[str, Any], lab: ControlPlane
+    kcp: dict[str, Any], machine: dict[str, Any], vm: dict[str, Any], boot: Boot, lab: ControlPlane
 ) -> None:
     """The Node of the control-plane VM `vm` (its provisioned ProxmoxMachine), as `kubeadm init`
     (the first) or a control-plane `kubeadm join` (once the KCP is initialized; its discovery
@@ -26,23 +26,23 @@ def register_control_plane_node(
     named after the VM, the bootstrap data's kubelet arguments (its providerID must be the
     ProxmoxMachine's), the labels kubeadm's mark-control-plane phase sets and its default taint
     `node-role.kubernetes.io/control-plane:NoSchedule` (unless the configuration names taints), the
-    capacity of the template it was cloned from, the VM's addresses, the Machine's version."""
-    boot = vm_boot.booted(client, machine, vm)
+    capacity, addresses and kubelet version of the VM it booted (`boot`)."""
+    run = vm_boot.booted(boot)
     joining = need_true(kcp, "status.initialization.controlPlaneInitialized")
-    if (boot.phase, "controlPlane" in boot.configuration) != (("join", True) if joining else ("init", False)):
+    if (run.phase, "controlPlane" in run.configuration) != (("join", True) if joining else ("init", False)):
         raise ValueError(
-            f"{ident(machine)}: its bootstrap data runs kubeadm {boot.phase} "
-            f"({boot.configuration.get('kind')}), where the control plane's {'join' if joining else 'init'} is due"
+            f"{ident(machine)}: its bootstrap data runs kubeadm {run.phase} "
+            f"({run.configuration.get('kind')}), where the control plane's {'join' if joining else 'init'} is due"
         )
     if joining:
-        vm_boot.discover(Client(lab, KUBELET_USER), boot.configuration)
-    registration = boot.configuration.get("nodeRegistration", {})
+        vm_boot.discover(Client(lab, KUBELET_USER), run.configuration)
+    registration = run.configuration.get("nodeRegistration", {})
     node = kubelet.node_of(ident(kcp), vm, registration, [{"key": CONTROL_PLANE_LABEL, "effect": "NoSchedule"}])
     node["metadata"]["labels"] |= {
         CONTROL_PLANE_LABEL: "",
         "node.kubernetes.io/exclude-from-external-load-balancers": "",
     }
-    kubelet.register(Client(lab, KUBELET_USER), node, vm, machine)
+    kubelet.register(Client(lab, KUBELET_USER), node, boot)
 
 
 # kubeadm init's CoreDNS addon, as this stand-in writes it (not kubeadm's manifest): two replicas

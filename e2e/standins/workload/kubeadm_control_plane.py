@@ -19,11 +19,12 @@ data, the control plane's too, is the real kubeadm bootstrap provider's (e2e/con
   KubeadmConfig of the KCP's kubeadmConfigSpec as KCP computes it (`kubeadm_config_spec`: init for
   the first, a control-plane join after), which the real bootstrap provider renders, and a Machine
   owned by the KCP with Cluster API's control-plane labels, which the real
-  Machine controller reconciles and the CAPMOX stand-in provisions like any other (a VMID, an
-  address from the pool, a providerID). With it, Cluster API drains a worker's Node before it
+  Machine controller reconciles and CAPMOX provisions like any other (a VM cloned on the Proxmox
+  stand-in, an address from the pool, a providerID). With it, Cluster API drains a worker's Node before it
   deletes the worker, and then deletes the Node (isDeleteNodeAllowed in
   internal/controllers/machine/machine_controller.go: with no control-plane Machine it does
-  neither). Once that VM is provisioned, its boot reads that data (kubeadm.py: kubeadm init, or a
+  neither). Once that VM is provisioned, its boot reads that data from CAPMOX's ISO (vm_guest.py,
+  kubeadm.py: kubeadm init, or a
   control-plane join whose discovery is checked) and its Node is registered through the kubelet stand-in's
   code (kubelet.node_of, kubelet.register; the kubelet stand-in heartbeats it and runs its pods
   until the VM is gone) with the providerID of the bootstrap data's kubelet arguments (which must
@@ -37,7 +38,7 @@ data, the control plane's too, is the real kubeadm bootstrap provider's (e2e/con
   a control-plane `kubeadm join`), and once every Machine has its Node the out-of-date one is
   deleted; the real Machine controller drains its Node (as it does for a KCP's Machine only while
   KCP's pre-terminate hook is on it), waits for the hook, which the stand-in then takes off as KCP
-  does, deletes its ProxmoxMachine (whose VM the CAPMOX stand-in destroys, freeing its address)
+  does, deletes its ProxmoxMachine (whose VM CAPMOX destroys, freeing its address)
   and its Node. The status follows: replicas,
   upToDateReplicas, readyReplicas, RollingOut, MachinesUpToDate.
   What it leaves out is the rest of KCP's logic: one control plane process runs at the endpoint
@@ -56,7 +57,6 @@ from typing import Any
 
 from e2e.engine.control_plane import ADMIN_USER, OTHER_CAS, ControlPlane
 from e2e.standins.workload import kubeadm
-from e2e.standins.workload.capmox import need_true
 from e2e.standins.workload.objects import (
     BOOTSTRAP,
     CLUSTER_NAME_LABEL,
@@ -70,9 +70,11 @@ from e2e.standins.workload.objects import (
     conditions,
     ident,
     need,
+    need_true,
     owner,
     owner_ref,
 )
+from e2e.standins.workload.vm_guest import WorkloadGuests
 
 # Cluster API's label naming a control-plane Machine's KCP (api/core/v1beta2/machine_types.go).
 CONTROL_PLANE_NAME_LABEL = "cluster.x-k8s.io/control-plane-name"
@@ -112,6 +114,7 @@ def reconcile_control_planes(
     *,
     registered: set[str],
     control_plane_nodes: dict[str, str],
+    guests: WorkloadGuests,
 ) -> None:
     """Each KubeadmControlPlane, and the pre-terminate hook of each of its Machines being deleted
     (`_pre_terminate_hooks`). `running` holds each workload cluster's control plane by `namespace/cluster`;
@@ -143,7 +146,9 @@ def reconcile_control_planes(
             node
             for machine in machines
             if (
-                node := _registered_once_provisioned(client, kcp, machine, running[key], registered=registered, key=key)
+                node := _registered_once_provisioned(
+                    client, kcp, machine, running[key], registered=registered, key=key, guests=guests
+                )
             )
         ]
         if not nodes:
@@ -346,20 +351,28 @@ def _machine_template(client: Client, kcp: dict[str, Any]) -> dict[str, Any]:
 
 
 def _registered_once_provisioned(
-    client: Client, kcp: dict[str, Any], machine: dict[str, Any], lab: ControlPlane, *, registered: set[str], key: str
+    client: Client,
+    kcp: dict[str, Any],
+    machine: dict[str, Any],
+    lab: ControlPlane,
+    *,
+    registered: set[str],
+    key: str,
+    guests: WorkloadGuests,
 ) -> str | None:
     """The name of the Node of the control-plane `machine`, registered once its VM is provisioned
-    (as kubeadm init or join does, `_register_control_plane_node`); None until then, or once the
-    Machine is being deleted and its VM gone."""
+    and runs (as kubeadm init or join does, `_register_control_plane_node`); None until then, or
+    once the Machine is being deleted and its VM gone."""
     meta = machine["metadata"]
     vm = client.get("proxmoxmachines", INFRASTRUCTURE, meta["namespace"], meta["name"])
     if vm is None or "deletionTimestamp" in vm["metadata"] or not need_true(vm, "status.initialization.provisioned"):
         return None
     name: str = vm["metadata"]["name"]
     if f"{key}/{name}" not in registered:
-        if "deletionTimestamp" in meta:
+        boot = guests.boot_of(need(vm, "spec.providerID"))
+        if "deletionTimestamp" in meta or boot is None:
             return None
-        kubeadm.register_control_plane_node(client, kcp, machine, vm, lab)
+        kubeadm.register_control_plane_node(kcp, machine, vm, boot, lab)
         registered.add(f"{key}/{name}")
     return name
 

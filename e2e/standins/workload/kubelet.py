@@ -1,14 +1,15 @@
-"""A stand-in for the kubelet of each worker VM the CAPMOX stand-in provisioned: kubeadm joins it to
-its workload cluster (whose control plane the KubeadmControlPlane stand-in runs), so it registers
-a Node named after the VM with
+"""A stand-in for the kubelet of each worker VM CAPMOX provisioned: kubeadm joins it to its
+workload cluster (whose control plane the KubeadmControlPlane stand-in runs), so it registers a
+Node named after the VM with
 
-- spec.providerID: the `provider-id` kubelet argument as the VM's boot hands it over (the bootstrap
-  data rendered with the VM's meta-data, the worker's `kubeadm join` discovery checked against
-  its cluster: vm_boot.py), which must equal the ProxmoxMachine's spec.providerID (else the
-  Machine never finds its Node: refused loudly);
+- spec.providerID: the `provider-id` kubelet argument as the VM's boot hands it over (the
+  user-data of CAPMOX's ISO rendered with the ISO's meta-data, the worker's `kubeadm join`
+  discovery checked against its cluster: vm_guest.py, vm_boot.py), which must equal the
+  ProxmoxMachine's spec.providerID (else the Machine never finds its Node: refused loudly);
 - the labels a kubelet sets and the bootstrap data's `node-labels`, its `taints`;
-- capacity and allocatable from the VM's sizing (numSockets * numCores cpu, memoryMiB, the boot
-  volume, 110 pods), the addresses, nodeInfo (kubelet version = the Machine's) and Ready;
+- capacity and allocatable from what the VM has (sockets * cores cpu, memory, the boot disk, 110
+  pods), its addresses as its network-config gives them, nodeInfo (the SMBIOS uuid; the kubelet
+  version of the meta-data's `kubernetes-version`, the image's) and Ready;
 
 then heartbeats through its Lease in kube-node-lease, and reports each Pod the real kube-scheduler
 bound to it Running and Ready (no container runs). A kubelet argument it does not know is refused.
@@ -23,7 +24,6 @@ from typing import Any
 
 from e2e.engine.control_plane import KUBELET_USER, ControlPlane
 from e2e.standins.workload import vm_boot
-from e2e.standins.workload.capmox import need_true, size
 from e2e.standins.workload.objects import (
     CONTROL_PLANE_MACHINE_LABEL,
     CORE,
@@ -32,9 +32,11 @@ from e2e.standins.workload.objects import (
     Record,
     ident,
     need,
+    need_true,
     now,
     owner,
 )
+from e2e.standins.workload.vm_guest import Boot, WorkloadGuests
 
 KNOWN_KUBELET_ARGS = ("provider-id", "node-labels")
 LEASE_SECONDS = 40
@@ -45,11 +47,14 @@ def reconcile(
     record: Record,
     running: dict[str, ControlPlane],
     registered: set[str],
+    guests: WorkloadGuests,
 ) -> None:
     """Registers, heartbeats and runs pods for every provisioned ProxmoxMachine whose workload
-    cluster runs; `registered` holds `namespace/cluster/node` of each Node registered. A
-    control-plane Machine's Node, which the KubeadmControlPlane stand-in registers through
-    `register` (and puts in `registered`), heartbeats and runs its pods the same way."""
+    cluster runs and whose VM runs, from that VM's boot among `guests` (none runs for a machine
+    CAPMOX reports provisioned with its VM stopped: no kubelet, no Node); `registered` holds
+    `namespace/cluster/node` of each Node registered. A control-plane Machine's Node, which the
+    KubeadmControlPlane stand-in registers through `register` (and puts in `registered`),
+    heartbeats and runs its pods the same way."""
     nodes: dict[str, list[str]] = {}
     for item in client.items("proxmoxmachines", INFRASTRUCTURE):
         meta = item["metadata"]
@@ -59,7 +64,8 @@ def reconcile(
         if machine is None:
             raise KeyError(f"{ident(item)} is provisioned but its Machine is gone")
         key = f"{meta['namespace']}/{need(machine, 'spec.clusterName')}"
-        if key not in running:
+        boot = guests.boot_of(need(item, "spec.providerID"))
+        if key not in running or boot is None:
             continue
         if CONTROL_PLANE_MACHINE_LABEL in machine["metadata"].get("labels", {}):
             # kubeadm's Node, which the KubeadmControlPlane stand-in registers.
@@ -67,7 +73,7 @@ def reconcile(
                 nodes.setdefault(key, []).append(meta["name"])
             continue
         if f"{key}/{meta['name']}" not in registered:
-            _register(client, Client(running[key], KUBELET_USER), item, machine)
+            _register(Client(running[key], KUBELET_USER), item, boot)
             registered.add(f"{key}/{meta['name']}")
             record.did(f"Node registered in {key}", ident(item))
         nodes.setdefault(key, []).append(meta["name"])
@@ -80,21 +86,20 @@ def reconcile(
             record.did(f"Pod terminated in {key}", pod)
 
 
-def forget(registered: set[str], machine: dict[str, Any]) -> None:
-    """The VM of a deleted ProxmoxMachine is gone, and with it its kubelet: its Lease is no longer
-    renewed and its pods no longer run. The Node stays until Cluster API's Machine controller
-    deletes it, as it does once the infrastructure is gone."""
-    name = machine["metadata"]["name"]
-    for key in [entry for entry in registered if entry.endswith(f"/{name}")]:
+def forget(registered: set[str], boot: Boot) -> None:
+    """The VM is stopped or gone, and with it its kubelet: its Lease is no longer renewed and its
+    pods no longer run. The Node stays until Cluster API's Machine controller deletes it, as it
+    does once the infrastructure is gone."""
+    for key in [entry for entry in list(registered) if entry.endswith(f"/{boot.name}")]:
         registered.discard(key)
 
 
-def _register(client: Client, lab: Client, item: dict[str, Any], machine: dict[str, Any]) -> None:
-    boot = vm_boot.booted(client, machine, item)
-    if boot.phase != "join":
-        raise ValueError(f"{ident(machine)}: a worker's bootstrap data runs kubeadm {boot.phase}, not join")
-    vm_boot.discover(lab, boot.configuration)
-    register(lab, node_of(ident(item), item, boot.configuration.get("nodeRegistration", {})), item, machine)
+def _register(lab: Client, item: dict[str, Any], boot: Boot) -> None:
+    run = vm_boot.booted(boot)
+    if run.phase != "join":
+        raise ValueError(f"{ident(item)}: a worker's bootstrap data runs kubeadm {run.phase}, not join")
+    vm_boot.discover(lab, run.configuration)
+    register(lab, node_of(ident(item), item, run.configuration.get("nodeRegistration", {})), boot)
 
 
 def node_of(
@@ -137,14 +142,20 @@ def node_of(
     }
 
 
-def register(lab: Client, node: dict[str, Any], vm: dict[str, Any], machine: dict[str, Any]) -> None:
+def register(lab: Client, node: dict[str, Any], boot: Boot) -> None:
     """`node` (node_of's) created in the workload cluster `lab`, then its status as a kubelet on
-    the VM of ProxmoxMachine `vm` reports it: the VM's capacity (its sizing) as allocatable too, its
-    addresses, the pressure conditions False, Ready True, nodeInfo with the VM's SMBIOS uuid and
-    the kubelet version of `machine`."""
-    capacity = size(vm)
-    addresses = [{"type": a["type"], "address": a["address"]} for a in need(vm, "status.addresses")]
-    vm_uuid, version = need(vm, "spec.providerID").removeprefix("proxmox://"), need(machine, "spec.version")
+    the VM of `boot` reports it: the VM's capacity as allocatable too, its addresses, the pressure
+    conditions False, Ready True, nodeInfo with the VM's SMBIOS uuid and the image's kubelet
+    version."""
+    capacity = {
+        **{"cpu": str(boot.cpu), "memory": f"{boot.memory_mib}Mi"},
+        **{"ephemeral-storage": f"{boot.disk_gib}Gi", "pods": "110"},
+    }
+    addresses = [
+        *({"type": "InternalIP", "address": address.split("/")[0]} for address in boot.addresses),
+        {"type": "Hostname", "address": boot.name},
+    ]
+    vm_uuid, version = boot.meta["instance-id"], boot.meta["kubernetes-version"]
     lab.apply(node)
     stamp = now()
     pressure = {"MemoryPressure": "KubeletHasSufficientMemory", "DiskPressure": "KubeletHasNoDiskPressure"}

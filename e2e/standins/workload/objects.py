@@ -82,6 +82,14 @@ def need(obj: dict[str, Any], path: str) -> Any:
     return value
 
 
+def need_true(obj: dict[str, Any], path: str) -> bool:
+    """Whether the boolean at `path` is set and true (absent is false, as the contract reads it)."""
+    try:
+        return need(obj, path) is True
+    except KeyError:
+        return False
+
+
 def ident(obj: dict[str, Any]) -> str:
     meta = obj.get("metadata", {})
     return f"{obj.get('kind')}/{meta.get('namespace', '')}/{meta.get('name')}"

@@ -1,10 +1,11 @@
-"""The workload clusters' stand-ins together, on a management cluster, for a block: the CAPMOX and
-KubeadmControlPlane stand-ins and the VMs' kubelets, one pass over all of
-them every `interval` seconds (a real controller's watch answers sooner), each part on its own so
-that one refusing an object does not stop the others. Each workload control plane they start
-stops with the block.
+"""The workload clusters' stand-ins together, on a management cluster, for a block: the
+KubeadmControlPlane stand-in and the kubelets of the VMs that CAPMOX cloned and booted (`guests`,
+the workload VMs' insides on the Proxmox stand-in: vm_guest.py), one pass over all of them every
+`interval` seconds (a real controller's watch answers sooner), each part on its own so that one
+refusing an object does not stop the others. Each workload control plane they start stops with
+the block; a VM stopped or destroyed takes its kubelet with it.
 
-    with providers.running(mgmt, root) as standins: ... standins.record.errors, .timeline
+    with providers.running(mgmt, root, guests) as standins: ... standins.record.errors, .timeline
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from e2e.engine import control_plane
 from e2e.engine.control_plane import PROVIDERS_USER, ControlPlane
 from e2e.engine.kube_api import UnreachableError
 from e2e.standins.cluster.controller_loop import looping
-from e2e.standins.workload import capmox, kubeadm_control_plane, kubelet
+from e2e.standins.workload import kubeadm_control_plane, kubelet
 from e2e.standins.workload.objects import Client, Record
+from e2e.standins.workload.vm_guest import WorkloadGuests
 
 # What lab1's kube-controller-manager runs: all its default controllers (the node lifecycle one
 # among them, which is why the kubelets heartbeat), as kubeadm's does.
@@ -39,13 +40,14 @@ class WorkloadStandIns:
     """The newest Node each workload control plane registered, by `namespace/cluster`."""
     started_in: dict[str, float] = field(default_factory=dict)
     """Seconds each workload control plane took to answer, by `namespace/cluster`."""
-    missing_templates: set[int] = field(default_factory=set)
-    """Template VMIDs taken off the Proxmox node (a scenario's fault): a clone from one fails."""
 
 
 @contextmanager
-def running(mgmt: ControlPlane, root: Path, *, interval: float = 1.0) -> Iterator[WorkloadStandIns]:
+def running(
+    mgmt: ControlPlane, root: Path, guests: WorkloadGuests, *, interval: float = 1.0
+) -> Iterator[WorkloadStandIns]:
     standins = WorkloadStandIns()
+    guests.on_destroy = lambda boot: kubelet.forget(standins.registered, boot)
     client = Client(mgmt, PROVIDERS_USER)
     with ExitStack() as stack:
 
@@ -64,11 +66,7 @@ def running(mgmt: ControlPlane, root: Path, *, interval: float = 1.0) -> Iterato
             standins.started_in[key] = round(time.monotonic() - began, 1)
             return lab
 
-        def destroy(machine: dict[str, Any]) -> None:
-            kubelet.forget(standins.registered, machine)
-
         parts: dict[str, Callable[[], None]] = {
-            "ProxmoxClusters": lambda: capmox.reconcile_clusters(client, standins.record),
             "KubeadmControlPlanes": lambda: kubeadm_control_plane.reconcile_control_planes(
                 client,
                 standins.record,
@@ -76,11 +74,11 @@ def running(mgmt: ControlPlane, root: Path, *, interval: float = 1.0) -> Iterato
                 start,
                 registered=standins.registered,
                 control_plane_nodes=standins.control_plane_nodes,
+                guests=guests,
             ),
-            "ProxmoxMachines": lambda: capmox.reconcile_machines(
-                client, standins.record, destroy, standins.missing_templates
+            "kubelets": lambda: kubelet.reconcile(
+                client, standins.record, standins.running, standins.registered, guests
             ),
-            "kubelets": lambda: kubelet.reconcile(client, standins.record, standins.running, standins.registered),
         }
 
         def step() -> None:

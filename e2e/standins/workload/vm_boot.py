@@ -31,7 +31,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from e2e.engine.control_plane import ControlPlane
-from e2e.standins.workload.objects import Client, ident, need
+from e2e.standins.workload.objects import Client
+from e2e.standins.workload.vm_guest import Boot
 
 HEADER = "## template: jinja\n#cloud-config\n"
 _VARIABLE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
@@ -73,15 +74,10 @@ def render(value: str, meta: dict[str, str]) -> dict[str, Any]:
     return rendered
 
 
-def booted(client: Client, machine: dict[str, Any], vm: dict[str, Any]) -> KubeadmRun:
-    """What the VM of ProxmoxMachine `vm` runs as it boots: `machine`'s bootstrap data (its Secret,
-    as the bootstrap provider rendered it) with the VM's meta-data (its SMBIOS uuid, its name)."""
-    name = need(machine, "spec.bootstrap.dataSecretName")
-    secret = client.get("secrets", "v1", machine["metadata"]["namespace"], name)
-    if secret is None:
-        raise KeyError(f"{ident(machine)}'s bootstrap data Secret {name} is gone")
-    vm_uuid = need(vm, "spec.providerID").removeprefix("proxmox://")
-    return kubeadm_run(base64.b64decode(secret["data"]["value"]).decode(), meta_data(vm_uuid, vm["metadata"]["name"]))
+def booted(boot: Boot) -> KubeadmRun:
+    """What a workload VM runs as it boots: the user-data of CAPMOX's ISO (the bootstrap data the
+    bootstrap provider rendered) with the ISO's meta-data (its SMBIOS uuid, its name)."""
+    return kubeadm_run(boot.user_data, boot.meta)
 
 
 def kubeadm_run(value: str, meta: dict[str, str]) -> KubeadmRun:
