@@ -224,7 +224,7 @@ def test_the_workers_bootstrap_data_is_the_real_providers_and_the_vm_joins_with_
     assert "value: proxmox://'{{ ds.meta_data.instance_id }}'" in data
     assert "key: node.cluster.x-k8s.io/uninitialized" in data
     # The program's sshPublicKeys, for cloud-init's users module: root's authorized keys on the VM.
-    cloud_config = vm_boot.render(data, vm_boot.meta_data("uuid", "name"))
+    cloud_config = vm_boot.render(data, {"instance-id": "uuid", "local-hostname": "name"})
     assert cloud_config["users"] == [{"name": "root", "ssh_authorized_keys": entry["sshPublicKeys"]}]
 
 

@@ -23,6 +23,8 @@ from e2e.engine import control_plane
 from e2e.standins.workload import kubelet, vm_boot
 
 UUID = "3f1c2a9e-7d41-4b7e-9c55-0e8f6c1d2b34"
+# The NoCloud meta-data CAPMOX writes on its ISO (pkg/cloudinit/metadata.go), the keys a render reads.
+META = {"instance-id": UUID, "local-hostname": "lab1-workers-x"}
 TOKEN_ID, TOKEN_SECRET = "abcdef", "0123456789abcdef"
 TOKEN = f"{TOKEN_ID}.{TOKEN_SECRET}"
 SENTINEL = "echo success > /run/cluster-api/bootstrap-success.complete"
@@ -102,9 +104,7 @@ def _token_secret(held: str = TOKEN_SECRET, expires_in: float = 900, usage: str 
 
 
 def _booted(pin: str) -> vm_boot.KubeadmRun:
-    return vm_boot.kubeadm_run(
-        JOIN.format(pin=pin, token=TOKEN, sentinel=SENTINEL), vm_boot.meta_data(UUID, "lab1-workers-x")
-    )
+    return vm_boot.kubeadm_run(JOIN.format(pin=pin, token=TOKEN, sentinel=SENTINEL), META)
 
 
 def test_a_worker_joins_with_the_provider_id_its_kubelet_receives_unquoted(tmp_path: Path) -> None:
@@ -172,7 +172,7 @@ def test_kubeadm_join_refuses_a_pin_of_another_ca_and_another_endpoint(tmp_path:
 def test_what_the_vm_cannot_render_or_run_is_refused(change: tuple[str, str], refusal: str) -> None:
     value = JOIN.format(pin="sha256:00", token=TOKEN, sentinel=SENTINEL).replace(*change)
     with pytest.raises(ValueError, match=refusal):
-        vm_boot.kubeadm_run(value, vm_boot.meta_data(UUID, "lab1-workers-x"))
+        vm_boot.kubeadm_run(value, META)
 
 
 def test_a_workload_control_plane_serves_from_the_ca_its_workers_pin(tmp_path: Path) -> None:

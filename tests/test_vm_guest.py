@@ -94,6 +94,15 @@ def test_a_network_config_for_another_mac_leaves_the_vm_without_an_address(tmp_p
         _guests(tmp_path, files).start(101, dict(CONFIG))
 
 
+def test_a_label_padded_with_nuls_as_go_diskfs_pads_it_is_still_cidata(tmp_path: Path) -> None:
+    iso = _iso(tmp_path / "user-data-101.iso", {"user-data": "", "meta-data": META, "network-config": NETWORK})
+    image = bytearray(iso.read_bytes())
+    label = 16 * 2048 + 40  # the primary volume descriptor's volume identifier (ECMA-119)
+    image[label : label + 32] = b"cidata".ljust(32, b"\0")
+    iso.write_bytes(bytes(image))
+    assert vm_guest.read_cidata(iso)["meta-data"] == META
+
+
 def test_an_iso_that_is_not_cidata_is_no_datasource(tmp_path: Path) -> None:
     files = {"user-data": "", "meta-data": META, "network-config": NETWORK}
     with pytest.raises(RuntimeError, match="not cidata"):
@@ -103,13 +112,15 @@ def test_an_iso_that_is_not_cidata_is_no_datasource(tmp_path: Path) -> None:
 class _ManagementGuest:
     def __init__(self) -> None:
         self.started: list[int] = []
+        self.destroyed: list[int] = []
 
     def start(self, vmid: int, config: dict[str, str]) -> None:
         self.started.append(vmid)
 
     def stop(self, vmid: int) -> None: ...
 
-    def destroy(self, vmid: int) -> None: ...
+    def destroy(self, vmid: int) -> None:
+        self.destroyed.append(vmid)
 
     def agent_interfaces(self, vmid: int) -> list[dict[str, Any]] | None:
         return []
@@ -131,3 +142,9 @@ def test_a_vm_without_the_iso_is_the_management_vm_or_refused(tmp_path: Path) ->
     guests.start(201, dict(config))
     assert management.started == [201]
     assert guests.booted == {}
+    # A workload VM stopped, then destroyed, as CAPMOX deletes one, stays the workload guests'.
+    guests.start(101, dict(CONFIG))
+    guests.stop(101)
+    guests.destroy(101)
+    guests.destroy(201)
+    assert management.destroyed == [201]

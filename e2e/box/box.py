@@ -328,8 +328,8 @@ def running(
             )
         )
         if workload:
-            workload.guests.others, workload.guests.volume_path = guests, pve.volume_path
-            proxmox_node.make_templates(pve, workload.templates)
+            workload.guests.others = guests
+            proxmox_node.equip(pve, workload.guests, workload.templates)
         charts = stack.enter_context(
             chart_repo_standin.serve(
                 {**_chart_repos(), **(workload.charts if workload else {})},

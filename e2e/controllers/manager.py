@@ -122,19 +122,19 @@ def running(cluster: ControlPlane, directory: Path, address: str, manager: Manag
     directory.mkdir(parents=True, exist_ok=True)
     service = f"{manager.prefix}webhook-service"
     environment = dict(manager.environment(cluster)) if manager.environment else {}
+    webhook_args: tuple[str, ...] = ()
     if manager.webhook_flags:
-        certificates = directory
-        webhook_args: tuple[str, ...] = (f"--webhook-port={manager.webhook_port}", f"--webhook-cert-dir={directory}")
+        key, cert = https_server.self_signed_certificate(directory, service, address, (f"{service}.svc",))
+        webhook_args = (
+            *(f"--webhook-port={manager.webhook_port}", f"--webhook-cert-dir={directory}"),
+            *(f"--webhook-cert-name={cert.name}", f"--webhook-key-name={key.name}"),
+        )
     else:
         environment["TMPDIR"] = str(directory)
-        certificates = directory / "k8s-webhook-server" / "serving-certs"
-        certificates.mkdir(parents=True, exist_ok=True)
-        webhook_args = ()
-    key, cert = https_server.self_signed_certificate(certificates, service, address, (f"{service}.svc",))
-    if manager.webhook_flags:
-        webhook_args += (f"--webhook-cert-name={cert.name}", f"--webhook-key-name={key.name}")
-    else:
-        key, cert = key.rename(certificates / "tls.key"), cert.rename(certificates / "tls.crt")
+        defaults = directory / "k8s-webhook-server" / "serving-certs"
+        defaults.mkdir(parents=True, exist_ok=True)
+        made = https_server.self_signed_certificate(defaults, service, address, (f"{service}.svc",))
+        key, cert = made[0].rename(defaults / "tls.key"), made[1].rename(defaults / "tls.crt")
     args = (
         f"--kubeconfig={cluster.kubeconfig_of(CLUSTER_API_USER)}",
         "--leader-elect=false",

@@ -33,6 +33,7 @@ from e2e.box.workload.lab1_reads import (
     scales,
     until,
 )
+from e2e.box.workload.proxmox_node import TEMPLATE_STEP
 from e2e.engine.cli import Engine
 from e2e.engine.control_plane import ADMIN_USER, OPERATOR_USER, ControlPlane
 from e2e.standins.cluster import pod_runner
@@ -42,10 +43,9 @@ from e2e.standins.workload.objects import CONTROL_PLANE_MACHINE_LABEL
 # The sizing change the scenario makes to the workers.
 RESIZE_BY_MIB = 2048
 
-# The next patch release, and the template VM an owner builds for it (image-builder), one up from
-# the entry's: a version bump needs its template, whose images the new nodes boot.
+# The next patch release; a version bump needs its template, whose images the new nodes boot
+# (proxmox_node.TEMPLATE_STEP: the one the box's node holds).
 UPGRADE_TO = "v1.35.10"
-TEMPLATE_STEP = 1
 
 
 def _workers(mgmt: ControlPlane, lab: Lab, cluster: Workload) -> dict[str, Any]:

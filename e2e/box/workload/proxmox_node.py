@@ -5,7 +5,7 @@ makes a CAPMOX template (`qm create` and `qm template`), and the workload VMs' i
 told of each power change.
 
     with proxmox_node.serving(base, entry, tokens) as (pve, guests): ...   # the workload box
-    proxmox_node.make_templates(pve, templates_of(entry))          # a box whose stand-in runs already
+    proxmox_node.equip(pve, guests, templates_of(entry))            # a box whose stand-in runs already
 """
 
 from __future__ import annotations
@@ -30,14 +30,21 @@ TEMPLATE_MEMORY_MIB = 2048
 NODE_MEMORY = 128 << 30
 _ID = re.compile(r"/(qemu|tasks)/[^/]+")
 _VOLUME = re.compile(r"/content/.+$")
-# The rollout scenario moves templateVmId one up (e2e/box/workload/lab1_rollouts.py TEMPLATE_STEP).
-NEXT_TEMPLATE_STEP = 1
+# The template VM an owner builds for the next Kubernetes version (image-builder): one up from the
+# entry's, where the rollout scenario moves templateVmId (e2e/box/workload/lab1_rollouts.py).
+TEMPLATE_STEP = 1
 
 
 def templates_of(entry: Mapping[str, Any]) -> tuple[int, ...]:
     """The template VMIDs a scenario of the workload cluster `entry` clones from."""
     first = int(entry["templateVmId"])
-    return (first, first + NEXT_TEMPLATE_STEP)
+    return (first, first + TEMPLATE_STEP)
+
+
+def equip(pve: pve_api_standin.PveApiStandIn, guests: WorkloadGuests, templates: Iterable[int]) -> None:
+    """The node ready for CAPMOX: `guests` read the ISOs it stores, its templates made."""
+    guests.volume_path = pve.volume_path
+    make_templates(pve, templates)
 
 
 def make_templates(pve: pve_api_standin.PveApiStandIn, vmids: Iterable[int]) -> None:
@@ -83,6 +90,5 @@ def serving(
         node=entry["sourceNode"],
         node_memory=NODE_MEMORY,
     ) as pve:
-        guests.volume_path = pve.volume_path
-        make_templates(pve, templates_of(entry))
+        equip(pve, guests, templates_of(entry))
         yield pve, guests

@@ -90,6 +90,7 @@ def forget(registered: set[str], boot: Boot) -> None:
     """The VM is stopped or gone, and with it its kubelet: its Lease is no longer renewed and its
     pods no longer run. The Node stays until Cluster API's Machine controller deletes it, as it
     does once the infrastructure is gone."""
+    # A copy first: the Proxmox stand-in's thread calls this while the stand-ins' loop may add.
     for key in [entry for entry in list(registered) if entry.endswith(f"/{boot.name}")]:
         registered.discard(key)
 

@@ -51,11 +51,6 @@ class KubeadmRun:
     """The Init- or JoinConfiguration the command reads (kubeadm.k8s.io)."""
 
 
-def meta_data(vm_uuid: str, name: str) -> dict[str, str]:
-    """The NoCloud meta-data of the VM `name` whose SMBIOS uuid is `vm_uuid`."""
-    return {"instance-id": vm_uuid, "local-hostname": name}
-
-
 def render(value: str, meta: dict[str, str]) -> dict[str, Any]:
     """The cloud-config cloud-init reads from the bootstrap data `value`, rendered with `meta`."""
     if not value.startswith(HEADER):

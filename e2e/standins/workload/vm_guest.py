@@ -92,6 +92,9 @@ class WorkloadGuests:
     """Where the stand-in keeps a volume's file (set once it serves)."""
     on_destroy: Callable[[Boot], None] = lambda _boot: None
     booted: dict[int, Boot] = field(default_factory=dict)
+    """The running workload VMs' boots."""
+    owned: set[int] = field(default_factory=set)
+    """Every workload VM started here, running or stopped, until destroyed: the rest are `others`'."""
 
     def boot_of(self, provider_id: str) -> Boot | None:
         """The running VM whose SMBIOS uuid the providerID names."""
@@ -109,6 +112,7 @@ class WorkloadGuests:
         mac = _MAC.match(str(config.get("net0", "")))
         if mac is None:
             raise RuntimeError(f"VM {vmid}: net0 {config.get('net0')!r} has no MAC")
+        self.owned.add(vmid)
         self.booted[vmid] = Boot(
             vmid,
             meta,
@@ -119,30 +123,37 @@ class WorkloadGuests:
             _gib(str(config["scsi0"])),
         )
 
+    # A VM that never started here (a template, a clone never powered on) and is not `others`'
+    # has no inside: stopping or destroying it, or asking its agent, reaches nothing.
+
     def stop(self, vmid: int) -> None:
         if vmid in self.booted:
             self.on_destroy(self.booted.pop(vmid))
-        elif self.others is not None:
+        elif vmid not in self.owned and self.others is not None:
             self.others.stop(vmid)
 
     def destroy(self, vmid: int) -> None:
-        self.stop(vmid)
-        if vmid not in self.booted and self.others is not None:
+        if vmid in self.owned:
+            self.stop(vmid)
+            self.owned.discard(vmid)
+        elif self.others is not None:
             self.others.destroy(vmid)
 
     def agent_interfaces(self, vmid: int) -> list[dict[str, Any]] | None:
-        if vmid in self.booted:
+        if vmid in self.owned:
             raise RuntimeError(f"VM {vmid}: the workload guest's agent knows no network-get-interfaces")
         return self._other("agent network-get-interfaces").agent_interfaces(vmid)
 
     def agent_osinfo(self, vmid: int) -> dict[str, Any] | None:
-        if vmid in self.booted:
-            return dict(OS_INFO)
-        return self._other("agent get-osinfo").agent_osinfo(vmid) if self.others else None
+        if vmid not in self.owned:
+            return self.others.agent_osinfo(vmid) if self.others else None
+        return dict(OS_INFO) if vmid in self.booted else None
 
     def agent_exec(self, vmid: int, command: list[str], input_data: str) -> dict[str, Any] | None:
+        if vmid not in self.owned:
+            return self.others.agent_exec(vmid, command, input_data) if self.others else None
         if vmid not in self.booted:
-            return self._other("agent exec").agent_exec(vmid, command, input_data) if self.others else None
+            return None
         if command != CLOUD_INIT_STATUS or input_data:
             raise RuntimeError(f"VM {vmid}: the workload guest's agent runs only `cloud-init status`, not {command}")
         return {"exitcode": 0, "out-data": "status: done\n"}
