@@ -9,19 +9,15 @@ ever contains a token secret.
 
 from __future__ import annotations
 
-import json
-import ssl
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pulumi
 
+from components import proxmox_api
 from components.settings import PROJECT, Settings
 
-REQUEST_TIMEOUT_SECONDS = 10
 ROOT_PATH = "/"
 
 Permissions = Mapping[str, Mapping[str, int]]
@@ -107,37 +103,19 @@ class TokenCheck:
 
 def read_permissions(endpoint: str, token_id: str, token_secret: str, *, insecure: bool) -> Permissions:
     """The token's effective permissions on every path, from the API at `endpoint`."""
-    url = f"{endpoint.rstrip('/')}/api2/json/access/permissions"
-    request = urllib.request.Request(  # noqa: S310 - the endpoint is validated as an https:// URL
-        url, headers={"Authorization": f"PVEAPIToken={token_id}={token_secret}"}
-    )
-    context = _unverified_context() if insecure else ssl.create_default_context()
     try:
-        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS, context=context) as response:  # noqa: S310
-            body = json.load(response)
-    except urllib.error.HTTPError as error:
-        error.close()  # it holds the open response
-        if error.code == 401:
+        data = proxmox_api.get(proxmox_api.Token(endpoint, token_id, token_secret, insecure), "access/permissions")
+    except proxmox_api.ApiCallError as error:
+        if error.status == 401:
             raise TokenRejectedError(f"{endpoint} rejected token {token_id}") from None
-        raise CredentialsError(
-            f"{endpoint} answered HTTP {error.code} to the permissions call for {token_id}"
-        ) from None
-    except (OSError, ValueError) as error:
-        # URLError, TLS and timeout errors are OSErrors; their text names the cause, never a header.
-        raise CredentialsError(f"cannot check token {token_id} at {endpoint}: {error}") from None
-    data = body.get("data") if isinstance(body, dict) else None
+        if error.status is not None:
+            raise CredentialsError(
+                f"{endpoint} answered HTTP {error.status} to the permissions call for {token_id}"
+            ) from None
+        raise CredentialsError(f"cannot check token {token_id} at {endpoint}: {error.message}") from None
     if not isinstance(data, dict):
         raise CredentialsError(f"{endpoint} answered the permissions call for {token_id} without a data object")
     return data
-
-
-def _unverified_context() -> ssl.SSLContext:
-    """TLS that checks no certificate (proxmoxInsecure): the default context with no CA bundle
-    loaded, which it would not use and which takes some 30 ms to load from the system's."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    return context
 
 
 def holds(permissions: Permissions, path: str, privilege: str) -> bool:

@@ -33,7 +33,7 @@ from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.settings import ROOT
 from pulumi.runtime.sync_await import _sync_await
 
-from components import charts, credentials, hand_made_clusters
+from components import charts, credentials, hand_made_clusters, proxmox_api
 from components.settings import DEFAULTS, SECRET_KEYS, config_value
 
 REPO = Path(__file__).resolve().parent.parent
@@ -218,6 +218,8 @@ class Run:
     """The URL of every request to a chart repository."""
     cluster_reads: list[str] = field(default_factory=list)
     """The API path of every object the program read from the management cluster itself."""
+    proxmox_reads: list[tuple[str, str]] = field(default_factory=list)
+    """(token id, API path) of every other read of the Proxmox API (components.clone_sources)."""
 
     def get(self, type_: str, name: str) -> Resource:
         return self.resources[(type_, name)]
@@ -341,6 +343,53 @@ def _permissions_table(run: Run, tokens: TokenTable) -> credentials.PermissionsR
         return tokens[(token_id, token_secret)]
 
     return read
+
+
+@dataclass(frozen=True)
+class ProxmoxSite:
+    """What the Proxmox VE API answers components.clone_sources: the cluster's nodes (name ->
+    online) and its VMs' configs by (node, VMID)."""
+
+    nodes: Mapping[str, bool]
+    vms: Mapping[tuple[str, int], Mapping[str, Any]]
+
+
+def configured_site(config: Mapping[str, str]) -> ProxmoxSite:
+    """A lab set up as the stack config says: every node it names online, and each workload
+    cluster's templateVmId a template on its sourceNode."""
+    node = config[f"{PROJECT}:proxmoxNode"]
+    clusters = json.loads(config.get(f"{PROJECT}:workloadClusters", "[]"))
+    sources = {(entry.get("sourceNode", node), int(entry["templateVmId"])) for entry in clusters}
+    named = {node, *(source for source, _ in sources)}
+    named |= {allowed for entry in clusters for allowed in entry.get("allowedNodes", [])}
+    templates = {source: {"name": f"ubuntu-2404-kube-{source[1]}", "template": 1} for source in sources}
+    return ProxmoxSite(dict.fromkeys(named, True), templates)
+
+
+def _proxmox_site(run: Run, given: ProxmoxSite | None, config: Mapping[str, str]) -> Any:
+    """Stands in for proxmox_api.get, which must never leave this machine in a test: the two
+    reads components.clone_sources makes, answered as Proxmox VE answers them from the `given`
+    site or, by default, `configured_site` (read at the first call: a config the program refuses
+    is never read here); any other path fails the run."""
+
+    def get(token: proxmox_api.Token, path: str) -> object:
+        run.proxmox_reads.append((token.token_id, path))
+        site = given or configured_site(config)
+        if path == "cluster/status":
+            return [{"type": "node", "name": name, "online": int(up)} for name, up in site.nodes.items()]
+        found = re.fullmatch(r"nodes/([^/]+)/qemu/(\d+)/config", path)
+        if found is None:
+            raise AssertionError(f"the harness's Proxmox API does not know GET {path}")
+        node, vmid = found[1], int(found[2])
+        if node not in site.nodes:
+            raise proxmox_api.ApiCallError(500, f"no such cluster node '{node}'")
+        if (node, vmid) not in site.vms:
+            raise proxmox_api.ApiCallError(
+                500, f"Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"
+            )
+        return dict(site.vms[(node, vmid)])
+
+    return get
 
 
 def replaced(before: Run, after: Run) -> set[tuple[str, str]]:
@@ -535,6 +584,7 @@ def run_program(
     chart_directory: Path | None = None,
     charts_served: Mapping[str, bytes] | None = None,
     live_objects: Mapping[str, Mapping[str, Any]] | None = None,
+    site: ProxmoxSite | None = None,
 ) -> Run:
     """Run __main__.py once with the lab stack's config changed by `overrides`/`unset`.
     `previous_outputs` are the stack outputs of the last deployment, as a StackReference to the
@@ -546,7 +596,8 @@ def run_program(
     registered before it failed. `chart_directory` is the project's folder where the program
     keeps the chart archives (a new empty one by default); `charts_served` what the chart
     repositories serve, URL -> content (by default, `chart_repositories` of the config);
-    `live_objects` what the management cluster holds, API path -> object (by default nothing)."""
+    `live_objects` what the management cluster holds, API path -> object (by default nothing);
+    `site` the Proxmox cluster's nodes and VMs (by default, `configured_site` of the config)."""
     run = record if record is not None else Run()
     mocks = _Mocks(previous_outputs, vm_mac, live_outputs or {})
     ROOT.set(None)
@@ -569,6 +620,7 @@ def run_program(
         served = chart_repositories(config) if charts_served is None else charts_served
         with (
             _patched(credentials, "read_permissions", _permissions_table(run, table)),
+            _patched(proxmox_api, "get", _proxmox_site(run, site, config)),
             _patched(charts, "fetch", _fetch_from(served, run)),
             _patched(hand_made_clusters, "read_object", _management_cluster(live_objects or {}, run)),
             tempfile.TemporaryDirectory() as empty,

@@ -14,7 +14,7 @@ import harness
 import pytest
 from test_settings import lab_raw
 
-from components import credentials
+from components import credentials, proxmox_api
 from components.credentials import CredentialsError, TokenRejectedError, read_permissions
 from components.settings import SettingsError, parse_settings
 from e2e.standins.proxmox import pve_api_standin
@@ -261,7 +261,7 @@ def test_a_silent_api_is_bounded_in_time(monkeypatch: pytest.MonkeyPatch) -> Non
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)  # accepts the connection, never answers
-        monkeypatch.setattr(credentials, "REQUEST_TIMEOUT_SECONDS", 0.5)
+        monkeypatch.setattr(proxmox_api, "REQUEST_TIMEOUT_SECONDS", 0.5)
         with pytest.raises(CredentialsError) as raised:
             read_permissions(
                 f"https://127.0.0.1:{listener.getsockname()[1]}/", PROGRAM_TOKEN, PROGRAM_SECRET, insecure=True

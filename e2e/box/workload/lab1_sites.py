@@ -23,6 +23,7 @@ SITES: dict[str, dict[str, Any]] = {
         "dnsServers": ["10.20.30.1"],
         "vlan": 30,
         "sourceNode": "pve2",
+        "allowedNodes": ["pve2"],
         "templateVmId": 9100,
         "bridge": "vmbr1",
         "workers": {"minSize": 0, "maxSize": 3, "sockets": 1, "cores": 2, "memoryMib": 2048, "diskGib": 20},
