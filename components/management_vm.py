@@ -27,6 +27,13 @@ IMPORT_SOURCE = "disks[0].importFrom"
 # the zeros again and send the disk anew. The program sets no limits, so the block is not its to
 # compare.
 DISK_SPEED = "disks[0].speed"
+# The CD drive the provider gives each VM it creates (ide3), never written again: Proxmox VE
+# appends a CD drive that a config update names to the VM's boot order (qemu-server
+# PVE/API2/Qemu.pm update_vm_api), and the provider names it whenever its state's drive is not
+# the default, as after an import (a lost state's recovery) or on a VM made without one (the
+# playbook's). The next preview would plan the boot order back: one more run, for a VM that
+# nobody changed. Nothing of the program's uses the drive.
+CD_DRIVE = "cdrom"
 # Where the host steps reach the VM: its address and cloud-init user. With a rebuild allowed, a
 # change to either replaces the VM (next_boot lets it through only then); sent in place, the VM
 # would take it at a reboot the program never does, and every step would dial it before then.
@@ -239,7 +246,7 @@ def _vm_options(
     # an in-place update that sends Proxmox nothing (bpg provider PR #2568). So a new image is for
     # future builds only, unless a rebuild is allowed, and then the new source must replace the
     # VM to take effect at all.
-    ignored_disk_changes = [DISK_SPEED] if vm.rebuild_from_image else [IMPORT_SOURCE, DISK_SPEED]
+    ignored = [CD_DRIVE, DISK_SPEED] if vm.rebuild_from_image else [CD_DRIVE, IMPORT_SOURCE, DISK_SPEED]
     own = pulumi.ResourceOptions(
         protect=vm.protected,
         # The VMID is fixed, so a replacement must delete the old VM before creating the new.
@@ -247,7 +254,7 @@ def _vm_options(
         replace_on_changes=[IMPORT_SOURCE, *REACH] if vm.rebuild_from_image else [],
     )
     imported = adoption.imported(
-        f"{proxmox.node}/{vm.vm_id}", adoption.VM_INPUTS, adopt=adopt, otherwise_ignored=ignored_disk_changes
+        f"{proxmox.node}/{vm.vm_id}", adoption.VM_INPUTS, adopt=adopt, otherwise_ignored=ignored
     )
     return pulumi.ResourceOptions.merge(pulumi.ResourceOptions.merge(child, own), imported)
 

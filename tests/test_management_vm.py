@@ -121,7 +121,7 @@ def test_vm_is_protected_and_ignores_a_new_image(lab: Run) -> None:
     vm = lab.get(*VM)
     assert vm.protect is True
     assert vm.plain["protection"] is True
-    assert vm.ignore_changes == ["disks[0].importFrom", "disks[0].speed"]
+    assert vm.ignore_changes == ["cdrom", "disks[0].importFrom", "disks[0].speed"]
     # The VMID is fixed: a deliberate rebuild must delete the old VM first.
     assert vm.delete_before_replace is True
 
@@ -160,7 +160,7 @@ def test_lifting_protection_touches_the_vm_in_place_and_unlocks_the_cluster_obje
         assert after.get(*key).retain_on_delete is True
     vm = after.get(*VM)
     assert (vm.protect, vm.plain["protection"]) == (False, False)
-    assert vm.ignore_changes == ["disks[0].importFrom", "disks[0].speed"]
+    assert vm.ignore_changes == ["cdrom", "disks[0].importFrom", "disks[0].speed"]
 
 
 def test_a_new_image_never_replaces_the_vm_unless_a_rebuild_is_allowed(lab: Run) -> None:
@@ -175,7 +175,7 @@ def test_a_deliberate_rebuild_replaces_the_vm_from_the_new_image() -> None:
     unprotected = run_program(UNPROTECTED)
     rebuilt = run_program({**REBUILD, **NEXT_IMAGE})
     vm = rebuilt.get(*VM)
-    assert vm.ignore_changes == ["disks[0].speed"]
+    assert vm.ignore_changes == ["cdrom", "disks[0].speed"]
     assert vm.replace_on_changes == ["disks[0].importFrom", *REACH]
     assert vm.protect is False
     assert vm.plain["disks"][0]["importFrom"] == "local:import/noble-server-cloudimg-amd64-20261020.qcow2"

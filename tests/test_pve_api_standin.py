@@ -283,6 +283,17 @@ def test_a_created_vm_reads_back_as_proxmox_stores_it(standin: PveApiStandIn, im
     assert call(standin, "GET", f"{VM}/status/current").data["status"] == "running"
 
 
+def test_a_cd_drive_an_update_names_joins_the_boot_order(standin: PveApiStandIn, image_server: str) -> None:
+    """qemu-server's update_vm_api, as the provider's update after an import sends the CD drive
+    the VM has already: it is appended to the order, to be bootable; the cloud-init drive is not."""
+    running_vm(standin, image_server)
+    cloud_init = {"ide2": "file=local-lvm:vm-201-cloudinit,media=cdrom"}
+    assert call(standin, "PUT", f"{VM}/config", cloud_init).status == 200
+    assert call(standin, "GET", f"{VM}/config").data["boot"] == "order=scsi0"
+    assert call(standin, "PUT", f"{VM}/config", {"ide3": "file=cdrom,media=cdrom,"}).status == 200
+    assert call(standin, "GET", f"{VM}/config").data["boot"] == "order=scsi0;ide3"
+
+
 def test_the_guest_is_told_of_each_power_change(
     standin: PveApiStandIn, image_server: str, guest: RecordingGuest
 ) -> None:

@@ -101,6 +101,7 @@ class Vms:
         for key, value in sorted(params.items()):
             self._check_option(ask, vmid, key, value)
         present = {key for key, value in {**config, **params}.items() if value} - set(deleted)
+        order = _boot_order(config)
         for key in deleted:
             config.pop(key, None)
         for key, value in sorted(params.items()):
@@ -110,6 +111,14 @@ class Vms:
                 config[key] = _tags(value)
             else:
                 config[key] = self._value(vmid, key, value)
+        # Qemu.pm update_vm_api: a CD drive an update names (its cloud-init drive excepted) joins
+        # the boot order the VM had, to be bootable, even when it is the drive the VM has. Where the
+        # same update sets `boot`, Perl's hash order decides which is written last; this writes the
+        # one that is not what the client asked.
+        if appended := [
+            key for key, value in sorted(params.items()) if order and key not in order and _is_cd(key, value)
+        ]:
+            config["boot"] = f"order={';'.join(order + appended)}"
 
     def _check_option(self, ask: Ask, vmid: str, key: str, value: str) -> None:
         """Qemu.pm check_vm_modify_config_perm, its drive checks and assert_tag_permissions."""
@@ -350,6 +359,21 @@ def new_mac() -> str:
 
 def is_drive(key: str) -> bool:
     return key.rstrip("0123456789") in DRIVES and key[-1].isdigit()
+
+
+def _boot_order(config: dict[str, Any]) -> list[str]:
+    settings = dict(part.partition("=")[::2] for part in str(config.get("boot", "")).split(",") if part)
+    return list(filter(None, settings.get("order", "").split(";")))
+
+
+def _is_cd(key: str, value: str) -> bool:
+    """PVE/QemuServer/Drive.pm drive_is_cdrom with its cloud-init drives excluded
+    (drive_is_cloudinit: a volume named `cloudinit` or `vm-<id>-cloudinit`)."""
+    if not is_drive(key):
+        return False
+    parts = value.split(",")
+    volume = parts[0].removeprefix("file=")
+    return "media=cdrom" in parts and not re.search(r"[:/](?:vm-\d+-)?cloudinit(?:\.\w+)?$", volume)
 
 
 def _boot(value: str, present: set[str]) -> str:
