@@ -117,7 +117,7 @@ def test_at_max_size_the_pod_left_over_stays_pending_and_the_autoscaler_says_why
     print("NotTriggerScaleUp:", lab1_box["max_size_reached"][0])
 
 
-def test_raising_max_size_gives_the_pod_left_over_its_worker(lab1_box: Any) -> None:
+def test_raising_max_size_gives_the_pod_taken_back_its_worker(lab1_box: Any) -> None:
     config, up = lab1_box["max_size_raised"]
     assert (config["rc"], up["rc"]) == (0, 0), up["error"]
     last = {key: value for _, key, value in lab1_box["timelines"]["3->4"]}
@@ -301,7 +301,7 @@ def test_a_machine_that_never_becomes_a_node_holds_the_scale_up_until_it_is_dele
     """docs/troubleshooting.md, "A Machine never becomes a Node", quotes what the box printed."""
     fault, account = lab1_box["never_a_node"], _account(lab1_box)
     held, grown = fault["held"], lab1_box["entry"]["workers"]["maxSize"] + 1
-    print(f"clone failed {fault['failed_in']} s after maxSize was raised", *held["machines"], sep="\n")
+    print(f"clone failed {fault['failed_in']} s after the pod came back", *held["machines"], sep="\n")
     print(*held["autoscaler_lines"], sep="\n")
     said = lab1_reads.conditions(held["proxmox_machine"])["VirtualMachineProvisioned"]
     config = f"nodes/{held['proxmox_machine']['spec']['sourceNode']}/qemu-server/{fault['template']}.conf"
@@ -320,6 +320,13 @@ def test_a_machine_that_never_becomes_a_node_holds_the_scale_up_until_it_is_dele
         "scheduled": grown - 1,
     }
     assert any("upcoming" in line for line in held["autoscaler_lines"])
+    # The owner's preview meanwhile stops on the program's own check, before it plans anything.
+    node = held["proxmox_machine"]["spec"]["sourceNode"]
+    assert held["preview"]["rc"] != 0
+    assert (
+        f"lab-mgmt:workloadClusters[0].templateVmId: there is no VM {fault['template']} on node {node}"
+        in held["preview"]["error"]
+    ), held["preview"]["error"]
     # The template back, the real CAPMOX v0.9.0 clones again, but that machine keeps its
     # CloningFailed reason, which no later step starts from: the VM stays as the template made it,
     # stopped, with no cloud-init ISO, while CAPMOX reports it provisioned. No Node comes of it.

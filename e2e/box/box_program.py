@@ -6,7 +6,9 @@ has the one the k3s steps read over SSH. The box's engine runs this file as the 
 
 The VM and the k3s host steps are left out of this part of the box; the host scripts are tested
 on their own (tests/test_host_scripts.py, tests/test_box_handover.py). ClusterApi reaches the
-cluster only through its Kubernetes provider, so all of it runs here as in the lab.
+cluster only through its Kubernetes provider, so all of it runs here as in the lab. Of
+__main__.py's checks at preview, the workload clusters' nodes and template are made (against the
+box's Proxmox node, with CAPMOX's token), not the program's own token, which nothing here uses.
 """
 
 # No `from __future__ import annotations`: run as the project's __main__.py, the classes below
@@ -18,6 +20,7 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components import charts
+from components.clone_sources import verify_clone_sources
 from components.management_cluster import manage_cluster
 from components.run_records import RunRecords
 from components.settings import load_settings
@@ -45,6 +48,8 @@ class BoxNode(pulumi.ComponentResource):
 
 def program(kubeconfig: str) -> None:
     settings = load_settings()
+    if not settings.proxmox.skip_credentials_check:
+        verify_clone_sources(settings)
     cluster_charts = charts.cluster_charts(settings)
     records = RunRecords()
     manage_cluster(settings, BoxNode("mgmt", kubeconfig), cluster_charts, records)

@@ -234,19 +234,24 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     # After the scale, an annotation edited by hand: what the runs show of it (lab1_faults.py).
     out["edited_by_hand"] = lab1_faults.edited_by_hand(engine, mgmt, cluster)
     mark("an annotation edited by hand")
-    # The fault's cause gone: one worker more allowed, and the pod left over gets it, once the
-    # second fault's is gone too: the workers' template was taken off the Proxmox node meanwhile,
-    # and the new worker's Machine waits without a Node until it is back (lab1_faults.py).
+    # The fault's cause gone: one worker more allowed, with the pod left over taken back first, so
+    # that the up, which proves the template is there (components/clone_sources.py), adds no worker.
+    # Then the workers' template is taken off the Proxmox node and the pod comes back: the new
+    # worker's Machine waits without a Node until the template is back (lab1_faults.py).
+    _demand(lab1, mgmt, max_size, worker_cpus)
+    out["max_size_raised"] = [
+        _step(engine, ("config", "set", "--path", "workloadClusters[0].workers.maxSize", str(max_size + 1))),
+        run(engine, mgmt, "up"),
+    ]
     step_began = time.monotonic()
-    out["max_size_raised"] = raised = []
-
-    def raise_max_size() -> None:
-        raised.append(
-            _step(engine, ("config", "set", "--path", "workloadClusters[0].workers.maxSize", str(max_size + 1)))
-        )
-        raised.append(run(engine, mgmt, "up"))
-
-    out["never_a_node"] = lab1_faults.never_a_node(mgmt, lab, box.pve, runner, raise_max_size)
+    out["never_a_node"] = lab1_faults.never_a_node(
+        mgmt,
+        lab,
+        box.pve,
+        runner,
+        scale_up=lambda: _demand(lab1, mgmt, max_size + 1, worker_cpus),
+        preview=lambda: run(engine, mgmt, "preview"),
+    )
     mark("a Machine that never becomes a Node")
     timelines["3->4"] = lab.watch(
         "3 -> 4, maxSize raised",

@@ -21,7 +21,8 @@ ending converged once its cause is gone:
   Node, and the autoscaler counts it as the worker on its way, adding no other, for
   `maxNodeProvisionTime`. With the template back, CAPMOX v0.9.0 clones again but leaves that VM
   as cloned (stopped, unconfigured) and reports it provisioned; deleting the Machine, as
-  docs/troubleshooting.md says, gets a new one that becomes the Node the pod runs on.
+  docs/troubleshooting.md says, gets a new one that becomes the Node the pod runs on. A preview
+  while the template is gone stops on the program's own check, naming templateVmId.
 """
 
 from __future__ import annotations
@@ -198,10 +199,13 @@ def never_a_node(
     lab: Lab,
     pve: PveApiStandIn,
     runner: pod_runner.PodRunner,
+    *,
     scale_up: Callable[[], None],
+    preview: Callable[[], dict[str, Any]],
 ) -> dict[str, Any]:
     """The workers' template gone from the Proxmox node `pve` while `scale_up()` makes the
-    autoscaler add a worker; what the owner reads while it is, then the template back."""
+    autoscaler add a worker; what the owner reads while it is (`preview()` among it: the program's
+    check finds the template gone), then the template back."""
     cluster = lab.cluster
     template = _current_template(mgmt, lab)
     _, log = _log(runner)
@@ -233,6 +237,7 @@ def never_a_node(
             "machine": get(mgmt, "machine", machine, namespace=cluster.namespace),
             "proxmox_machine": get(mgmt, "proxmoxmachine", failed["metadata"]["name"], namespace=cluster.namespace),
             "autoscaler_lines": [line for line in log_lines(log)[from_line:] if "upcoming" in line.lower()][:6],
+            "preview": preview(),
         }
     # CAPMOX clones again once the template is back; but the ProxmoxMachine keeps the CloningFailed
     # reason, and each later step of CAPMOX's state machine runs only from the reason before it: the
