@@ -21,7 +21,8 @@
 #                                      $LAB_MGMT_VENDOR; the helm CLI and the IPAM in-cluster
 #                                      provider's manager (with its upstream config/ beside its
 #                                      bin/) from the Go module proxy (LAB_MGMT_HELM_BIN,
-#                                      LAB_MGMT_IPAM_BIN)
+#                                      LAB_MGMT_IPAM_BIN); CAPMOX's manager from its upstream
+#                                      archive, with Cluster API's (LAB_MGMT_CAPMOX_BIN)
 #
 # The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
 # pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
