@@ -87,7 +87,7 @@ def test_after_the_recovery_each_object_has_one_applier_the_stacks(lab1_box: Any
     assert [step["rc"] for step in updated["steps"]] == [0, 0]
     assert updated["up"]["rc"] == 0, updated["up"]["error"]
     touched = {step["urn"].rsplit("::", 1)[1] for step in updated["up"]["changed"]}
-    assert {"mgmt-infrastructure-proxmox", "lab1-workers"} <= touched, touched
+    assert {"mgmt-infrastructure-proxmox", f"{lab1_box['entry']['name']}-workers"} <= touched, touched
     assert recovery["appliers"] == {
         kind: ["pulumi-kubernetes-lab-mgmt/Apply"]
         for kind in ("infrastructureprovider", "machinedeployment", "kubeadmcontrolplane")
@@ -106,5 +106,5 @@ def test_a_token_rotation_after_the_recovery_gives_kubeconfigs_that_answer(lab1_
     assert rotated["capmox_secret"] == first
     assert rotated["reads"] == {
         "lab-mgmt": {"rc": 0, "stderr": ""},
-        "lab1": {"rc": 0, "stderr": ""},
+        lab1_box["entry"]["name"]: {"rc": 0, "stderr": ""},
     }

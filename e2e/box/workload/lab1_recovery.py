@@ -93,7 +93,7 @@ def recover(
     out["appliers"] = appliers(mgmt, cluster)
     out["ended"] = time.time()
     out["stack_file"] = (engine.project / STACK_FILE).read_text()
-    out["rotated_tokens"] = rotated_tokens(engine, mgmt, lab1.parent)
+    out["rotated_tokens"] = rotated_tokens(engine, mgmt, lab1.parent, cluster.name)
     return engine, out
 
 
@@ -133,12 +133,12 @@ def appliers(mgmt: ControlPlane, cluster: Workload) -> dict[str, list[str]]:
     }
 
 
-def rotated_tokens(engine: Engine, mgmt: ControlPlane, folder: Path) -> dict[str, Any]:
+def rotated_tokens(engine: Engine, mgmt: ControlPlane, folder: Path, workload: str) -> dict[str, Any]:
     """After the recovery, the read-only tokens rotated (readonlyTokenGeneration 2, docs/operations.md
     "Read-only access") and CAPMOX's token rotated back, in one run; and a read through each new
     kubeconfig as the inspector makes it (review 4, finding 4: the imported token's data went into
-    the new Secret, and both answered 401). CAPMOX's rotation changes the InfrastructureProvider CR
-    the lost stack had updated last."""
+    the new Secret, and both answered 401), the workload cluster's by its name `workload`. CAPMOX's
+    rotation changes the InfrastructureProvider CR the lost stack had updated last."""
     out: dict[str, Any] = {
         "config": [
             engine.pulumi("config", "set", "readonlyTokenGeneration", "2").returncode,
@@ -151,7 +151,7 @@ def rotated_tokens(engine: Engine, mgmt: ControlPlane, folder: Path) -> dict[str
     out["reads"] = {}
     for name, text in (
         ("lab-mgmt", outputs["readonlyKubeconfig"]),
-        ("lab1", outputs["workloadReadonlyKubeconfigs"]["lab1"]),
+        (workload, outputs["workloadReadonlyKubeconfigs"][workload]),
     ):
         path = folder / f"{name}-ro.kubeconfig"
         path.write_text(text)

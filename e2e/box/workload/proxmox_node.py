@@ -24,6 +24,7 @@ from e2e.standins.workload.vm_guest import WorkloadGuests
 # The owner's template (an Ubuntu cloud image with the kubelet, CAPMOX's image-builder recipe): a
 # disk no larger than any boot volume a scenario declares, since Proxmox VE refuses to shrink one.
 TEMPLATE_DISK_GIB = 10
+TEMPLATE_CORES = 2
 TEMPLATE_MEMORY_MIB = 2048
 # The owner's node as CAPMOX's scheduler reserves memory on it: room for the management VM, lab1's
 # control plane and its most workers at the template's default 16 GiB, with a rollout's surge.
@@ -49,7 +50,13 @@ def equip(pve: pve_api_standin.PveApiStandIn, guests: WorkloadGuests, templates:
 
 def make_templates(pve: pve_api_standin.PveApiStandIn, vmids: Iterable[int]) -> None:
     for vmid in vmids:
-        pve.made_template(vmid, f"ubuntu-2404-kube-{vmid}", disk_gib=TEMPLATE_DISK_GIB, memory_mib=TEMPLATE_MEMORY_MIB)
+        pve.made_template(
+            vmid,
+            f"ubuntu-2404-kube-{vmid}",
+            cores=TEMPLATE_CORES,
+            disk_gib=TEMPLATE_DISK_GIB,
+            memory_mib=TEMPLATE_MEMORY_MIB,
+        )
 
 
 def calls_by_route(pve: pve_api_standin.PveApiStandIn) -> dict[str, int]:
