@@ -12,7 +12,7 @@ from components.settings import load_settings
 settings = load_settings()
 if not settings.proxmox.skip_credentials_check:
     verify_tokens(settings)
-    verify_clone_sources(settings)
+verify_clone_sources(settings)
 # Where a chart is not in the project's folder yet, its repository is asked now, before anything
 # is registered: one out of reach stops the run with nothing begun (warns, with skipCredentialsCheck).
 cluster_charts = charts.cluster_charts(settings) if settings.adopt_cluster_objects else None

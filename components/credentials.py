@@ -19,6 +19,8 @@ from components import proxmox_api
 from components.settings import PROJECT, Settings
 
 ROOT_PATH = "/"
+# What every check made at preview against the Proxmox API says when it cannot ask it.
+SKIP_THE_CHECK = f"set {PROJECT}:skipCredentialsCheck true to skip this check"
 
 Permissions = Mapping[str, Mapping[str, int]]
 """Path -> privilege -> propagate flag, as `GET /access/permissions` answers for the caller."""
@@ -207,6 +209,6 @@ def _problem(settings: Settings, check: TokenCheck) -> str | None:
     except TokenRejectedError:
         return f"{where}: rejected by {settings.proxmox.endpoint}; check the token id and its secret"
     except CredentialsError as error:
-        return f"{where}: {error} (set {PROJECT}:skipCredentialsCheck true to skip this check)"
+        return f"{where}: {error} ({SKIP_THE_CHECK})"
     missing = missing_privileges(permissions, check)
     return f"{where}: lacks {', '.join(missing)}" if missing else None

@@ -48,8 +48,7 @@ class BoxNode(pulumi.ComponentResource):
 
 def program(kubeconfig: str) -> None:
     settings = load_settings()
-    if not settings.proxmox.skip_credentials_check:
-        verify_clone_sources(settings)
+    verify_clone_sources(settings)
     cluster_charts = charts.cluster_charts(settings)
     records = RunRecords()
     manage_cluster(settings, BoxNode("mgmt", kubeconfig), cluster_charts, records)

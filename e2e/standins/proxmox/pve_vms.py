@@ -95,13 +95,13 @@ class Vms:
         """Applied at once: Proxmox VE keeps a running VM's change pending, but `GET config` shows
         pending values, and the provider reads nothing else."""
         config, params = self.vm(node, vmid)["config"], dict(ask.params)
-        deleted = list(filter(None, re.split(r"[\s,;]+", params.pop("delete", ""))))
+        deleted = _split_list(params.pop("delete", ""))
         for key in deleted:
             self._check_option(ask, vmid, key, str(config.get(key, "")))
         for key, value in sorted(params.items()):
             self._check_option(ask, vmid, key, value)
         present = {key for key, value in {**config, **params}.items() if value} - set(deleted)
-        order = _boot_order(config)
+        order = _split_list(_boot_settings(str(config.get("boot", ""))).get("order", ""))
         for key in deleted:
             config.pop(key, None)
         for key, value in sorted(params.items()):
@@ -111,10 +111,9 @@ class Vms:
                 config[key] = _tags(value)
             else:
                 config[key] = self._value(vmid, key, value)
-        # Qemu.pm update_vm_api: a CD drive an update names (its cloud-init drive excepted) joins
-        # the boot order the VM had, to be bootable, even when it is the drive the VM has. Where the
-        # same update sets `boot`, Perl's hash order decides which is written last; this writes the
-        # one that is not what the client asked.
+        # Qemu.pm update_vm_api: a CD drive an update names (not its cloud-init drive) joins the VM's
+        # boot order, to be bootable, even the drive it has. Where the update sets `boot` too, Perl's
+        # hash order decides which is written last; this writes the one the client did not ask for.
         if appended := [
             key for key, value in sorted(params.items()) if order and key not in order and _is_cd(key, value)
         ]:
@@ -361,19 +360,22 @@ def is_drive(key: str) -> bool:
     return key.rstrip("0123456789") in DRIVES and key[-1].isdigit()
 
 
-def _boot_order(config: dict[str, Any]) -> list[str]:
-    settings = dict(part.partition("=")[::2] for part in str(config.get("boot", "")).split(",") if part)
-    return list(filter(None, settings.get("order", "").split(";")))
+def _boot_settings(value: str) -> dict[str, str]:
+    """A `pve-qm-boot` property string's keys and values (`order=scsi0;ide3`)."""
+    return dict(part.partition("=")[::2] for part in value.split(",") if part)
+
+
+def _split_list(value: str) -> list[str]:
+    """PVE::Tools::split_list: the items of a list parameter (`delete`, a boot order)."""
+    return list(filter(None, re.split(r"[\s,;]+", value)))
 
 
 def _is_cd(key: str, value: str) -> bool:
     """PVE/QemuServer/Drive.pm drive_is_cdrom with its cloud-init drives excluded
     (drive_is_cloudinit: a volume named `cloudinit` or `vm-<id>-cloudinit`)."""
-    if not is_drive(key):
-        return False
     parts = value.split(",")
-    volume = parts[0].removeprefix("file=")
-    return "media=cdrom" in parts and not re.search(r"[:/](?:vm-\d+-)?cloudinit(?:\.\w+)?$", volume)
+    cloud_init = re.search(r"[:/](?:vm-\d+-)?cloudinit(?:\.\w+)?$", parts[0].removeprefix("file="))
+    return is_drive(key) and "media=cdrom" in parts and not cloud_init
 
 
 def _boot(value: str, present: set[str]) -> str:
@@ -383,11 +385,11 @@ def _boot(value: str, present: set[str]) -> str:
     pve-common's JSONSchema.pm refuses it."""
     if re.fullmatch("[acdn]{1,4}", value):
         return value
-    settings = dict(part.partition("=")[::2] for part in value.split(",") if part)
+    settings = _boot_settings(value)
     if set(settings) != {"order"}:
         message = "invalid format - format error\nboot.legacy: value does not match the regex pattern"
         raise param_error("boot", message)
-    devices = list(filter(None, re.split(r"[\s,;]+", settings["order"])))
+    devices = _split_list(settings["order"])
     for device in devices:
         if device not in present:
             raise ApiError(500, f"invalid bootorder: device '{device}' does not exist'")
@@ -397,7 +399,7 @@ def _boot(value: str, present: set[str]) -> str:
 def _tags(value: str) -> str:
     """pve-guest-common PVE/GuestHelpers.pm get_unique_tags with the datacenter's defaults:
     lower-cased, each once, sorted, joined by `;`."""
-    return ";".join(sorted({tag.lower() for tag in re.split(r"[\s,;]+", value) if tag}))
+    return ";".join(sorted({tag.lower() for tag in _split_list(value)}))
 
 
 def _agent_enabled(config: dict[str, Any]) -> bool:
