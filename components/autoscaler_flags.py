@@ -48,6 +48,11 @@ TIMING_KEYS = {
 }
 # What the chart itself passes from its other values, never through extraArgs.
 CHART_FLAGS = ("cloud-provider", "namespace", "node-group-auto-discovery", "kubeconfig", "cloud-config")
+# The extraArgs of the pinned chart's values.yaml (clusterAutoscalerChartVersion 9.59.0): Helm merges
+# a release's extraArgs map over them, so the program's release and one installed by hand from the
+# same chart both pass them unless their values say otherwise, and a hand release that sets them as
+# the chart does (a values file copied from the chart's) loses nothing.
+CHART_DEFAULTS = {"logtostderr": "true", "stderrthreshold": "info", "v": "4"}
 
 
 def program_flags(timings: Mapping[str, str], kept: Mapping[str, str]) -> dict[str, str]:
@@ -71,14 +76,15 @@ def refused_to_keep(flag: str) -> str | None:
 
 
 def dropped(hand_made: Mapping[str, Any], flags: Mapping[str, str]) -> Iterator[str]:
-    """Each flag of a hand-installed release's extraArgs that `flags` does not pass as it is, with
-    the key that would keep it."""
+    """Each flag of a hand-installed release's extraArgs that the program's release, given `flags`
+    over the chart's own (CHART_DEFAULTS), does not pass as it is, with the key that would keep it."""
+    passed = {**CHART_DEFAULTS, **flags}
     for flag, value in (hand_made.get("extraArgs") or {}).items():
         running = flag_value(value)
-        if flags.get(flag) == running:
+        if passed.get(flag) == running:
             continue
         key = f"autoscaler.{TIMING_KEYS[flag]}" if flag in TIMING_KEYS else f"autoscaler.extraArgs.{flag}"
-        passes = f"passes {flags[flag]}" if flag in flags else "does not pass it"
+        passes = f"passes {passed[flag]}" if flag in passed else "does not pass it"
         yield f"{flag}: running {running}, the program's release {passes} (keep it with {key})"
 
 

@@ -10,6 +10,7 @@ import base64
 import copy
 import gzip
 import json
+import tarfile
 from typing import Any
 
 import harness
@@ -19,6 +20,7 @@ from test_settings import PREFIX, problems
 
 from components import cilium_values
 from components.adoption import OBJECT_INPUTS, RELEASE_INPUTS
+from components.autoscaler_flags import CHART_DEFAULTS, flag_value
 from components.cluster_takeover import (
     CILIUM_RELEASE,
     EVERY_RELEASE,
@@ -35,6 +37,7 @@ from components.cluster_template import substitute, template_variables
 from components.hand_made_clusters import HandMadeClusterError
 from components.settings import SettingsError, WorkloadCluster, parse_settings
 from components.settings.workload import NODE_GROUP_KEYS
+from e2e.engine import vendor
 
 CUSTOM_RESOURCE_TYPES = tuple(
     f"kubernetes:{prefix}cluster.x-k8s.io/" for prefix in ("", "controlplane.", "bootstrap.", "infrastructure.")
@@ -424,7 +427,7 @@ def _with_hand_autoscaler(live: dict[str, dict[str, Any]], values: dict[str, Any
     return {**live, EVERY_RELEASE: {"items": [_release_secret(release)]}}
 
 
-HAND_FLAGS = {"extraArgs": {"scale-down-unneeded-time": "5m", "balance-similar-node-groups": True, "v": 4}}
+HAND_FLAGS = {"extraArgs": {"scale-down-unneeded-time": "5m", "balance-similar-node-groups": True, "v": 2}}
 
 
 @pytest.mark.parametrize("adopt", [True, False], ids=["adopting", "adopt-off"])
@@ -440,18 +443,34 @@ def test_a_hand_installed_autoscalers_flags_are_named_before_it_goes(adopted: ha
         "autoscaler.scaleDownUnneededTime)",
         "balance-similar-node-groups: running true, the program's release does not pass it (keep it with "
         "autoscaler.extraArgs.balance-similar-node-groups)",
-        "v: running 4, the program's release does not pass it (keep it with autoscaler.extraArgs.v)",
+        "v: running 2, the program's release passes 4 (keep it with autoscaler.extraArgs.v)",
     ]
 
 
+def test_a_hand_installed_autoscaler_with_the_charts_own_flags_is_not_refused() -> None:
+    """A values file copied from the chart's values.yaml sets its extraArgs as the chart does: the
+    program's release, from the same chart, passes them too (Helm merges extraArgs over them)."""
+    entry = taken_over_entry(adopt=True)
+    chart_defaults = {"extraArgs": {"logtostderr": True, "stderrthreshold": "info", "v": 4}}
+    live = _with_hand_autoscaler(clusterctl_lab1(entry), chart_defaults)
+    harness.run_program({"workloadClusters": [entry]}, live_objects=live)
+
+
+def test_the_chart_defaults_compared_are_the_pinned_charts() -> None:
+    with tarfile.open(vendor.checked("cluster-autoscaler-chart-9.59.0.tar.gz")) as archive:
+        [member] = [m for m in archive.getmembers() if m.name.count("/") == 1 and m.name.endswith("/values.yaml")]
+        values = yaml.safe_load(archive.extractfile(member).read())  # type: ignore[union-attr]
+    assert {flag: flag_value(value) for flag, value in values["extraArgs"].items()} == CHART_DEFAULTS
+
+
 def test_hand_set_flags_kept_in_the_entry_go_with_the_programs_release() -> None:
-    kept = {"scaleDownUnneededTime": "5m", "extraArgs": {"balance-similar-node-groups": True, "v": 4}}
+    kept = {"scaleDownUnneededTime": "5m", "extraArgs": {"balance-similar-node-groups": True, "v": 2}}
     entry = taken_over_entry(adopt=True, autoscaler=kept)
     run = harness.run_program(
         {"workloadClusters": [entry]}, live_objects=_with_hand_autoscaler(clusterctl_lab1(entry), HAND_FLAGS)
     )
     flags = run.get(RELEASE, "lab1-autoscaler").plain["values"]["extraArgs"]
-    assert (flags["scale-down-unneeded-time"], flags["balance-similar-node-groups"], flags["v"]) == ("5m", "true", "4")
+    assert (flags["scale-down-unneeded-time"], flags["balance-similar-node-groups"], flags["v"]) == ("5m", "true", "2")
 
 
 def test_an_autoscaler_for_another_cluster_or_the_programs_own_is_not_read_as_lab1s() -> None:
