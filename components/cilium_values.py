@@ -70,8 +70,9 @@ SET_OVER_RUNNING = ("operator.replicas", "operator.podDisruptionBudget.enabled")
 
 
 def dropped(running: Mapping[str, Any], values: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Each value the owner set on the running release (`helm get values`) that `values` would not
-    keep as it is: its path, and `path: running X, the program sets Y`."""
+    """Each value of the running release (those the owner set, `helm get values`, or all it runs
+    with, `running`) that `values` would not keep as it is: its path, and `path: running X, the
+    program sets Y`."""
     found = []
     for path, value in leaves(running):
         node: Any = values
@@ -81,6 +82,32 @@ def dropped(running: Mapping[str, Any], values: Mapping[str, Any]) -> list[tuple
             shown = "nothing" if node is _ABSENT else _shown(node)
             found.append((path, f"{path}: running {_shown(value)}, the program sets {shown}"))
     return found
+
+
+def running(release: Mapping[str, Any], config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The values a deployed release (as Helm stores it) runs with: its `config`, the values given
+    at install or upgrade (`helm get values`), over its chart's own (`release["chart"]["values"]`,
+    the chart's values.yaml), as Helm coalesces them. A value the chart sets by default runs as
+    surely as one given: a Cilium installed without `--set ipam.mode` runs the chart's
+    `cluster-pool`. With `config`, the values the same chart runs with given `config` instead: the
+    program's release, whose ciliumVersion is the running chart's (docs/adoption.md, W2), so that a
+    default both run alike is no change, and comparing the two (`dropped`) names only what differs."""
+    chart = (release.get("chart") or {}).get("values") or {}
+    return _coalesced((release.get("config") or {}) if config is None else config, chart)
+
+
+def _coalesced(given: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """`given` over `defaults` as Helm's CoalesceValues merges them: a mapping key by key, anything
+    else (a list among them) whole, and a null given removes the default."""
+    merged = copy.deepcopy(dict(defaults))
+    for key, value in given.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _coalesced(value, merged[key])
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
 
 
 def _shown(value: Any) -> str:
