@@ -29,8 +29,7 @@ FOREIGN_WEBHOOK_PATCH = (
     "ValidatingWebhookConfigurationPatch::mgmt-other-webhook"
 )
 WORKLOAD_TOKEN_SECRET = (
-    f"{STACK}homelab:index:WorkloadClusterAccess$homelab:index:ReadOnlyAccess"
-    "$kubernetes:core/v1:Secret::lab1-readonly-token"
+    f"{STACK}homelab:index:WorkloadCluster$homelab:index:ReadOnlyAccess$kubernetes:core/v1:Secret::lab1-readonly-token"
 )
 GOOD = [
     {"op": "same", "urn": f"{STACK}pulumi:pulumi:Stack::lab-mgmt-lab"},

@@ -6,9 +6,11 @@ problem that names the config key (`lab-mgmt:<key>: <what is wrong>`).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import ipaddress
 import re
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -477,6 +479,61 @@ def test_kubeconfig_path_outside_the_repo_is_kept(tmp_path: Path) -> None:
     path = tmp_path / "lab-mgmt.yaml"
     assert not path.resolve().is_relative_to(harness.REPO)
     assert parse_settings(lab_raw(kubeconfigPath=str(path))).k3s.kubeconfig_path == path
+
+
+def _ssh_keygen(directory: Path, passphrase: str, *options: str) -> str:
+    key = directory / f"id_{len(list(directory.iterdir()))}"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", str(key), *options], check=True)
+    return key.read_text()
+
+
+ENCRYPTED_KEY = (
+    "lab-mgmt:sshPrivateKey: is encrypted with a passphrase, which the host steps cannot type: take it out "
+    "(pulumi config rm sshPrivateKey) and load the key into your ssh-agent with ssh-add, which every host step uses "
+    '(docs/operations.md, "On a Mac")'
+)
+
+
+def test_a_key_with_a_passphrase_is_refused_at_preview_naming_the_way_out(tmp_path: Path) -> None:
+    """`pulumi config set --secret sshPrivateKey < ~/.ssh/id_ed25519` (the README's first run) with
+    the Mac's usual key: the host steps would fail at the first of them, in `up`."""
+    with pytest.raises(SettingsError) as error:
+        parse_settings(lab_raw(sshPrivateKey=_ssh_keygen(tmp_path, "pass")))
+    assert problems(error.value) == [ENCRYPTED_KEY]
+    assert parse_settings(lab_raw(sshPrivateKey=_ssh_keygen(tmp_path, ""))).k3s.ssh_private_key is not None
+
+
+def _openssh_key(cipher: str) -> str:
+    """The start of an OpenSSH private key's binary (PROTOCOL.key), armoured: the cipher's name."""
+    blob = b"openssh-key-v1\0" + len(cipher).to_bytes(4, "big") + cipher.encode() + b"\0\0\0\x04none"
+    armoured = base64.b64encode(blob).decode()
+    return f"-----BEGIN OPENSSH PRIVATE KEY-----\n{armoured}\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+PEM_ENCRYPTED = (
+    "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n"
+    "DEK-Info: AES-128-CBC,00112233445566778899AABBCCDDEEFF\n\nZHVtbXk=\n-----END RSA PRIVATE KEY-----\n"
+)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        _openssh_key("aes256-ctr"),
+        _openssh_key("chacha20-poly1305@openssh.com"),
+        PEM_ENCRYPTED,
+        "-----BEGIN ENCRYPTED PRIVATE KEY-----\nZHVtbXk=\n-----END ENCRYPTED PRIVATE KEY-----\n",
+    ],
+    ids=["openssh-aes256-ctr", "openssh-chacha20", "pem-proc-type", "pkcs8"],
+)
+def test_every_form_of_an_encrypted_key_is_refused(key: str) -> None:
+    with pytest.raises(SettingsError) as error:
+        parse_settings(lab_raw(sshPrivateKey=key))
+    assert problems(error.value) == [ENCRYPTED_KEY]
+
+
+def test_a_key_without_a_passphrase_is_taken() -> None:
+    assert parse_settings(lab_raw(sshPrivateKey=_openssh_key("none"))).k3s.ssh_private_key == _openssh_key("none")
 
 
 def test_settings_are_immutable(lab: Settings) -> None:

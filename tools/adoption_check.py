@@ -30,7 +30,6 @@ NEW_TO_THE_LAB = {
     "homelab:index:K3sNode",
     "homelab:index:ClusterApi",
     "homelab:index:ReadOnlyAccess",
-    "homelab:index:WorkloadClusterAccess",
     # A workload cluster being taken over: its components are the program's; what they hold is
     # judged one by one (its seven Cluster API objects and Cilium's release must be imported).
     "homelab:index:WorkloadCluster",

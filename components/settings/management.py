@@ -7,6 +7,8 @@ each settings object beside its reader, grouped by the component that reads it.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import re
 from collections.abc import Callable
@@ -224,12 +226,44 @@ def read_k3s(r: Reader) -> K3sSettings:
     private_key = r.verbatim("sshPrivateKey")
     if private_key is not None and "PRIVATE KEY" not in private_key:
         r.fail("sshPrivateKey", "is not a private key in PEM/OpenSSH form (give the key file's whole content)")
+    elif private_key is not None and _encrypted(private_key):
+        # The host steps get no passphrase to open it: the first of them would fail in `up`, after
+        # the VM's import or create, where the preview can refuse it.
+        r.fail(
+            "sshPrivateKey",
+            "is encrypted with a passphrase, which the host steps cannot type: take it out (pulumi config rm "
+            "sshPrivateKey) and load the key into your ssh-agent with ssh-add, which every host step uses "
+            '(docs/operations.md, "On a Mac")',
+        )
     return K3sSettings(
         version=r.version("k3sVersion", K3S_VERSION, "v1.35.8+k3s1"),
         ssh_private_key=private_key,
         kubeconfig_path=_read_kubeconfig_path(r),
         ssh_dial_attempts=r.integer("sshDialAttempts", SSH_DIAL_ATTEMPTS_RANGE, "dial attempts"),
     )
+
+
+# OpenSSH's own key format (PROTOCOL.key): after the armour, this magic, then the cipher's name as an
+# SSH string (a 4-byte length and the name), `none` for a key without a passphrase.
+OPENSSH_KEY = re.compile(r"-----BEGIN OPENSSH PRIVATE KEY-----(.*?)-----END OPENSSH PRIVATE KEY-----", re.DOTALL)
+OPENSSH_MAGIC = b"openssh-key-v1\0"
+
+
+def _encrypted(private_key: str) -> bool:
+    """Whether the key needs its passphrase to be read: an OpenSSH key whose cipher is not `none`,
+    a PEM key with OpenSSL's `Proc-Type: 4,ENCRYPTED` header, or an encrypted PKCS#8 key."""
+    if "Proc-Type: 4,ENCRYPTED" in private_key or "BEGIN ENCRYPTED PRIVATE KEY" in private_key:
+        return True
+    armoured = OPENSSH_KEY.search(private_key)
+    try:
+        blob = base64.b64decode("".join(armoured.group(1).split())) if armoured else b""
+    except binascii.Error:
+        return False
+    if not blob.startswith(OPENSSH_MAGIC):
+        return False
+    length = int.from_bytes(blob[len(OPENSSH_MAGIC) : len(OPENSSH_MAGIC) + 4], "big")
+    start = len(OPENSSH_MAGIC) + 4
+    return blob[start : start + length] != b"none"
 
 
 def _read_kubeconfig_path(r: Reader) -> Path | None:
@@ -310,7 +344,7 @@ def _read_existing_capmox_secret(r: Reader) -> str | None:
     return name
 
 
-# --- read-only access: ReadOnlyAccess and WorkloadClusterAccess -----------------------------------
+# --- read-only access: ReadOnlyAccess, on the management cluster and in each WorkloadCluster ------
 
 
 @dataclass(frozen=True)

@@ -106,8 +106,9 @@ def newcomer_first_run(root: str, tokens: list[Any]) -> dict[str, Any]:
         secret = command.removeprefix("pulumi config set --secret ")
         if command == ALREADY_INSTALLED:
             continue
-        if command.startswith("export PULUMI_CONFIG_PASSPHRASE="):
-            typed.append(f"export PULUMI_CONFIG_PASSPHRASE={PASSPHRASE}")
+        if " cat > " in command:
+            # The line that writes the passphrase's file reads it from the keyboard.
+            typed.append(f"{command} <<<'{PASSPHRASE}'")
         elif secret in TYPED_SECRETS:
             typed.append(f"{command} <<<'{TYPED_SECRETS[secret]}'")
         else:
