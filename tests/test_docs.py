@@ -1,10 +1,15 @@
 """The docs stay true to the repository: docs/graph.md is what tools/graph.py renders from the
 program now, every relative link leads to a file (and to a heading there, where it names one),
-every `make` target they name exists and sets up the virtualenv, and the README stays short."""
+every `make` target they name exists and sets up the virtualenv, the README stays short, and every
+line they have the owner type reads in zsh as it does in bash, and writes nothing into the clone
+that belongs elsewhere."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import shlex
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -121,3 +126,111 @@ def test_every_make_target_a_reader_types_sets_up_the_virtualenv_first() -> None
     named = {target for doc in DOCS for target in MAKE_COMMAND.findall(doc.read_text())}
     assert {"box", "box-shell", "check"} <= named
     assert sorted(target for target in named - {"venv"} if not reaches_venv(target)) == []
+
+
+# A fence's first line (```sh) and a list item's marker, whose text sets the indentation that a
+# code block inside the item starts 4 columns beyond.
+FENCE = re.compile(r"^ *```(\w*) *$")
+LIST_ITEM = re.compile(r"^( *)(?:[-*+]|\d+[.)]) +")
+
+
+def typed_lines(text: str) -> Iterator[str]:
+    """Each command line of a page's code blocks, as the owner types it: a `sh` fence's lines, and
+    an indented block's, at 4 columns beyond the paragraph or list item it follows after a blank
+    line (a list item's wrapped text is not code); a line that ends in `\\` goes on the next."""
+    fence: str | None = None
+    context, after_blank, in_code = 0, True, False
+    pending = ""
+    for line in text.splitlines():
+        opened = FENCE.match(line)
+        if fence is not None:
+            code = fence == "sh" and not opened
+            fence = None if opened and not opened.group(1) else fence
+        elif opened:
+            fence, code, in_code = opened.group(1), False, False
+        elif not line.strip():
+            after_blank, code = True, False
+        else:
+            indent = len(line) - len(line.lstrip(" "))
+            in_code = code = (after_blank or in_code) and indent >= context + 4
+            if not code:
+                item = LIST_ITEM.match(line)
+                context = item.end() if item else indent if after_blank else context
+            after_blank = False
+        if code and line.strip():
+            pending += line.strip()
+            if pending.endswith("\\"):
+                pending = pending[:-1]
+                continue
+            yield pending
+        pending = ""
+
+
+def _words(line: str) -> list[str]:
+    """The line's words as a shell splits them, with `#` not taken for a comment and each quoted
+    word in its quotes (`'#'` is no comment in any shell); up to an unbalanced quote, where a shell
+    would go on reading the next line."""
+    lexer = shlex.shlex(line, posix=False, punctuation_chars=True)
+    lexer.commenters, lexer.whitespace_split = "", True
+    words: list[str] = []
+    with contextlib.suppress(ValueError):
+        words.extend(lexer)
+    return words
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda path: str(path.relative_to(REPO)))
+def test_no_typed_line_ends_in_a_comment(doc: Path) -> None:
+    """zsh, the Mac's shell, reads `#` as a comment only with `setopt interactive_comments`, off
+    by default: without it a trailing `# ...` is words of the command, where a `'` opens a quote
+    that swallows the next pasted lines and a `?` fails as a glob (owner reading 5, E). A line
+    that starts with `#` only says where to type its block."""
+    commented = [
+        line for line in typed_lines(doc.read_text()) if any(word.startswith("#") for word in _words(line)[1:])
+    ]
+    assert commented == []
+
+
+# The inspector's folder, relative (quoted or not): in this clone, where nothing reads it
+# (docs/adoption.md, W7).
+INSPECTOR_IN_THE_CLONE = re.compile(r"^['\"]?(?:\./)?\.claude/")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda path: str(path.relative_to(REPO)))
+def test_no_typed_line_writes_the_inspectors_files_into_the_clone(doc: Path) -> None:
+    """The docs' lines run in this repository's folder: the inspector reads its kubeconfigs in the
+    owner's own repository, so a relative `.claude/` path puts them where it never looks."""
+    found = [
+        line
+        for line in typed_lines(doc.read_text())
+        if any(INSPECTOR_IN_THE_CLONE.match(word) for word in _words(line))
+    ]
+    assert found == []
+
+
+def test_the_checks_of_typed_lines_find_what_they_refuse() -> None:
+    """The two checks above can fail: a trailing comment in an indented block (after a list item
+    too) or a fenced one, a relative `.claude/` path; a `#` inside quotes, a line that starts with
+    `#`, and a list item's wrapped text are not taken for them."""
+    page = (
+        "Text:\n\n    pulumi preview   # v1.12's\n    echo '#quoted' a#b\n\n"
+        "- item\n    wrapped #1 text\n\n      kubectl get pods  # Running?\n\n"
+        "```sh\n# on the Proxmox node\nqm status 201  # uptime\nmkdir -p .claude/x\n```\n"
+    )
+    lines = list(typed_lines(page))
+    assert lines == [
+        "pulumi preview   # v1.12's",
+        "echo '#quoted' a#b",
+        "kubectl get pods  # Running?",
+        "# on the Proxmox node",
+        "qm status 201  # uptime",
+        "mkdir -p .claude/x",
+    ]
+    assert [any(w.startswith("#") for w in _words(line)[1:]) for line in lines] == [
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+    ]
+    assert [any(INSPECTOR_IN_THE_CLONE.match(w) for w in _words(line)) for line in lines][-1] is True
