@@ -374,3 +374,58 @@ def test_a_new_standin_on_the_same_directory_goes_on(tmp_path: Path, image_serve
         assert [volume["volid"] for volume in listing] == [VOLID]
         assert second.writes == []
     assert creation.params == tuple(sorted(CREATE))
+
+
+# --- a token's own permissions on one path, a cluster's nodes and shared storage -----------------
+
+
+def test_a_token_reads_its_permissions_on_one_path_as_proxmox_computes_them(tmp_path: Path) -> None:
+    """pve-access-control's `permissions` with `path`: what holds there with its propagate flag,
+    the path keyed as asked even where nothing holds; a pool's grant reaches no VM of the lab."""
+    granted = {"/": {"Sys.Audit": 0, "VM.Audit": 1}, "/vms/9000": {"VM.Clone": 0}, "/pool/capi": {"VM.Clone": 1}}
+    with pve_api_standin.serve({(TOKEN, SECRET): granted}, tmp_path) as standin:
+        assert call(standin, "GET", "/access/permissions", {"path": "/vms/9000"}).data == {
+            "/vms/9000": {"VM.Audit": 1, "VM.Clone": 0}
+        }
+        assert call(standin, "GET", "/access/permissions", {"path": "/vms/9001"}).data == {"/vms/9001": {"VM.Audit": 1}}
+        assert call(standin, "GET", "/access/permissions", {"path": "/"}).data == {"/": {"Sys.Audit": 0, "VM.Audit": 1}}
+        assert call(standin, "GET", "/access/permissions", {"path": "/storage/local"}).data == {
+            "/storage/local": {"VM.Audit": 1}
+        }
+        assert call(standin, "GET", "/access/permissions").data == granted
+        assert call(standin, "GET", "/access/permissions", {"userid": "root@pam"}).status == 501
+        standin.unknown.clear()
+
+
+def test_a_node_with_peers_lists_its_cluster_and_serves_only_itself(tmp_path: Path) -> None:
+    with pve_api_standin.serve({(TOKEN, SECRET): PERMISSIONS}, tmp_path, peers={"pv1-2": True, "pv1-3": False}) as pve:
+        status = call(pve, "GET", "/cluster/status").data
+        peer = call(pve, "GET", "/nodes/pv1-2/status")
+    assert status[0] == {"type": "cluster", "id": "cluster", "name": "lab", "nodes": 3, "version": 1, "quorate": 1}
+    assert [(entry["name"], entry["local"], entry["online"], entry["nodeid"]) for entry in status[1:]] == [
+        (NODE, 1, 1, 1),
+        ("pv1-2", 0, 1, 2),
+        ("pv1-3", 0, 0, 3),
+    ]
+    assert (peer.status, peer.reason) == (501, f"the stand-in serves node {NODE}, not its peer pv1-2")
+
+
+def test_a_clone_to_a_peer_needs_every_volume_on_shared_storage(tmp_path: Path) -> None:
+    """qemu-server's clone_vm with `target`: refused for a template on local storage, or a local
+    target storage; from the NAS it would go to the peer, which the stand-in does not serve."""
+    with pve_api_standin.serve({(TOKEN, SECRET): PERMISSIONS}, tmp_path, peers={"pv1-2": True}, nas=True) as pve:
+        pve.made_template(9000, "ubuntu-2404-kube")
+        pve.made_template(9001, "ubuntu-2404-kube-nas", storage="nas")
+        clone = {"newid": "101", "name": "lab1-worker", "full": "1", "format": "qcow2", "target": "pv1-2"}
+        local = call(pve, "POST", f"/nodes/{NODE}/qemu/9000/clone", clone)
+        to_local = call(pve, "POST", f"/nodes/{NODE}/qemu/9001/clone", clone | {"storage": "local-lvm"})
+        shared = call(pve, "POST", f"/nodes/{NODE}/qemu/9001/clone", clone)
+        here = call(pve, "POST", f"/nodes/{NODE}/qemu/9000/clone", clone | {"target": NODE})
+        storages = {entry["storage"]: entry["shared"] for entry in call(pve, "GET", f"/nodes/{NODE}/storage").data}
+        across = call(pve, "GET", f"/nodes/{NODE}/storage", {"target": "pv1-2"}).data
+    assert (local.status, local.reason) == (500, "can't clone VM to node 'pv1-2' (VM uses local storage)")
+    assert (to_local.status, to_local.reason) == (500, "can't clone to non-shared storage 'local-lvm'")
+    assert (shared.status, shared.reason) == (501, f"the stand-in serves node {NODE}, not its peer pv1-2")
+    assert here.status == 200, here
+    assert storages == {"local": 0, "local-lvm": 0, "nas": 1}
+    assert [entry["storage"] for entry in across] == ["nas"]

@@ -59,6 +59,19 @@ def permitted(ask: Ask, path: str, privilege: str) -> bool:
     return False
 
 
+def permissions_on(ask: Ask, path: str) -> dict[str, int]:
+    """pve-access-control's RPCEnvironment::permissions for one path (src/PVE/RPCEnvironment.pm,
+    8.2.2, :135-175): each privilege that holds there with its propagate flag, which is the one
+    granted on the path itself or 1 when it comes down from an ancestor. The lab has no resource
+    pools, so a privilege granted on `/pool/...` reaches no VM or storage."""
+    held = {privilege for privileges in ask.permissions.values() for privilege in privileges}
+    return {
+        privilege: int(ask.permissions.get(path, {}).get(privilege, 1))
+        for privilege in sorted(held)
+        if permitted(ask, path, privilege)
+    }
+
+
 def require(ask: Ask, path: str, *privileges: str, any_of: bool = False) -> None:
     """RPCEnvironment's `check` (every privilege, naming the first missing) or `check_any` (one of
     them, naming all): 403 "Permission check failed (/vms/101, VM.Clone)" as PVE::Exception's

@@ -1,7 +1,8 @@
-"""A stand-in for the Proxmox VE API: the program's own token check (`GET /access/permissions`),
-every call bpg/terraform-provider-proxmox v0.111.1 (in pulumi-proxmoxve 8.3.0) makes for the
-program's `download.File` and `VmLegacy` (the call map: /work/shared/notes/
-proxmox-api-calls-verified.md), and every call CAPMOX v0.9.0 makes through go-proxmox v0.6.0 to
+"""A stand-in for the Proxmox VE API: the program's own token and clone-source checks (`GET
+/access/permissions`, whole or for one path, `GET /cluster/status`, a template's config and the
+storages' `shared` flags), every call bpg/terraform-provider-proxmox v0.111.1 (in
+pulumi-proxmoxve 8.3.0) makes for the program's `download.File` and `VmLegacy` (the call map:
+/work/shared/notes/proxmox-api-calls-verified.md), and every call CAPMOX v0.9.0 makes through go-proxmox v0.6.0 to
 clone, configure, boot, check and delete a worker VM (/work/shared/notes/real-controllers-study.md,
 "Proxmox VE calls on create, start and delete"), over HTTPS with a self-signed certificate, on
 127.0.0.1 or, inside a network namespace that a test made, on the lab's own address.
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.standins import https_server
-from e2e.standins.proxmox.common import ROOT, ApiError, Ask, Faults, Guest, require
+from e2e.standins.proxmox.common import ROOT, ApiError, Ask, Faults, Guest, permissions_on, require
 from e2e.standins.proxmox.pve_bodies import decode_body
 from e2e.standins.proxmox.pve_clone import Clones, clone_permission
 from e2e.standins.proxmox.pve_node import NODE_MEMORY, Node
@@ -119,16 +120,17 @@ class PveApiStandIn:
         memory_mib: int = 2048,
         disk_gib: int = 32,
         mac: str | None = None,
+        storage: str = "local-lvm",
     ) -> None:
-        """What `qm create VMID --name NAME --cores C --memory M --scsi0 local-lvm:G --net0
+        """What `qm create VMID --name NAME --cores C --memory M --scsi0 STORAGE:G --net0
         virtio=MAC,bridge=vmbr0 --agent 1 --boot order=scsi0 --scsihw virtio-scsi-pci --ostype l26
         && qm template VMID` typed on the node leave: a template whose disk is
-        `local-lvm:base-VMID-disk-0` (a MAC made as Proxmox VE makes one unless given). Not
+        `STORAGE:base-VMID-disk-0` (a MAC made as Proxmox VE makes one unless given). Not
         through this API, so not among `calls`."""
         vms = self._vms_on_node()
         net0 = f"virtio={mac},bridge=vmbr0" if mac else "virtio,bridge=vmbr0"
         qm_create = {"vmid": str(vmid), "name": name, "cores": str(cores), "memory": str(memory_mib), "net0": net0}
-        qm_create |= {"scsi0": f"local-lvm:{disk_gib}", "agent": "1", "boot": "order=scsi0"}
+        qm_create |= {"scsi0": f"{storage}:{disk_gib}", "agent": "1", "boot": "order=scsi0"}
         qm_create |= {"scsihw": "virtio-scsi-pci", "ostype": "l26"}
         with vms.state.lock:
             vms.create(Ask(ROOT, {}, qm_create), vms.state.node)
@@ -237,7 +239,7 @@ def routes(vms: Vms, storage: Storage, state: NodeState, node: Node) -> list[Rou
         return lambda a, node, storage, volid, name: answer(a, node, storage, f"{volid}/{name}")
 
     return [
-        Route("GET", "access/permissions", p(), lambda a: a.permissions),
+        Route("GET", "access/permissions", p("path"), permissions),
         Route("GET", "version", p(), lambda a: VERSION),
         Route("GET", "cluster/resources", p("type"), vms.resources),
         Route("GET", "cluster/status", p(), node.cluster_status, perm("/", "Sys.Audit")),
@@ -284,6 +286,16 @@ def routes(vms: Vms, storage: Storage, state: NodeState, node: Node) -> list[Rou
     ]
 
 
+def permissions(ask: Ask) -> Mapping[str, Mapping[str, int]]:
+    """The caller's own effective permissions, which every user and token may read
+    (pve-access-control src/PVE/API2/AccessControl.pm, 8.2.2, `permissions` :462-521): the
+    whole tree, or with a `path` that path alone, keyed as given and there even when nothing
+    holds on it (:510-516)."""
+    if path := ask.params.get("path"):
+        return {path: permissions_on(ask, path)}
+    return ask.permissions
+
+
 def match(route: Route, method: str, segments: list[str]) -> dict[str, str] | None:
     pattern = route.pattern.split("/")
     if method != route.method or len(pattern) != len(segments):
@@ -307,17 +319,21 @@ def serve(
     node: str = NODE,
     trusted_certificates: Path | None = None,
     node_memory: int = NODE_MEMORY,
+    peers: Mapping[str, bool] | None = None,
+    nas: bool = False,
 ) -> Iterator[PveApiStandIn]:
     """The stand-in at `address` (an ephemeral loopback port by default), for the block, keeping
     its node's state in `directory`; a download verifying certificates trusts
     `trusted_certificates` (a CA file) besides the system's; the node has `node_memory` bytes of
-    memory (what CAPMOX's scheduler reserves against)."""
+    memory (what CAPMOX's scheduler reserves against). With `peers` (name -> online) the node is
+    in a cluster with them, whose calls it does not serve; with `nas` it mounts an NFS storage
+    `nas` for VM disks, shared by the cluster (pve_storage.NAS)."""
     key, cert = https_server.self_signed_certificate(directory, "pve-standin", address[0])
     faults = Faults()
-    state = NodeState(directory, node)
-    storage = Storage(state, faults, trusted_certificates)
+    state = NodeState(directory, node, tuple(peers or {}))
+    storage = Storage(state, faults, trusted_certificates, nas=nas)
     vms = Vms(state, storage, guest, faults)
-    served = routes(vms, storage, state, Node(vms, address[0], node_memory))
+    served = routes(vms, storage, state, Node(vms, address[0], node_memory, peers or {}))
     standin: PveApiStandIn
 
     class Handler(BaseHTTPRequestHandler):

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from e2e.standins.proxmox.common import ApiError, Ask, param_error, require
-from e2e.standins.proxmox.pve_storage import STORAGES
+from e2e.standins.proxmox.pve_storage import KINDS, SHARED_TYPES
 from e2e.standins.proxmox.pve_vms import Vms, is_drive, nic
 
 # Snapshot and pending state a clone does not take (Qemu.pm clone_vm's loop).
@@ -70,18 +70,24 @@ class Clones:
 
     def _checked(self, ask: Ask, node: str, vmid: str) -> tuple[dict[str, Any], bool]:
         """clone_vm's $load_and_check, in its order: the source's config and whether the clone is
-        full (the default for a VM that is no template)."""
+        full (the default for a VM that is no template). A clone to a peer (`target`, which
+        CAPMOX sends for every allowed node) is refused as Proxmox VE refuses it from local
+        storage (qemu-server 8.3.12 PVE/API2/Qemu.pm :3953-3955, :3975, :4006), or else
+        as the stand-in's unknown: it has no peer to make the VM on."""
         params, storage = ask.params, ask.params.get("storage")
         target = params.get("target")
+        target = None if target in (node, "localhost") else target
         if "pool" in params:
             # The lab has no resource pools (GET /pools answers none): RPCEnvironment.pm check_pool_exist.
             raise ApiError(403, f"Permission check failed (pool '{params['pool']}' does not exist)")
-        if target not in (None, node, "localhost"):
+        if target is not None and target not in self.vms.state.peers:
             self.vms.state.check_node(str(target))
         if storage is not None:
             self.vms.storage.check(node, storage)
-            if "images" not in STORAGES[storage][1]:
+            if "images" not in self.vms.storage.storages[storage][1]:
                 raise param_error("storage", f"storage '{storage}' does not support vm images")
+            if target is not None and not _shared(storage):
+                raise ApiError(500, f"can't clone to non-shared storage '{storage}'")
         source: dict[str, Any] = self.vms.vm(node, vmid)["config"]
         if "snapname" in params:
             raise ApiError(500, f"snapshot '{params['snapname']}' does not exist")
@@ -89,10 +95,10 @@ class Clones:
         for option in ("storage", "format"):
             if option in params and not full:
                 raise ApiError(500, f"parameter '{option}' not allowed for linked clones")
-        # $check_storage_access_clone: space on the storage each disk lands on.
-        for key, value in source.items():
-            if _has_volume(key, value):
-                require(ask, f"/storage/{storage or str(value).split(':', 1)[0]}", "Datastore.AllocateSpace")
+        if not _storage_access(ask, source, storage) and target is not None:
+            raise ApiError(500, f"can't clone VM to node '{target}' (VM uses local storage)")
+        if target is not None:
+            self.vms.state.check_node(str(target))
         if str(params["newid"]) in self.vms.vms:
             raise ApiError(500, f"unable to create VM {params['newid']}: config file already exists")
         return source, full
@@ -110,6 +116,24 @@ class Clones:
             name = f"{sid}:vm-{newid}-disk-{disks}"
         self.vms.allocate(name, int(newid), size)
         return ",".join([name, *options])
+
+
+def _storage_access(ask: Ask, source: Mapping[str, Any], storage: str | None) -> bool:
+    """$check_storage_access_clone (Qemu.pm :221-259): space on the storage each disk lands on,
+    and whether every volume, a CD's too, is on shared storage."""
+    shared = True
+    for key, value in source.items():
+        volid = str(value).split(",", 1)[0].removeprefix("file=")
+        if not is_drive(key) or volid in ("", "none", "cdrom"):
+            continue
+        shared = shared and _shared(volid.split(":", 1)[0])
+        if _has_volume(key, value):
+            require(ask, f"/storage/{storage or volid.split(':', 1)[0]}", "Datastore.AllocateSpace")
+    return shared
+
+
+def _shared(storage: str) -> bool:
+    return KINDS[storage][0] in SHARED_TYPES
 
 
 def _has_volume(key: str, value: Any) -> bool:

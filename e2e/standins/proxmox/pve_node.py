@@ -3,14 +3,17 @@ PVE/API2/Nodes.pm status, PVE/API2/Cluster.pm status and nextid), its empty cont
 the guest agent's `get-osinfo`, `exec` and `exec-status` (qemu-server PVE/API2/Qemu/Agent.pm),
 which the VM's guest answers.
 
-The node is standalone, in no cluster. Its memory is the stand-in's setting; what its running VMs
-were given, and a fixed amount for the host, is in use.
+The node is standalone, in no cluster, unless it is given peers: then it is the first member of a
+cluster with them, which `GET /cluster/status` lists, each online or not. Its memory is the
+stand-in's setting; what its running VMs were given, and a fixed amount for the host, is in use.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from e2e.standins.proxmox.common import ApiError, Ask, param_error
@@ -21,15 +24,19 @@ HOST_MEMORY = 2 << 30
 """What the node's own services use."""
 CPU_INFO = {"model": "AMD Ryzen 7 5700G with Radeon Graphics", "cpus": 16, "cores": 8, "sockets": 1}
 KERNEL = ("6.8.12-9-pve", "#1 SMP PREEMPT_DYNAMIC PMX 6.8.12-9 (2025-03-16T19:18Z)")
+# The cluster's name, as `pvecm create` was given it, when the node has peers.
+CLUSTER = "lab"
 # pve-manager PVE/API2/Cluster.pm nextid: the datacenter's default range.
 FIRST_VMID, VMID_BOUND = 100, 1000 * 1000
 
 
 class Node:
-    def __init__(self, vms: Vms, address: str, memory: int) -> None:
+    def __init__(self, vms: Vms, address: str, memory: int, peers: Mapping[str, bool]) -> None:
         self.vms = vms
         self.address = address
         self.memory = memory
+        self.peers = peers
+        """The cluster's other nodes, each online or not."""
         self.started = time.time()
         self._pids = itertools.count(1000)
         self._exec: dict[tuple[str, int], dict[str, Any]] = {}
@@ -55,11 +62,22 @@ class Node:
         }
 
     def cluster_status(self, ask: Ask) -> list[dict[str, Any]]:
-        """Cluster.pm get_status on a node in no cluster: its own entry only."""
+        """Cluster.pm get_status (pve-manager 8.4.1, :773-838): on a node in no cluster its own
+        entry only; in a cluster the cluster's entry and each member's (the peers at the next
+        addresses, no subscription `level`)."""
         node = self.vms.state.node
-        return [
-            {"type": "node", "id": f"node/{node}", "name": node, "ip": self.address, "local": 1}
-            | {"nodeid": 0, "online": 1, "level": ""}
+        if not self.peers:
+            return [
+                {"type": "node", "id": f"node/{node}", "name": node, "ip": self.address, "local": 1}
+                | {"nodeid": 0, "online": 1, "level": ""}
+            ]
+        members = {node: True, **self.peers}
+        quorate = int(2 * sum(members.values()) > len(members))
+        cluster = {"type": "cluster", "id": "cluster", "name": CLUSTER, "nodes": len(members), "version": 1}
+        return [cluster | {"quorate": quorate}] + [
+            {"type": "node", "id": f"node/{name}", "name": name, "nodeid": nodeid, "local": int(name == node)}
+            | {"online": int(online), "ip": str(ipaddress.ip_address(self.address) + nodeid - 1), "level": ""}
+            for nodeid, (name, online) in enumerate(members.items(), start=1)
         ]
 
     def nextid(self, ask: Ask) -> str:

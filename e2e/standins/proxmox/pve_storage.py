@@ -26,8 +26,17 @@ STORAGES = {
     "local": ("/var/lib/vz", {"iso", "vztmpl", "backup", "import"}),
     "local-lvm": ("/dev/pve", {"images", "rootdir"}),
 }
-# Each storage's type and size, as a fresh Proxmox VE 8.4 install on a 1 TB disk makes them.
-KINDS = {"local": ("dir", 100 << 30), "local-lvm": ("lvmthin", 800 << 30)}
+# An NFS export for VM disks that every node of a cluster mounts (`pvesm add nfs nas --server ..
+# --export .. --content images`), configured where a test asks for it.
+NAS = "nas"
+NAS_STORAGE = {NAS: ("/mnt/pve/nas", {"images"})}
+# Each storage's type and size, as a fresh Proxmox VE 8.4 install on a 1 TB disk makes them, and
+# the NAS's.
+KINDS = {"local": ("dir", 100 << 30), "local-lvm": ("lvmthin", 800 << 30), NAS: ("nfs", 4 << 40)}
+# The types pve-storage always marks shared, whatever the config says (src/PVE/Storage/Plugin.pm,
+# 8.3.6, @SHARED_STORAGE :37-48 and parse_config :572-574); `local` and `local-lvm` are not, and
+# LVM-thin has no `shared` option to set.
+SHARED_TYPES = {"iscsi", "nfs", "cifs", "rbd", "cephfs", "iscsidirect", "glusterfs", "zfs", "drbd", "pbs"}
 # Where a directory storage keeps each content type (pve-storage PVE/Storage/Plugin.pm get_subdir).
 SUBDIRS = {"iso": "template/iso", "vztmpl": "template/cache"}
 # pve-storage PVE/Storage.pm ISO_EXT_RE_0.
@@ -42,11 +51,13 @@ _OWNER = re.compile(r"^[^:]+:(?:\d+/)?(?:vm|base)-(\d+)-")
 
 
 class Storage:
-    def __init__(self, state: NodeState, faults: Faults, trusted_certificates: Path | None) -> None:
+    def __init__(self, state: NodeState, faults: Faults, trusted_certificates: Path | None, *, nas: bool) -> None:
         self.state = state
         self.faults = faults
         self.trusted_certificates = trusted_certificates
         self.fetches: list[threading.Thread] = []
+        self.storages = STORAGES | (NAS_STORAGE if nas else {})
+        """The node's storages: where a volume's file is, the content types it allows."""
 
     @property
     def volumes(self) -> dict[str, dict[str, Any]]:
@@ -55,9 +66,9 @@ class Storage:
 
     def check(self, node: str, storage: str, content: str | None = None) -> None:
         self.state.check_node(node)
-        if storage not in STORAGES:
+        if storage not in self.storages:
             raise ApiError(500, f"storage '{storage}' does not exist")
-        if content is not None and content not in STORAGES[storage][1]:
+        if content is not None and content not in self.storages[storage][1]:
             raise ApiError(500, f"storage '{storage}' does not support content-type '{content}'")
 
     def url_metadata(self, ask: Ask, node: str) -> dict[str, Any]:
@@ -127,7 +138,7 @@ class Storage:
     def path(self, volid: str) -> str:
         storage, volume = volid.split(":", 1)
         content, _, name = volume.partition("/")
-        return f"{STORAGES[storage][0]}/{SUBDIRS.get(content, content)}/{name}"
+        return f"{self.storages[storage][0]}/{SUBDIRS.get(content, content)}/{name}"
 
     def file(self, volid: str) -> Path:
         """Where the stand-in keeps an uploaded volume's bytes: under the state directory, as the
@@ -137,21 +148,27 @@ class Storage:
 
     def index(self, ask: Ask, node: str) -> list[dict[str, Any]]:
         """The storages the token may see (Datastore.Audit or Datastore.AllocateSpace), as
-        Status.pm's index lists them; `content` keeps those holding any of the listed types."""
+        Status.pm's index lists them, each `shared` as its type is (PVE/Storage.pm storage_info,
+        8.3.6, :1323); `content` keeps those holding any of the listed types, a `target` other
+        than the node the shared ones (Status.pm index, :171-175 and :197-204)."""
         self.state.check_node(node)
         wanted = set(filter(None, ask.params.get("content", "").split(",")))
+        across = ask.params.get("target") not in (None, node, "localhost")
         listed = []
-        for storage, (_, contents) in sorted(STORAGES.items()):
+        for storage, (_, contents) in sorted(self.storages.items()):
             path = f"/storage/{storage}"
             if not any(permitted(ask, path, p) for p in ("Datastore.Audit", "Datastore.AllocateSpace")):
                 continue
             if wanted and not wanted & contents:
                 continue
             kind, total = KINDS[storage]
+            if across and kind not in SHARED_TYPES:
+                continue
             used = sum(v["size"] for volid, v in self.volumes.items() if volid.startswith(f"{storage}:"))
             listed.append(
                 {"storage": storage, "type": kind, "content": ",".join(sorted(contents)), "enabled": 1}
-                | {"active": 1, "shared": 0, "total": total, "used": used, "avail": total - used}
+                | {"active": 1, "shared": int(kind in SHARED_TYPES), "total": total, "used": used}
+                | {"avail": total - used}
                 | {"used_fraction": used / total}
             )
         return listed
@@ -162,13 +179,13 @@ class Storage:
         content, name = ask.params["content"], ask.params.get("filename", "")
         if ask.file is None:
             raise ApiError(500, "missing temporary file name")
-        if STORAGES[storage][0].startswith("/dev/"):
+        if self.storages[storage][0].startswith("/dev/"):
             raise ApiError(500, f"can't upload to storage type '{KINDS[storage][0]}'")
         if content != "iso":
             raise ApiError(501, f"the stand-in uploads only content iso, not {content!r}")
         if not ISO_NAME.fullmatch(name):
             raise param_error("filename", "wrong file extension")
-        if content not in STORAGES[storage][1]:
+        if content not in self.storages[storage][1]:
             raise ApiError(500, f"storage '{storage}' does not support '{content}' content")
         volid = f"{storage}:{content}/{name}"
         self.file(volid).parent.mkdir(parents=True, exist_ok=True)

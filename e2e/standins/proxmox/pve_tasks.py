@@ -25,8 +25,10 @@ INTERRUPTED = "unexpected status"
 class NodeState:
     """The JSON document (`vms`, `volumes`, `tasks`) behind one lock; every change is saved."""
 
-    def __init__(self, directory: Path, node: str) -> None:
+    def __init__(self, directory: Path, node: str, peers: tuple[str, ...] = ()) -> None:
         self.node = node
+        self.peers = peers
+        """The other nodes of its cluster, which it names but does not serve."""
         self.directory = directory
         self.lock = threading.RLock()
         self._file = directory / STATE_FILE
@@ -94,5 +96,9 @@ class NodeState:
             self.finish_task(upid, "received interrupt")
 
     def check_node(self, node: str) -> None:
+        """The node the stand-in is. Proxmox VE proxies a peer's call to the peer (`proxyto`),
+        which the stand-in does not model: refused as unknown, never answered as its own."""
+        if node in self.peers:
+            raise ApiError(501, f"the stand-in serves node {self.node}, not its peer {node}")
         if node != self.node:
             raise ApiError(500, f"no such cluster node '{node}'")
