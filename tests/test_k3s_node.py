@@ -282,13 +282,8 @@ def test_k3s_may_stay_or_go_up_by_a_release_or_one_minor(wanted: str) -> None:
         ),
         ("v1.35.7+k3s3", "is older: k3s supports no downgrade"),
         ("v1.35.8+k3s0", "is older: k3s supports no downgrade"),
-        (
-            "v1.37.1+k3s1",
-            "skips a minor version: k3s upgrades one minor at a time. Set a v1.36 release, run `pulumi up`",
-        ),
-        ("v2.0.0+k3s1", "skips a minor version"),
     ],
-    ids=["older minor", "older patch", "older k3s revision", "two minors ahead", "next major"],
+    ids=["older minor", "older patch", "older k3s revision"],
 )
 def test_k3s_going_down_or_skipping_a_minor_is_refused_before_any_host_step_dials(
     lab: Run, wanted: str, problem: str
@@ -300,6 +295,27 @@ def test_k3s_going_down_or_skipping_a_minor_is_refused_before_any_host_step_dial
     assert message.startswith(f"lab-mgmt:k3sVersion: the last deployment runs k3s v1.35.8+k3s1, and {wanted} {problem}")
     assert message.endswith("(docs/versions.md)")
     assert not [r for r in record.resources.values() if r.type == COMMAND]
+
+
+def test_k3s_skipping_a_minor_is_refused_before_any_host_step_dials(lab: Run) -> None:
+    """From a stack two minors behind the pin: a minor past Cluster API's range, where a skip from
+    the pin would go, the settings refuse first (tests/test_settings.py)."""
+    record, previous = Run(), {**deployed(lab), "k3sVersion": "v1.33.4+k3s1"}
+    with pytest.raises(VersionOrderError) as refused:
+        run_program({"k3sVersion": "v1.35.8+k3s1"}, previous_outputs=previous, preview=True, record=record)
+    assert str(refused.value).startswith(
+        "lab-mgmt:k3sVersion: the last deployment runs k3s v1.33.4+k3s1, and v1.35.8+k3s1 skips a minor version: "
+        "k3s upgrades one minor at a time. Set a v1.34 release, run `pulumi up`"
+    )
+    assert not [r for r in record.resources.values() if r.type == COMMAND]
+
+
+@pytest.mark.parametrize(
+    ("wanted", "next_series"), [("v1.37.1+k3s1", "v1.36"), ("v2.0.0+k3s1", "v1.36")], ids=["two minors", "next major"]
+)
+def test_k3s_more_than_one_minor_ahead_is_a_skip(wanted: str, next_series: str) -> None:
+    with pytest.raises(VersionOrderError, match=f"skips a minor version: .* Set a {next_series} release"):
+        check_k3s_version_order("v1.35.8+k3s1", wanted)
 
 
 def test_a_stack_that_recorded_no_k3s_version_is_not_checked(lab: Run) -> None:

@@ -481,6 +481,20 @@ def test_kubeconfig_path_outside_the_repo_is_kept(tmp_path: Path) -> None:
     assert parse_settings(lab_raw(kubeconfigPath=str(path))).k3s.kubeconfig_path == path
 
 
+@pytest.mark.parametrize("version", ["v1.36.0+k3s1", "v2.0.0+k3s1"])
+def test_k3s_past_the_kubernetes_cluster_api_supports_is_refused(version: str) -> None:
+    """k3s would upgrade the node and leave Cluster API's controllers on a Kubernetes they do not
+    support; the order check (k3s_node) lets v1.36 through after v1.35."""
+    with pytest.raises(SettingsError) as error:
+        parse_settings(lab_raw(k3sVersion=version))
+    assert problems(error.value) == [
+        f"lab-mgmt:k3sVersion: {version} is newer than Kubernetes 1.35, the newest that Cluster API v1.12 "
+        "(capiCoreVersion) supports for the management cluster it runs on: a newer k3s minor waits for a Cluster API "
+        "bump (docs/versions.md)"
+    ]
+    assert parse_settings(lab_raw(k3sVersion="v1.35.20+k3s2")).k3s.version == "v1.35.20+k3s2"
+
+
 def _ssh_keygen(directory: Path, passphrase: str, *options: str) -> str:
     key = directory / f"id_{len(list(directory.iterdir()))}"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", str(key), *options], check=True)

@@ -30,6 +30,7 @@ from components.settings.config import (
     Reader,
     is_ip_address,
     is_ssh_public_key,
+    release,
 )
 
 GENERATION_RANGE = (1, 1_000_000)
@@ -40,6 +41,10 @@ SSH_DIAL_ATTEMPTS_RANGE = (5, 1000)
 
 # k3s's form for its releases (config.py holds the other upstreams'); anything else is refused.
 K3S_VERSION = re.compile(r"^v\d+\.\d+\.\d+\+k3s\d+$")
+# Cluster API v1.12 (capiCoreVersion) supports a management cluster up to Kubernetes 1.35, as it
+# does a workload cluster (workload.NEWEST_WORKLOAD_KUBERNETES): k3s v1.36 would upgrade and leave
+# Cluster API's controllers on a Kubernetes they do not support.
+NEWEST_CAPI_KUBERNETES = (1, 35)
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # How cloud-images.ubuntu.com names a build's directory: its date, maybe a respin number.
 DATED_SERIAL = re.compile(r"^(?:release-)?((?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])(?:\.\d+)?)$")
@@ -235,8 +240,17 @@ def read_k3s(r: Reader) -> K3sSettings:
             "sshPrivateKey) and load the key into your ssh-agent with ssh-add, which every host step uses "
             '(docs/operations.md, "On a Mac")',
         )
+    version = r.version("k3sVersion", K3S_VERSION, "v1.35.8+k3s1")
+    if K3S_VERSION.fullmatch(version) and release(version.split("+")[0])[:2] > NEWEST_CAPI_KUBERNETES:
+        newest = ".".join(map(str, NEWEST_CAPI_KUBERNETES))
+        r.fail(
+            "k3sVersion",
+            f"{version} is newer than Kubernetes {newest}, the newest that Cluster API v1.12 (capiCoreVersion) "
+            "supports for the management cluster it runs on: a newer k3s minor waits for a Cluster API bump "
+            "(docs/versions.md)",
+        )
     return K3sSettings(
-        version=r.version("k3sVersion", K3S_VERSION, "v1.35.8+k3s1"),
+        version=version,
         ssh_private_key=private_key,
         kubeconfig_path=_read_kubeconfig_path(r),
         ssh_dial_attempts=r.integer("sshDialAttempts", SSH_DIAL_ATTEMPTS_RANGE, "dial attempts"),
