@@ -159,10 +159,7 @@ class Kubectl:
                 f"{self.what}: kubectl {' '.join(args)}: did not answer within {allowed:g} s", transient=True
             ) from expired
         if check and done.returncode != 0:
-            words = done.stderr.strip()
-            raise KubectlError(
-                f"{self.what}: kubectl {' '.join(args)}: {words}", transient=bool(TRANSIENT.search(words))
-            )
+            raise self.failed(args, done.stderr)
         return done
 
     def json(self, *args: str) -> Any:
@@ -179,10 +176,11 @@ class Kubectl:
             return json.loads(done.stdout)
         if "NotFound" in done.stderr or "not found" in done.stderr:
             return None
-        words = done.stderr.strip()
-        raise KubectlError(
-            f"{self.what}: kubectl get {' '.join(args)}: {words}", transient=bool(TRANSIENT.search(words))
-        )
+        raise self.failed(("get", *args), done.stderr)
+
+    def failed(self, args: Sequence[str], stderr: str) -> KubectlError:
+        words = stderr.strip()
+        return KubectlError(f"{self.what}: kubectl {' '.join(args)}: {words}", transient=bool(TRANSIENT.search(words)))
 
     def line(self, *args: str) -> str:
         """The kubectl line an owner types to see what `args` show."""
