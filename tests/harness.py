@@ -20,6 +20,7 @@ import runpy
 import subprocess
 import tempfile
 import urllib.error
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -348,10 +349,11 @@ def _permissions_table(run: Run, tokens: TokenTable) -> credentials.PermissionsR
 @dataclass(frozen=True)
 class ProxmoxSite:
     """What the Proxmox VE API answers components.clone_sources: the cluster's nodes (name ->
-    online) and its VMs' configs by (node, VMID)."""
+    online), its VMs' configs by (node, VMID) and its storages (name -> shared)."""
 
     nodes: Mapping[str, bool]
     vms: Mapping[tuple[str, int], Mapping[str, Any]]
+    storages: Mapping[str, bool] = field(default_factory=dict)
 
 
 def configured_site(config: Mapping[str, str]) -> ProxmoxSite:
@@ -366,17 +368,26 @@ def configured_site(config: Mapping[str, str]) -> ProxmoxSite:
     return ProxmoxSite(dict.fromkeys(named, True), templates)
 
 
-def _proxmox_site(run: Run, given: ProxmoxSite | None, config: Mapping[str, str]) -> Any:
-    """Stands in for proxmox_api.get, which must never leave this machine in a test: the two
-    reads components.clone_sources makes, answered as Proxmox VE answers them from the `given`
-    site or, by default, `configured_site` (read at the first call: a config the program refuses
-    is never read here); any other path fails the run."""
+def _proxmox_site(run: Run, given: ProxmoxSite | None, config: Mapping[str, str], tokens: TokenTable) -> Any:
+    """Stands in for proxmox_api.get, which must never leave this machine in a test: the reads
+    components.clone_sources makes, answered as Proxmox VE answers them from the `given` site or,
+    by default, `configured_site` (read at the first call: a config the program refuses is never
+    read here), and a token's privileges on one path from `tokens`; any other path fails the run."""
 
     def get(token: proxmox_api.Token, path: str) -> object:
         run.proxmox_reads.append((token.token_id, path))
         site = given or configured_site(config)
         if path == "cluster/status":
             return [{"type": "node", "name": name, "online": int(up)} for name, up in site.nodes.items()]
+        if path.startswith("access/permissions?"):
+            [acl_path] = urllib.parse.parse_qs(path.partition("?")[2])["path"]
+            table = tokens.get((token.token_id, token.token_secret))
+            if table is None:
+                raise proxmox_api.ApiCallError(401, "authentication failure")
+            held = {privilege for privileges in table.values() for privilege in privileges}
+            return {acl_path: {p: 1 for p in sorted(held) if credentials.holds(table, acl_path, p)}}
+        if re.fullmatch(r"nodes/[^/]+/storage", path):
+            return [{"storage": name, "shared": int(shared)} for name, shared in site.storages.items()]
         found = re.fullmatch(r"nodes/([^/]+)/qemu/(\d+)/config", path)
         if found is None:
             raise AssertionError(f"the harness's Proxmox API does not know GET {path}")
@@ -620,7 +631,7 @@ def run_program(
         served = chart_repositories(config) if charts_served is None else charts_served
         with (
             _patched(credentials, "read_permissions", _permissions_table(run, table)),
-            _patched(proxmox_api, "get", _proxmox_site(run, site, config)),
+            _patched(proxmox_api, "get", _proxmox_site(run, site, config, table)),
             _patched(charts, "fetch", _fetch_from(served, run)),
             _patched(hand_made_clusters, "read_object", _management_cluster(live_objects or {}, run)),
             tempfile.TemporaryDirectory() as empty,
