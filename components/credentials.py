@@ -61,7 +61,10 @@ PROGRAM_PRIVILEGES = tuple(
 # docs/advanced-setups.md): Sys.Audit on `/`; PVEVMAdmin on its VM pool, PVETemplateUser on its
 # template pool, PVESDNUser on its bridge, PVEDatastoreAdmin on the cloud-init ISO storage and
 # Datastore.AllocateSpace on the disk storage. Those paths are the owner's choice, so the
-# privileges of those roles that CAPMOX uses are required on some path, Sys.Audit on `/`.
+# privileges of those roles that CAPMOX uses are required on some path, Sys.Audit on `/`; where a
+# workload cluster's template decides the path, components.clone_sources asks with the token
+# itself: VM.Clone on `/vms/<templateVmId>`, and the shared flag of the template's storages, which
+# the storage listing shows where the token holds Datastore.Audit or Datastore.AllocateSpace.
 # Datastore.Allocate: CAPMOX deletes each VM's cloud-init ISO from its storage once the VM has
 # booted (pkg/proxmox/goproxmox/api_client.go UnmountCloudInitISO; pve-storage's content DELETE).
 CAPMOX_ROOT_PRIVILEGES = ("Sys.Audit",)

@@ -1,12 +1,15 @@
 """Each workload cluster's nodes and template proven at preview (components.clone_sources): what
-CAPMOX checks at no point, so that a name that is not a node, or a templateVmId that is an
-ordinary VM, stops the run that declares it and not the first scale-up weeks later. Wired under
-mocks, then for real over HTTPS against the Proxmox VE stand-in, which answers as PVE 8.4."""
+CAPMOX checks at no point, so that a name that is not a node, a templateVmId that is an ordinary
+VM, a token without VM.Clone on the template, or a template on local storage that CAPMOX would
+clone to another node, stops the run that declares it and not the first scale-up weeks later.
+Wired under mocks, then for real over HTTPS against the Proxmox VE stand-in, which answers as PVE
+8.4."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +17,10 @@ import harness
 import pytest
 from test_settings import lab_raw
 
+from components import credentials
 from components.clone_sources import CloneSourceError, verify_clone_sources
 from components.settings import parse_settings
+from e2e.box.box import CAPMOX_LEAST_PRIVILEGES
 from e2e.standins.proxmox import pve_api_standin
 
 CAPMOX_TOKEN = "capmox@pve!capi"
@@ -50,11 +55,12 @@ TEMPLATE_CONFIG = {"name": "ubuntu-2404-kube", "template": 1}
 # --- wiring, under mocks -----------------------------------------------------------------------
 
 
-def test_the_nodes_and_the_template_are_read_once_with_capmox_token() -> None:
+def test_the_nodes_the_template_and_the_right_to_clone_it_are_read_once_with_capmox_token() -> None:
     run = harness.run_program()
     assert run.proxmox_reads == [
         (CAPMOX_TOKEN, "cluster/status"),
         (CAPMOX_TOKEN, f"nodes/{NODE}/qemu/{TEMPLATE}/config"),
+        (CAPMOX_TOKEN, f"access/permissions?path=%2Fvms%2F{TEMPLATE}"),
     ]
 
 
@@ -66,7 +72,9 @@ def test_two_clusters_on_one_template_read_it_once() -> None:
         "nodeIpRanges": ["192.168.4.62-192.168.4.69"],
     }
     run = harness.run_program({"workloadClusters": [LAB1, second]})
-    assert [path for _, path in run.proxmox_reads].count(f"nodes/{NODE}/qemu/{TEMPLATE}/config") == 1
+    reads = [path for _, path in run.proxmox_reads]
+    assert reads.count(f"nodes/{NODE}/qemu/{TEMPLATE}/config") == 1
+    assert reads.count(f"access/permissions?path=%2Fvms%2F{TEMPLATE}") == 1
 
 
 def test_no_workload_cluster_no_call() -> None:
@@ -104,6 +112,16 @@ def test_a_source_node_that_is_not_a_node_is_refused_without_reading_a_template_
     assert record.proxmox_reads == [(CAPMOX_TOKEN, "cluster/status")]
 
 
+def test_a_template_cloned_to_another_node_has_its_storages_read_once() -> None:
+    disk = {**TEMPLATE_CONFIG, "scsi0": f"local-lvm:base-{TEMPLATE}-disk-0,size=32G", "ide2": "none,media=cdrom"}
+    site = harness.ProxmoxSite({NODE: True, "pv1-2": True}, {(NODE, TEMPLATE): disk}, {"local-lvm": False})
+    record = harness.Run()
+    with pytest.raises(CloneSourceError) as raised:
+        harness.run_program(lab1(allowedNodes=[NODE, "pv1-2"]), record=record, site=site)
+    assert f"{WHERE}.allowedNodes: CAPMOX clones to node pv1-2 from {NODE}" in str(raised.value)
+    assert [path for _, path in record.proxmox_reads].count(f"nodes/{NODE}/storage") == 1
+
+
 def test_an_offline_node_warns_and_the_run_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     site = site_with({NODE: True, "pv1-2": False}, {(NODE, TEMPLATE): TEMPLATE_CONFIG})
     run = harness.run_program(lab1(allowedNodes=[NODE, "pv1-2"]), site=site)
@@ -131,12 +149,14 @@ def settings_at(pve: pve_api_standin.PveApiStandIn, **changes: Any) -> Any:
     )
 
 
-def test_a_template_on_an_existing_node_passes_in_two_calls(node: pve_api_standin.PveApiStandIn) -> None:
+def test_a_template_on_an_existing_node_passes_in_three_calls(node: pve_api_standin.PveApiStandIn) -> None:
     verify_clone_sources(settings_at(node))
     assert node.requests == [
         ("GET", "/api2/json/cluster/status"),
         ("GET", f"/api2/json/nodes/{NODE}/qemu/{TEMPLATE}/config"),
+        ("GET", "/api2/json/access/permissions"),
     ]
+    assert node.calls[-1].params == ("path",)
 
 
 def test_a_running_vm_is_not_taken_for_a_template(node: pve_api_standin.PveApiStandIn) -> None:
@@ -175,3 +195,108 @@ def test_an_api_out_of_reach_says_how_to_skip(node: pve_api_standin.PveApiStandI
     assert "GET cluster/status" in str(raised.value)
     assert "set lab-mgmt:skipCredentialsCheck true to skip this check" in str(raised.value)
     verify_clone_sources(settings)  # the stand-in itself was reachable all along
+
+
+# CAPMOX's least privileges but VM.Clone (cluster-api-provider-proxmox docs/advanced-setups.md),
+# each on `/`: the token check passes wherever VM.Clone is held.
+ALL_BUT_CLONE = {
+    "/": dict.fromkeys(
+        (
+            *credentials.CAPMOX_ROOT_PRIVILEGES,
+            *(privilege for privilege in credentials.CAPMOX_PRIVILEGES if privilege != "VM.Clone"),
+            credentials.CAPMOX_GUEST_AGENT[0],
+        ),
+        1,
+    )
+}
+
+
+@contextmanager
+def lab(
+    tmp_path: Path,
+    permissions: Mapping[str, Mapping[str, int]] = harness.FULL_PERMISSIONS,
+    *,
+    peers: Mapping[str, bool] | None = None,
+    storage: str = "local-lvm",
+) -> Iterator[pve_api_standin.PveApiStandIn]:
+    """The stand-in as the lab's node, with `peers` in its cluster and the NAS they share, and
+    lab1's template made on `storage`; no call it does not know, and no write."""
+    tokens = {(CAPMOX_TOKEN, CAPMOX_SECRET): permissions}
+    with pve_api_standin.serve(tokens, tmp_path, node=NODE, peers=peers, nas=True) as pve:
+        pve.made_template(TEMPLATE, "ubuntu-2404-kube", storage=storage)
+        yield pve
+    assert pve.unknown == []
+    assert pve.writes == []
+
+
+def clone_refusal(pve: pve_api_standin.PveApiStandIn, **changes: Any) -> str:
+    with pytest.raises(CloneSourceError) as raised:
+        verify_clone_sources(settings_at(pve, **changes))
+    return str(raised.value)
+
+
+def test_a_token_holding_vm_clone_only_on_a_pool_without_the_template_is_refused(tmp_path: Path) -> None:
+    """The token check passes (VM.Clone is held somewhere); the clone would not."""
+    on_a_pool = {**ALL_BUT_CLONE, "/pool/capi-templates": {"VM.Clone": 1}}
+    with lab(tmp_path, on_a_pool) as pve:
+        check = credentials.token_checks(settings_at(pve))[1]
+        held = credentials.read_permissions(pve.url, CAPMOX_TOKEN, CAPMOX_SECRET, insecure=True)
+        assert credentials.missing_privileges(held, check) == []
+        message = clone_refusal(pve)
+    assert (
+        f"{WHERE}.templateVmId: lab-mgmt:capmoxTokenId {CAPMOX_TOKEN} lacks VM.Clone on /vms/{TEMPLATE}, "
+        "which CAPMOX clones every worker from"
+    ) in message
+
+
+def test_vm_clone_on_the_template_alone_is_enough(tmp_path: Path) -> None:
+    """As a pool holding the template gives it: on /vms/<id>, not propagated."""
+    with lab(tmp_path, {**ALL_BUT_CLONE, f"/vms/{TEMPLATE}": {"VM.Clone": 0}}) as pve:
+        verify_clone_sources(settings_at(pve))
+
+
+def test_a_second_node_with_the_template_on_local_storage_is_refused(tmp_path: Path) -> None:
+    """CAPMOX clones with `target` for each allowed node; Proxmox VE refuses a template on local
+    storage to any node but its own, which the stand-in's clone shows too."""
+    with lab(tmp_path, peers={"pv1-2": True}) as pve:
+        message = clone_refusal(pve, allowedNodes=[NODE, "pv1-2"])
+        verify_clone_sources(settings_at(pve, allowedNodes=[NODE]))
+    assert (
+        f"{WHERE}.allowedNodes: CAPMOX clones to node pv1-2 from {NODE}, which Proxmox VE refuses while template "
+        f"{TEMPLATE} has volumes on local storage local-lvm (can't clone VM to node 'pv1-2' (VM uses local storage))"
+    ) in message
+    assert ("GET", f"/api2/json/nodes/{NODE}/storage") in pve.requests
+
+
+def test_an_offline_second_node_is_checked_too(tmp_path: Path) -> None:
+    with lab(tmp_path, peers={"pv1-2": False}) as pve:
+        message = clone_refusal(pve, allowedNodes=[NODE, "pv1-2"])
+    assert "CAPMOX clones to node pv1-2" in message
+
+
+def test_a_template_on_shared_storage_is_cloned_to_any_node(tmp_path: Path) -> None:
+    with lab(tmp_path, peers={"pv1-2": True, "pv1-3": True}, storage="nas") as pve:
+        verify_clone_sources(settings_at(pve, allowedNodes=["pv1-2", NODE, "pv1-3"]))
+    assert pve.requests.count(("GET", f"/api2/json/nodes/{NODE}/storage")) == 1
+
+
+def test_a_storage_the_token_may_not_see_is_named(tmp_path: Path) -> None:
+    """Datastore.Audit and Datastore.AllocateSpace on `local` alone: the listing leaves local-lvm out."""
+    unseen = {
+        "/": {privilege: 1 for privilege in harness.FULL_PERMISSIONS["/"] if not privilege.startswith("Datastore.")},
+        "/storage/local": dict.fromkeys(("Datastore.Audit", "Datastore.AllocateSpace"), 1),
+    }
+    with lab(tmp_path, unseen, peers={"pv1-2": True}) as pve:
+        message = clone_refusal(pve, allowedNodes=[NODE, "pv1-2"])
+    assert (
+        f"{WHERE}.allowedNodes: lab-mgmt:capmoxTokenId {CAPMOX_TOKEN} may not see storage local-lvm of template "
+        f"{TEMPLATE} (Datastore.Audit or Datastore.AllocateSpace on /storage/local-lvm; the clone needs the latter "
+        "on a disk's storage)"
+    ) in message
+
+
+def test_the_boxs_capmox_token_passes_every_read(tmp_path: Path) -> None:
+    """What the token check asks of CAPMOX's token, and nothing more, covers every read here."""
+    with lab(tmp_path, CAPMOX_LEAST_PRIVILEGES, peers={"pv1-2": True}, storage="nas") as pve:
+        verify_clone_sources(settings_at(pve, allowedNodes=[NODE, "pv1-2"]))
+    assert len(pve.requests) == 4

@@ -24,6 +24,10 @@ CAPMOX_TOKEN = "capmox@pve!capi"
 PROGRAM_SECRET = harness.DUMMY_SECRETS["proxmoxApiTokenSecret"]
 CAPMOX_SECRET = harness.DUMMY_SECRETS["capmoxTokenSecret"]
 WRONG_SECRET = "deadbeef-0000-4000-8000-000000000000"
+# PVETemplateUser on the pool of CAPMOX's templates, which holds lab1's: what Proxmox VE computes on
+# the template for a pool's member (never propagated), which components.clone_sources asks for.
+[LAB1] = harness.stack_workload_clusters()
+ON_THE_TEMPLATE = {f"/vms/{LAB1['templateVmId']}": {"VM.Audit": 0, "VM.Clone": 0}}
 
 
 def failure(tokens: harness.TokenTable, **overrides: object) -> str:
@@ -166,6 +170,7 @@ def test_capmox_least_privilege_layout_passes() -> None:
             **dict.fromkeys(("Datastore.Allocate", "Datastore.AllocateTemplate", "Datastore.Audit"), 0),
             "Datastore.AllocateSpace": 0,
         },
+        **ON_THE_TEMPLATE,
     }
     run = harness.run_program(
         tokens={(PROGRAM_TOKEN, PROGRAM_SECRET): harness.FULL_PERMISSIONS, (CAPMOX_TOKEN, CAPMOX_SECRET): least}
@@ -179,7 +184,8 @@ def test_capmox_token_needs_the_guest_agent_by_either_name(guest_agent: str | No
     VM.GuestAgent.Unrestricted; VM.GuestAgent.Audit alone cannot run the agent's exec."""
     held = dict.fromkeys((*credentials.CAPMOX_ROOT_PRIVILEGES, *credentials.CAPMOX_PRIVILEGES), 0)
     held |= {"VM.GuestAgent.Audit": 0} | ({guest_agent: 0} if guest_agent else {})
-    tokens = {(PROGRAM_TOKEN, PROGRAM_SECRET): harness.FULL_PERMISSIONS, (CAPMOX_TOKEN, CAPMOX_SECRET): {"/": held}}
+    capmox = {"/": held, **ON_THE_TEMPLATE}
+    tokens = {(PROGRAM_TOKEN, PROGRAM_SECRET): harness.FULL_PERMISSIONS, (CAPMOX_TOKEN, CAPMOX_SECRET): capmox}
     if guest_agent is not None:
         harness.run_program(tokens=tokens)
         return
