@@ -59,7 +59,14 @@ from typing import Any
 
 import pulumi
 
-from components import autoscaler_flags, cilium_values, cluster_autoscaler, hand_made_clusters, kept_fields
+from components import (
+    autoscaler_flags,
+    cilium_values,
+    cluster_autoscaler,
+    field_manager,
+    hand_made_clusters,
+    kept_fields,
+)
 from components.cluster_template import ClusterObjects
 from components.settings import PROJECT, WorkloadCluster
 from components.settings.config import release as version_parts
@@ -94,6 +101,10 @@ class CiliumValuesDroppedError(pulumi.RunError):
 
 class KubernetesMinorSkippedError(pulumi.RunError):
     """A workload cluster's kubernetesVersion more than one minor after what its control plane runs."""
+
+
+class KubernetesDowngradeError(pulumi.RunError):
+    """A workload cluster's kubernetesVersion lower than what its control plane runs."""
 
 
 class HandMadeAutoscalerFlagsError(pulumi.RunError):
@@ -159,77 +170,190 @@ def named(objects: ClusterObjects, names: Mapping[str, str] | None) -> ClusterOb
     return named_objects
 
 
+class Live:
+    """The seven objects as the management cluster runs them, each read at most once in a run
+    (None where it does not exist), under the names this run gives them; `kubeconfig_file`: where
+    the owner's laptop keeps the admin kubeconfig, which every kubectl line of a refusal names."""
+
+    def __init__(self, kubeconfig: str, declared: ClusterObjects, kubeconfig_file: str) -> None:
+        self.kubeconfig, self.kubeconfig_file = kubeconfig, kubeconfig_file
+        self._paths = {role: object_path(body) for role, body in declared.roles().items()}
+        self._read: dict[str, dict[str, Any] | None] = {}
+
+    def __getitem__(self, role: str) -> dict[str, Any] | None:
+        if role not in self._read:
+            self._read[role] = hand_made_clusters.read_object(self.kubeconfig, self._paths[role])
+        return self._read[role]
+
+
 @dataclass(frozen=True)
 class TakeoverPlan:
     """What the live cluster decided for this run, read once before any object is sent."""
 
-    forced: bool
-    """This run's applies take the fields they set from every other manager: only the run that
-    makes a taken-over cluster the program's (W6), whose values the adoption run checked; from
-    then on a hand edit of a declared field stops the run as a conflict, as on a cluster the
-    program made (docs/troubleshooting.md)."""
+    forced: frozenset[str]
+    """The roles (ClusterObjects.roles) whose apply in this run takes the fields it sets from
+    every other manager: each object of a taken-over cluster that no apply of the program's has
+    reached yet (_becoming: W6, or a W6 stopped halfway), whose values the adoption run checked and
+    this run checks again; and each object a stack from before the program named its field
+    manager applied under pulumi-kubernetes's drawn name (_drawn_manager), whose first change under
+    the program's name would stop at a conflict with that name. Once the object has been applied,
+    a hand edit of a declared field stops the run as a conflict, as on a cluster the program made
+    (docs/troubleshooting.md)."""
 
 
-def check_owner(
+class Takeover:
+    """One workload cluster's takeover as WorkloadCluster enters it, once: the names its objects
+    keep (the record's entry, `kept_names`), the objects named so (`declared`) and as they run,
+    which an adoption imports (`imported`), and the plan that the live cluster decides
+    (`plan`, TakeoverPlan), every refusal made before it is known."""
+
+    def __init__(
+        self,
+        cluster: WorkloadCluster,
+        objects: ClusterObjects,
+        kubeconfig: pulumi.Output[str],
+        *,
+        last_names: pulumi.Output[Mapping[str, str] | None],
+        held: pulumi.Output[bool],
+        stack: str,
+        autoscaler_image_tag: str,
+        kubeconfig_file: str,
+    ) -> None:
+        """`kubeconfig`: the management cluster's admin kubeconfig (`kubeconfig_file` on the
+        owner's laptop). `last_names`: the last run's record of a taken-over cluster; `held`: the
+        last run declared it."""
+        self.record_key = record_key(cluster)
+        self.kept_names = last_names.apply(lambda last: kept_names(cluster, objects, last))
+        self.declared = self.kept_names.apply(lambda names: named(objects, names))
+        self.imported = as_running(cluster, objects)
+        recorded = pulumi.Output.all(last_names, held).apply(lambda args: args[0] is not None or bool(args[1]))
+        # What the plan holds is nothing secret, though it is read with the admin kubeconfig.
+        self.plan: pulumi.Output[TakeoverPlan] = pulumi.Output.unsecret(
+            pulumi.Output.all(kubeconfig, recorded, self.declared).apply(
+                lambda args: decide(
+                    cluster,
+                    args[2],
+                    Live(args[0], args[2], kubeconfig_file),
+                    recorded=args[1],
+                    stack=stack,
+                    autoscaler_image_tag=autoscaler_image_tag,
+                )
+            )
+        )
+
+
+def decide(
     cluster: WorkloadCluster,
-    objects: ClusterObjects,
-    kubeconfig: str,
+    declared: ClusterObjects,
+    live: Live,
     *,
-    names: Mapping[str, str] | None,
     recorded: bool,
     stack: str,
     autoscaler_image_tag: str,
 ) -> TakeoverPlan:
     """Before any of the cluster's objects is sent: adopting, the running cluster must be exactly
-    what the settings render (`objects`, named as it names them); else a cluster this stack
-    took over or declared before (`recorded`; a taken-over one's template names `names`) is its
-    own, and any other must carry the mark of this stack (`stack`); `autoscaler_image_tag`: the
-    program's autoscaler's, against a hand-installed one's. A taken-over cluster that
-    does not carry it yet is becoming the program's in this run (W6): what the owner set by hand
-    since the adoption run is checked again, and so are Cilium's values, which this run's upgrade
-    of the release replaces."""
+    what the settings render (`declared`, named as it runs them); else a cluster this stack
+    took over or declared before (`recorded`) is its own, and any other must carry the mark of this
+    stack (`stack`); `autoscaler_image_tag`: the program's autoscaler's, against a hand-installed
+    one's. Each object of a taken-over cluster that no apply of the program's has reached is
+    becoming the program's in this run (W6): every declared field must still run as declared and
+    nothing be set by hand since the adoption run that the settings do not keep; and Cilium's
+    values are checked again, which this run's upgrade of the release replaces."""
     if cluster.recover:
-        refuse_unlike_running(cluster, as_running(cluster, objects), kubeconfig)
+        _refuse_another_stacks(cluster, live, stack)
+        refuse_unlike_running(cluster, declared, live)
     elif cluster.adopt:
-        refuse_unlike_applied(cluster, as_running(cluster, objects), kubeconfig)
+        refuse_unlike_applied(cluster, declared, live)
     elif not recorded:
-        hand_made_clusters.refuse_hand_made(cluster.namespace, cluster.name, kubeconfig, stack=stack)
-    becoming_the_programs = cluster.taken_over and not cluster.adopt and not _marked(cluster, kubeconfig, stack)
-    if becoming_the_programs:
-        refuse_hand_set(cluster, named(objects, names), kubeconfig)
+        hand_made_clusters.refuse_hand_made(
+            cluster.namespace, cluster.name, live["cluster"], stack=stack, kubeconfig_file=live.kubeconfig_file
+        )
+    becoming = _becoming(cluster, declared, live)
+    if becoming:
+        refuse_hand_set(cluster, declared, live, becoming)
     if cluster.taken_over:
-        refuse_replicas_outside_range(cluster, objects, kubeconfig)
-        if cluster.adopt or becoming_the_programs:
-            refuse_dropped_cilium_values(cluster, kubeconfig)
-        refuse_dropped_autoscaler_flags(cluster, kubeconfig, autoscaler_image_tag)
+        refuse_replicas_outside_range(cluster, declared, live)
+        if cluster.adopt or becoming:
+            refuse_dropped_cilium_values(cluster, live.kubeconfig)
+        refuse_dropped_autoscaler_flags(cluster, live.kubeconfig, autoscaler_image_tag)
     if not (cluster.adopt or cluster.recover):
-        refuse_minor_skip(cluster, objects, kubeconfig)
-    return TakeoverPlan(forced=becoming_the_programs)
+        refuse_version_change(cluster, live)
+    drawn = {role for role in declared.roles() if _drawn_manager(live, role)}
+    return TakeoverPlan(forced=frozenset(becoming | drawn))
 
 
-def refuse_minor_skip(cluster: WorkloadCluster, objects: ClusterObjects, kubeconfig: str) -> None:
-    """Raises where kubernetesVersion is more than one minor after the version the running control
-    plane has: Cluster API's KubeadmControlPlane webhook refuses that update (v1.12
-    controlplane/kubeadm/internal/webhooks/kubeadmcontrolplane.go, "Skipping a minor version is
-    not allowed"), and only once the run has made the new machine templates it would roll to."""
-    live = hand_made_clusters.read_object(kubeconfig, object_path(objects.control_plane))
-    running = ((live or {}).get("spec") or {}).get("version")
-    runs = version_parts(running)[:2] if isinstance(running, str) else ()
-    if len(runs) < 2 or version_parts(cluster.kubernetes_version)[:2] < (runs[0], runs[1] + 2):
-        return
-    raise KubernetesMinorSkippedError(
-        f"{PROJECT}:{cluster.key}.kubernetesVersion: {cluster.kubernetes_version} is more than one minor after "
-        f"{running}, which {cluster.namespace}/{cluster.name}'s control plane runs: Cluster API upgrades one minor "
-        f"at a time and refuses the skip, after this run would have made the new machine templates. Upgrade to "
-        f'a v{runs[0]}.{runs[1] + 1} release first (docs/operations.md, "Upgrading a workload cluster\'s Kubernetes")'
+def _becoming(cluster: WorkloadCluster, declared: ClusterObjects, live: Live) -> set[str]:
+    """The roles of a taken-over cluster, out of adopt mode, whose running object no apply or
+    create of pulumi-kubernetes has touched: they are as clusterctl and the owner left them, and
+    this run makes them the program's. Decided for each object, never by one object's mark: a
+    run stopped halfway leaves some applied and others not."""
+    if not cluster.taken_over or cluster.adopt:
+        return set()
+    return {role for role in declared.roles() if (running := live[role]) is not None and not _program_managers(running)}
+
+
+def _program_managers(live: Mapping[str, Any]) -> set[str]:
+    """The managers of pulumi-kubernetes on `live`: its create's, a drawn name's, the program's."""
+    return {
+        str(entry.get("manager"))
+        for entry in live.get("metadata", {}).get("managedFields") or []
+        if str(entry.get("manager", "")).startswith(field_manager.CREATE)
+    }
+
+
+def _drawn_manager(live: Live, role: str) -> bool:
+    """Whether a stack from before the program named its field manager applied the object under
+    the name pulumi-kubernetes drew (`pulumi-kubernetes-<suffix>`): the program's name applies
+    without force, so any value it changes in its first run conflicts with that name
+    (provider.go `Update` relinquishes the old name only after a successful apply)."""
+    running = live[role]
+    return running is not None and bool(_program_managers(running) - {field_manager.CREATE, field_manager.NAME})
+
+
+def refuse_version_change(cluster: WorkloadCluster, live: Live) -> None:
+    """Raises where kubernetesVersion is lower than the version the running control plane has, or
+    more than one minor after it: Cluster API's KubeadmControlPlane webhook refuses the skip
+    (v1.12 controlplane/kubeadm/internal/webhooks/kubeadmcontrolplane.go, "Skipping a minor
+    version is not allowed"), only once the run has made the new machine templates it would roll
+    to, and lets a downgrade through, which kubeadm does not support."""
+    running = ((live["controlPlane"] or {}).get("spec") or {}).get("version")
+    runs = version_parts(running) if isinstance(running, str) else ()
+    wanted = version_parts(cluster.kubernetes_version)
+    where = (
+        f"{PROJECT}:{cluster.key}.kubernetesVersion: {cluster.kubernetes_version} is {{}} {running}, which "
+        f"{cluster.namespace}/{cluster.name}'s control plane runs"
     )
+    if len(runs) < 3 or len(wanted) < 3:
+        return
+    if wanted < runs:
+        raise KubernetesDowngradeError(
+            where.format("lower than")
+            + ": Cluster API would roll every control-plane machine to the older version, which kubeadm does "
+            f"not support. Set it to {running} (a hand edit of the control plane's spec.version is named so too)"
+        )
+    if wanted[:2] >= (runs[0], runs[1] + 2):
+        raise KubernetesMinorSkippedError(
+            where.format("more than one minor after")
+            + ": Cluster API upgrades one minor at a time and refuses the skip, after this run would have made "
+            f"the new machine templates. Upgrade to a v{runs[0]}.{runs[1] + 1} release first (docs/operations.md, "
+            '"Upgrading a workload cluster\'s Kubernetes")'
+        )
 
 
-def _marked(cluster: WorkloadCluster, kubeconfig: str, stack: str) -> bool:
-    """Whether the running Cluster carries this stack's mark (the run with adopt off puts it on)."""
-    path = hand_made_clusters.CLUSTER_API_PATH.format(namespace=cluster.namespace, name=cluster.name)
-    live = hand_made_clusters.read_object(kubeconfig, path) or {}
-    return (live.get("metadata", {}).get("annotations") or {}).get(hand_made_clusters.STACK_MARK) == stack
+def _refuse_another_stacks(cluster: WorkloadCluster, live: Live, stack: str) -> None:
+    """Raises where a recovery would import a cluster marked as another stack's: a live stack's,
+    which its next run would then refuse as this one's (review 4, 9g)."""
+    running = live["cluster"]
+    mark = ((running or {}).get("metadata", {}).get("annotations") or {}).get(hand_made_clusters.STACK_MARK)
+    if mark in (None, stack):
+        return
+    raise hand_made_clusters.HandMadeClusterError(
+        f"{PROJECT}:{cluster.key}.recover: the Cluster {cluster.namespace}/{cluster.name} is marked as the cluster "
+        f"of the stack {mark} ({hand_made_clusters.STACK_MARK}), not of this one ({stack}). A recovery takes over "
+        "the cluster of a stack whose state is lost; if that is the lost stack (a stack of another name), mark the "
+        f"cluster as this one's first: kubectl --kubeconfig {live.kubeconfig_file} annotate --overwrite cluster "
+        f"-n {cluster.namespace} {cluster.name} {hand_made_clusters.STACK_MARK}={stack}"
+    )
 
 
 # Helm keeps each revision of a release in a Secret of the release's namespace, labelled so; the
@@ -262,7 +386,12 @@ def refuse_dropped_cilium_values(cluster: WorkloadCluster, kubeconfig: str) -> N
         return
     workload = base64.b64decode(secret["data"]["value"]).decode()
     for release in _deployed(workload, CILIUM_RELEASE, cluster.name):
-        changed = cilium_values.dropped(release.get("config") or {}, cilium_values.declared(cluster.cilium_values))
+        # Both as the running chart renders them (W2 sets ciliumVersion to the running one): a
+        # default the program changes is dropped too, one both run alike is not.
+        changed = cilium_values.dropped(
+            cilium_values.running(release),
+            cilium_values.running(release, cilium_values.declared(cluster.cilium_values)),
+        )
         # The operator's values are the program's to set (no entry may keep another): named, not refused.
         for path, line in changed:
             if path in cilium_values.SET_OVER_RUNNING:
@@ -312,11 +441,11 @@ def refuse_dropped_autoscaler_flags(cluster: WorkloadCluster, kubeconfig: str, i
             )
 
 
-def refuse_replicas_outside_range(cluster: WorkloadCluster, objects: ClusterObjects, kubeconfig: str) -> None:
+def refuse_replicas_outside_range(cluster: WorkloadCluster, declared: ClusterObjects, running: Live) -> None:
     """Raises while kubectl's manager holds the MachineDeployment's spec.replicas at a count
     outside workers.minSize..maxSize (the module's docstring says what the run would do)."""
-    deployment = objects.machine_deployment
-    live = hand_made_clusters.read_object(kubeconfig, object_path(deployment))
+    deployment = declared.machine_deployment
+    live = running["machineDeployment"]
     if live is None or not _held_by_kubectl(live, ("f:spec", "f:replicas")):
         return
     replicas, workers = live.get("spec", {}).get("replicas"), cluster.workers
@@ -333,8 +462,11 @@ def refuse_replicas_outside_range(cluster: WorkloadCluster, objects: ClusterObje
 
 
 def _held_by_kubectl(live: Mapping[str, Any], field: tuple[str, ...]) -> bool:
-    """Whether a field manager whose name starts with `kubectl` holds `field` (managedFields' fieldsV1 keys)."""
+    """Whether a field manager whose name starts with `kubectl` holds `field` (managedFields' fieldsV1 keys)
+    on the object itself: fixCSAFieldManagers leaves a subresource's entry (`kubectl scale`) alone."""
     for entry in live.get("metadata", {}).get("managedFields") or []:
+        if entry.get("subresource"):
+            continue
         fields: Any = entry.get("fieldsV1") or {}
         for key in field:
             fields = fields.get(key) if isinstance(fields, dict) else None
@@ -343,19 +475,16 @@ def _held_by_kubectl(live: Mapping[str, Any], field: tuple[str, ...]) -> bool:
     return False
 
 
-def refuse_unlike_applied(cluster: WorkloadCluster, declared: ClusterObjects, kubeconfig: str) -> None:
+def refuse_unlike_applied(cluster: WorkloadCluster, declared: ClusterObjects, running: Live) -> None:
     """Raises unless each object runs and was applied exactly as `declared`, runs with every
     declared field as declared, and holds no field set by hand that the settings do not keep,
     naming every field that differs and the object it is on."""
 
     def unlike(role: str, body: dict[str, Any], live: dict[str, Any]) -> list[str]:
         rendered = _compared(body["kind"], _with_running_annotations(body, live))
-        return [
-            *_unlike_live(_compared(body["kind"], live), rendered),
-            *_differences(_compared(body["kind"], _as_applied(live)), rendered),
-        ]
+        return [*_unlike_declared(body, live), *_differences(_compared(body["kind"], _as_applied(live)), rendered)]
 
-    differences = _unlike(cluster, declared, kubeconfig, unlike)
+    differences = _unlike(cluster, declared, running, unlike)
     if differences:
         raise TakeoverMismatchError(
             f"{PROJECT}:workloadClusters: {cluster.name}'s settings do not render what clusterctl applied and the "
@@ -366,19 +495,20 @@ def refuse_unlike_applied(cluster: WorkloadCluster, declared: ClusterObjects, ku
         )
 
 
-def refuse_unlike_running(cluster: WorkloadCluster, declared: ClusterObjects, kubeconfig: str) -> None:
+def refuse_unlike_running(cluster: WorkloadCluster, declared: ClusterObjects, running: Live) -> None:
     """Raises unless each object of a cluster lab-mgmt made runs with every field the settings
     declare as declared (what the program applied is what runs, and nothing recorded it but the lost
     state), and holds no field set by hand that the settings do not keep. Only declared fields are
     compared, so not the stack's mark, which the objects as rendered do not carry: the run with
-    adopt off puts this stack's on."""
+    adopt off puts this stack's on. What the lost stack applied and the settings no longer render
+    is named like a hand field: the program's apply is the manager that would drop it."""
 
     def unlike(role: str, body: dict[str, Any], live: dict[str, Any]) -> list[str]:
         return list(_unlike_live(_compared(body["kind"], live), _compared(body["kind"], body)))
 
     if cluster.taken_over:
-        _refuse_rolled_templates(cluster, declared, kubeconfig)
-    differences = _unlike(cluster, declared, kubeconfig, unlike)
+        _refuse_rolled_templates(cluster, declared, running)
+    differences = _unlike(cluster, declared, running, unlike, taken=kept_fields.PROGRAM_APPLIES)
     if differences:
         raise TakeoverMismatchError(
             f"{PROJECT}:workloadClusters: {cluster.name}'s settings do not render the cluster as it runs, so the run "
@@ -388,7 +518,7 @@ def refuse_unlike_running(cluster: WorkloadCluster, declared: ClusterObjects, ku
         )
 
 
-def _refuse_rolled_templates(cluster: WorkloadCluster, declared: ClusterObjects, kubeconfig: str) -> None:
+def _refuse_rolled_templates(cluster: WorkloadCluster, declared: ClusterObjects, running: Live) -> None:
     """Raises where the running control plane or workers use another machine template than the
     recovery would import: a taken-over cluster keeps clusterctl's names only until its first
     rollout (a Kubernetes upgrade, a sizing), and only the lost state recorded which ones rolled.
@@ -398,7 +528,7 @@ def _refuse_rolled_templates(cluster: WorkloadCluster, declared: ClusterObjects,
         ("controlPlane", declared.control_plane, ("spec", "machineTemplate", "spec", "infrastructureRef", "name")),
         ("worker", declared.machine_deployment, ("spec", "template", "spec", "infrastructureRef", "name")),
     ):
-        live: Any = hand_made_clusters.read_object(kubeconfig, object_path(referrer))
+        live: Any = running["controlPlane" if role == "controlPlane" else "machineDeployment"]
         for key in ref:
             live = live.get(key) if isinstance(live, dict) else None
         wanted: Any = referrer
@@ -414,34 +544,43 @@ def _refuse_rolled_templates(cluster: WorkloadCluster, declared: ClusterObjects,
         )
 
 
-def refuse_hand_set(cluster: WorkloadCluster, declared: ClusterObjects, kubeconfig: str) -> None:
-    """Raises while an object holds a field set by hand since the adoption run that the settings
-    do not keep: this run, which takes kubectl's fields, would remove it."""
-    differences = _unlike(cluster, declared, kubeconfig, lambda role, body, live: [], adopting=False)
+def refuse_hand_set(cluster: WorkloadCluster, declared: ClusterObjects, running: Live, roles: set[str]) -> None:
+    """Raises while an object of `roles`, which this run makes the program's, holds a field set
+    by hand since the adoption run that the settings do not keep, which this run (taking kubectl's
+    fields) would remove, or runs a declared field otherwise than declared, which its forced apply
+    would write back: a `kubectl annotate --overwrite` of the node group's size, a `kubectl patch`
+    of the control plane's version (a rollout, or a downgrade the webhook lets through)."""
+    differences = _unlike(
+        cluster, declared, running, lambda role, body, live: list(_unlike_declared(body, live)), roles=roles
+    )
     if differences:
         raise TakeoverMismatchError(
-            f"{PROJECT}:workloadClusters: {cluster.name}'s objects hold fields set by hand that the settings do not "
-            "render; this run takes kubectl's fields (docs/adoption.md, W6) and would remove them:\n    "
-            + "\n    ".join(differences)
+            f"{PROJECT}:workloadClusters: {cluster.name}'s objects were changed by hand since the adoption run: this "
+            "run makes them the program's (docs/adoption.md, W6), taking kubectl's fields and the fields it sets from "
+            "any other manager, so it would remove or write back each of these. Set the entry's key to the running "
+            "value, or keep the field, or take it back by hand first:\n    " + "\n    ".join(differences)
         )
 
 
 def _unlike(
     cluster: WorkloadCluster,
     declared: ClusterObjects,
-    kubeconfig: str,
+    running: Live,
     unlike: Callable[[str, dict[str, Any], dict[str, Any]], list[str]],
     *,
-    adopting: bool = True,
+    roles: set[str] | None = None,
+    taken: tuple[tuple[str, tuple[str, ...]], ...] = (),
 ) -> list[str]:
     """`kind name: field…` for each field set by hand that the settings do not render
-    (components.kept_fields), then each other field that `unlike` finds between a live object and
-    its rendering; adopting, each object that does not run too, and a missing Cluster raises."""
+    (components.kept_fields; `taken`: managers counted as hand work beside kubectl's), then each
+    other field that `unlike` finds between a live object and its rendering. Adopting (no
+    `roles`), each object that does not run too, and a missing Cluster raises; else only the
+    objects of `roles` that run."""
     differences: list[str] = []
     for role, body in declared.roles().items():
         kind, name = body["kind"], body["metadata"]["name"]
-        live = hand_made_clusters.read_object(kubeconfig, object_path(body))
-        if live is None and not adopting:
+        live = running[role]
+        if roles is not None and (role not in roles or live is None):
             continue
         if live is None and kind == "Cluster":
             raise AdoptedClusterMissingError(
@@ -458,8 +597,12 @@ def _unlike(
             _walked(body, live),
             skipped=NOT_DECLARED.get(kind, ()),
             applied=json.loads(recorded) if recorded else None,
+            taken=taken,
         )
-        where = {"entry": cluster.key, "role": role, "kind": kind, "name": name, "namespace": cluster.namespace}
+        where = {
+            **{"entry": cluster.key, "role": role, "kind": kind, "name": name, "namespace": cluster.namespace},
+            "kubeconfig": running.kubeconfig_file,
+        }
         found = [kept_fields.advice(field, **where) for field in hand_set]
         found += [
             _with_key(line)
@@ -504,6 +647,12 @@ def _with_running_annotations(body: Mapping[str, Any], live: Mapping[str, Any]) 
         elif key.startswith(CAPACITY_ANNOTATION) and same_quantity(running[key], annotations[key]):
             annotations[key] = running[key]
     return {**body, "metadata": {**body["metadata"], "annotations": annotations}}
+
+
+def _unlike_declared(body: Mapping[str, Any], live: Mapping[str, Any]) -> Iterator[str]:
+    """Each field the settings declare that runs otherwise (_unlike_live), the node group's
+    annotations as _with_running_annotations compares them."""
+    return _unlike_live(_compared(body["kind"], live), _compared(body["kind"], _with_running_annotations(body, live)))
 
 
 def _with_key(line: str) -> str:

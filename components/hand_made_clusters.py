@@ -35,6 +35,8 @@ REQUEST_TIMEOUT_SECONDS = 15
 STACK_MARK = "lab-mgmt.homelab/stack"
 """The annotation on a Cluster that names the stack whose cluster it is: `<org>/<project>/<stack>`."""
 CLUSTER_API_PATH = "/apis/cluster.x-k8s.io/v1beta2/namespaces/{namespace}/clusters/{name}"
+ADMIN_KUBECONFIG_FILE = "~/.kube/lab-mgmt.kubeconfig"
+"""Where the README writes the admin kubeconfig on the owner's laptop, unless kubeconfigPath names another file."""
 
 
 class HandMadeClusterError(pulumi.RunError):
@@ -55,10 +57,12 @@ def marked(metadata: Mapping[str, Any], stack: str) -> dict[str, Any]:
     return {**metadata, "annotations": {**(metadata.get("annotations") or {}), STACK_MARK: stack}}
 
 
-def refuse_hand_made(namespace: str, name: str, kubeconfig: str, *, stack: str) -> None:
-    """Raises HandMadeClusterError when the Cluster `namespace/name` exists on the management
-    cluster that `kubeconfig` (its admin kubeconfig) reaches without STACK_MARK naming `stack`."""
-    live = read_object(kubeconfig, CLUSTER_API_PATH.format(namespace=namespace, name=name))
+def refuse_hand_made(
+    namespace: str, name: str, live: Mapping[str, Any] | None, *, stack: str, kubeconfig_file: str
+) -> None:
+    """Raises HandMadeClusterError when the Cluster `namespace/name` runs on the management
+    cluster (`live`, as read there) without STACK_MARK naming `stack`; its remedy lines reach the
+    management cluster through `kubeconfig_file`, the admin kubeconfig on the owner's laptop."""
     if live is None:
         return
     metadata = live.get("metadata", {})
@@ -73,7 +77,8 @@ def refuse_hand_made(namespace: str, name: str, kubeconfig: str, *, stack: str) 
             "own settings: declare it in one stack only. If this stack's state holds the cluster all the same "
             f"(`pulumi stack --show-urns | grep {name}-cluster`), taking it out of workloadClusters would delete it "
             "unless it is protected: put this stack's mark on it instead, "
-            f"kubectl annotate --overwrite cluster -n {namespace} {name} {STACK_MARK}={stack}"
+            f"kubectl --kubeconfig {kubeconfig_file} annotate --overwrite cluster -n {namespace} {name} "
+            f"{STACK_MARK}={stack}"
         )
     managers = sorted({str(entry.get("manager", "")) for entry in metadata.get("managedFields") or []})
     raise HandMadeClusterError(
@@ -81,8 +86,8 @@ def refuse_hand_made(namespace: str, name: str, kubeconfig: str, *, stack: str) 
         f"no {STACK_MARK} annotation. Declaring it would send the program's objects over it and can roll its "
         'nodes. Take it over as docs/adoption.md says ("A workload cluster made with clusterctl": takenOver '
         "and adopt in its entry), or leave it out of workloadClusters. A cluster this stack created before "
-        f"lab-mgmt marked its clusters is marked by hand: kubectl annotate cluster -n {namespace} {name} "
-        f"{STACK_MARK}={stack}"
+        f"lab-mgmt marked its clusters is marked by hand: kubectl --kubeconfig {kubeconfig_file} annotate cluster "
+        f"-n {namespace} {name} {STACK_MARK}={stack}"
     )
 
 

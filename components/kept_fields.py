@@ -22,6 +22,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from components import field_manager
+
 # The key under keptFields for each of the seven objects (components.cluster_template.ClusterObjects.roles).
 ROLES = (
     *("cluster", "proxmoxCluster", "controlPlane", "controlPlaneTemplate", "workerTemplate", "workerConfig"),
@@ -41,6 +43,10 @@ TAKEN_MANAGERS = (
     ("kubectl", ("Apply", "Update")),
     ("before-first-apply", ("Update",)),
 )
+# The program's own applies, under its name or a name pulumi-kubernetes drew for a stack before it:
+# hand work, in the eyes of a recovery, whose stack applies under the same name and so drops what
+# the lost stack applied and the recovered settings do not render (review 5, finding 2).
+PROGRAM_APPLIES = ((f"{field_manager.CREATE}-", ("Apply",)),)
 # kubectl apply's manager: its record of what it sent is the object's last-applied annotation.
 CLIENT_SIDE_APPLY = "kubectl-client-side-apply"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
@@ -88,32 +94,39 @@ def held(
     rendered: Mapping[str, Any],
     skipped: tuple[tuple[str, ...], ...],
     applied: Mapping[str, Any] | None = None,
+    taken: tuple[tuple[str, tuple[str, ...]], ...] = (),
 ) -> list[HandSet]:
     """Each field of `live` under metadata.labels, metadata.annotations or spec that a taken
-    manager holds (TAKEN_MANAGERS, not a subresource's entry) and that `rendered` lacks, at its
-    highest level the rendering lacks; unless a manager that stays holds it too (it survives), or
-    it is one of `skipped` (what the program leaves to others on purpose). Of what kubectl apply's
-    create holds, only what its record `applied` (last-applied-configuration) has: the API server
-    gives the creator the fields the CRD's schema defaults too (found by the box: a
-    ProxmoxCluster's `ipv4Config.metric`), which its apply did not send and which come back."""
-    taken: dict[tuple[str | int, ...], set[str]] = {}
+    manager holds (TAKEN_MANAGERS and `taken`, not a subresource's entry) and that `rendered`
+    lacks, at its highest level the rendering lacks that no manager that stays holds anything
+    under (what a staying manager holds itself survives; server-side apply removes per field, so
+    the rest of the container goes); unless it is one of `skipped` (what the program leaves to
+    others on purpose). Of what kubectl apply's create holds, only what its record `applied`
+    (last-applied-configuration) has: the API server gives the creator the fields the CRD's schema
+    defaults too (found by the box: a ProxmoxCluster's `ipv4Config.metric`), which its apply did
+    not send and which come back."""
+    held_by: dict[tuple[str | int, ...], set[str]] = {}
+    taken_nodes: list[tuple[tuple[str | int, ...], Mapping[str, Any], str]] = []
     staying: set[tuple[str | int, ...]] = set()
     for entry in live.get("metadata", {}).get("managedFields") or []:
         if entry.get("subresource"):
             continue
         fields = entry.get("fieldsV1") or {}
         manager = str(entry.get("manager", ""))
-        is_taken = any(
-            manager.startswith(prefix) and entry.get("operation") in operations for prefix, operations in TAKEN_MANAGERS
-        )
-        for path in _absent(fields, live, rendered, ()) if is_taken else _leaves(fields, live, ()):
-            if not is_taken:
-                staying.add(path)
-            elif manager != CLIENT_SIDE_APPLY or applied is None or _has(applied, path, live):
-                taken.setdefault(path, set()).add(manager)
+        if any(
+            manager.startswith(prefix) and entry.get("operation") in operations
+            for prefix, operations in (*TAKEN_MANAGERS, *taken)
+        ):
+            taken_nodes += [(path, sub, manager) for path, sub in _absent(fields, live, rendered, ())]
+        else:
+            staying.update(_owned(fields, live, ()))
+    for path, sub, manager in taken_nodes:
+        for lost in _lost(path, sub, live, staying):
+            if manager != CLIENT_SIDE_APPLY or applied is None or _has(applied, lost, live):
+                held_by.setdefault(lost, set()).add(manager)
     found = []
-    for path, managers in sorted(taken.items(), key=lambda item: [str(p) for p in item[0]]):
-        if path in staying or _skipped(path, skipped):
+    for path, managers in sorted(held_by.items(), key=lambda item: [str(p) for p in item[0]]):
+        if _skipped(path, skipped):
             continue
         found.append(HandSet(path, _at(live, path), tuple(sorted(managers))))
     return found
@@ -166,8 +179,9 @@ def _element(key: str, items: list[Any]) -> int | None:
 
 def _absent(
     fields: Mapping[str, Any], live: Any, rendered: Any, path: tuple[str | int, ...]
-) -> Iterator[tuple[str | int, ...]]:
-    """The paths of the fields `fields` names that `rendered` lacks, each at its highest such level."""
+) -> Iterator[tuple[tuple[str | int, ...], Mapping[str, Any]]]:
+    """The paths of the fields `fields` names that `rendered` lacks, each at its highest such
+    level, with what `fields` holds under it."""
     for key, sub, value in _children(fields, live):
         here = (*path, key)
         if not path and key not in ("metadata", "spec"):
@@ -176,18 +190,35 @@ def _absent(
             continue
         counterpart = _counterpart(rendered, key, value)
         if counterpart is _ABSENT:
-            yield here
+            yield here, sub if isinstance(sub, Mapping) else {}
         elif isinstance(sub, Mapping) and set(sub) - {"."}:
             yield from _absent(sub, value, counterpart, here)
 
 
-def _leaves(fields: Mapping[str, Any], live: Any, path: tuple[str | int, ...]) -> Iterator[tuple[str | int, ...]]:
-    """Every path `fields` names, at every level."""
+def _owned(fields: Mapping[str, Any], live: Any, path: tuple[str | int, ...]) -> Iterator[tuple[str | int, ...]]:
+    """The paths a manager owns itself: its leaves (`{}`), and the members it made whole (`.`), not
+    each container its fields pass through."""
     for key, sub, value in _children(fields, live):
         here = (*path, key)
-        yield here
+        if not isinstance(sub, Mapping) or not sub or "." in sub:
+            yield here
         if isinstance(sub, Mapping):
-            yield from _leaves(sub, value, here)
+            yield from _owned(sub, value, here)
+
+
+def _lost(
+    path: tuple[str | int, ...], fields: Mapping[str, Any], live: Mapping[str, Any], staying: set[tuple[str | int, ...]]
+) -> Iterator[tuple[str | int, ...]]:
+    """What the apply removes of the field at `path` that a taken manager holds with `fields` under
+    it: the field whole where no staying manager owns anything at or under it, else each of the
+    taken manager's fields under it apart, down to those a staying manager owns, which survive."""
+    if path in staying:
+        return
+    if not any(owned[: len(path)] == path for owned in staying):
+        yield path
+        return
+    for key, sub, _ in _children(fields, _at(live, path)):
+        yield from _lost((*path, key), sub if isinstance(sub, Mapping) else {}, live, staying)
 
 
 def _counterpart(rendered: Any, key: str | int, value: Any) -> Any:
@@ -224,10 +255,11 @@ KEEP = "keep it: "
 """Opens each line of a refusal that keeps a field: docs/adoption.md step 5 collects them with sed."""
 
 
-def advice(found: HandSet, *, entry: str, role: str, kind: str, name: str, namespace: str) -> str:
+def advice(found: HandSet, *, entry: str, role: str, kind: str, name: str, namespace: str, kubeconfig: str) -> str:
     """The lines that name `found` on the object `kind name` and the two ways out: the entry's key
     that keeps it (not for a field inside a list the program renders), one `keep it:` line per
-    value, and the kubectl command that takes it off the object first."""
+    value, and the kubectl command that takes it off the object first, through `kubeconfig` (the
+    admin kubeconfig's file: the owner's shell may point kubectl at another cluster)."""
     managers = ", ".join(found.managers)
     lines = [f"{found.shown}: running {json.dumps(found.value)}, set by {managers}, the settings render nothing"]
     if any(isinstance(p, int) for p in found.path):
@@ -237,8 +269,9 @@ def advice(found: HandSet, *, entry: str, role: str, kind: str, name: str, names
         )
     else:
         key = f"{entry}.keptFields.{role}" + "".join(_segment(str(p)) for p in found.path)
-        lines += [KEEP + line for line in _config_set(key, found.value)]
-    lines.append("or take it off first: " + _removal(found, f"-n {namespace} {kind.lower()} {name}"))
+        lines += list(_config_set(key, found.value))
+    target = f"-n {namespace} {kind.lower()} {name}"
+    lines.append(f"or take it off first: {_removal(found, f'--kubeconfig {kubeconfig}', target)}")
     return "\n        ".join(lines)
 
 
@@ -248,25 +281,34 @@ def _segment(key: str) -> str:
 
 
 def _config_set(key: str, value: Any) -> Iterator[str]:
-    """`pulumi config set --path` lines that write `value` under `key`, one per leaf."""
+    """The `keep it:` lines that write `value` under `key`, one `pulumi config set --path` per
+    leaf, each typed as JSON types it (the CLI's --type: string, bool, int, float); `--` before
+    the value, which the CLI would read as a flag where it starts with `-`. An empty map or list,
+    or a null, no such line can write: the line says what to write in the stack's file instead,
+    and is not one that docs/adoption.md step 5 collects."""
     if isinstance(value, Mapping) and value:
         for child, sub in value.items():
             yield from _config_set(f"{key}{_segment(str(child))}", sub)
     elif isinstance(value, list) and value:
         for index, sub in enumerate(value):
             yield from _config_set(f"{key}[{index}]", sub)
+    elif value is None or isinstance(value, Mapping | list):
+        yield (
+            f"keep it by hand: write {json.dumps(value)} at {key} in the stack's file (Pulumi.<stack>.yaml), "
+            "which pulumi config set cannot"
+        )
     else:
-        kind = "bool" if isinstance(value, bool) else "int" if isinstance(value, int) else "string"
-        shown = json.dumps(value).lower() if isinstance(value, bool) else str(value)
-        yield f"pulumi config set --path {shlex.quote(key)} --type {kind} {shlex.quote(shown)}"
+        kind = {bool: "bool", int: "int", float: "float"}.get(type(value), "string")
+        shown = json.dumps(value) if isinstance(value, bool | float) else str(value)
+        yield f"{KEEP}pulumi config set --path {shlex.quote(key)} --type {kind} -- {shlex.quote(shown)}"
 
 
-def _removal(found: HandSet, target: str) -> str:
-    """The kubectl command that takes `found` off the object."""
+def _removal(found: HandSet, kubectl: str, target: str) -> str:
+    """The kubectl command (`kubectl`: its global flags) that takes `found` off the object `target`."""
     if len(found.path) == 3 and found.path[:2] == ("metadata", "annotations"):
-        return f"kubectl annotate {target} {shlex.quote(str(found.path[2]) + '-')}"
+        return f"kubectl {kubectl} annotate {target} {shlex.quote(str(found.path[2]) + '-')}"
     if len(found.path) == 3 and found.path[:2] == ("metadata", "labels"):
-        return f"kubectl label {target} {shlex.quote(str(found.path[2]) + '-')}"
+        return f"kubectl {kubectl} label {target} {shlex.quote(str(found.path[2]) + '-')}"
     pointer = "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in found.path)
     patch = json.dumps([{"op": "remove", "path": pointer}])
-    return f"kubectl patch {target} --type=json -p {shlex.quote(patch)}"
+    return f"kubectl {kubectl} patch {target} --type=json -p {shlex.quote(patch)}"

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import cluster_takeover, rollouts
+from components import cluster_takeover, hand_made_clusters, rollouts
 from components.charts import ClusterCharts
 from components.cluster_api import ClusterApi, ClusterNode
 from components.cluster_template import ClusterTemplateError, render_cluster
@@ -54,11 +54,7 @@ def manage_cluster(
         adopt=settings.recover,
     )
     taken_over = records.last_value(cluster_takeover.RECORD_OUTPUT)
-    made = (
-        _workload_cluster(settings, cluster, node, cluster_charts, records, providers=cluster_api.providers)
-        for cluster in settings.workload.clusters
-    )
-    workload_clusters = [workload for workload in made if workload is not None]
+    workload_clusters = _workload_clusters(settings, node, cluster_charts, records, providers=cluster_api.providers)
     kubeconfigs = pulumi.Output.all(**{w.name: w.readonly_kubeconfig for w in workload_clusters})
     records.keep("readonlyKubeconfig", readonly.kubeconfig)
     # Workload cluster name -> its read-only kubeconfig, secret as a whole. all() of no outputs is
@@ -82,6 +78,34 @@ def manage_cluster(
     )
 
 
+def _workload_clusters(
+    settings: Settings,
+    node: ClusterNode,
+    cluster_charts: ClusterCharts,
+    records: RunRecords,
+    *,
+    providers: list[kubernetes.apiextensions.CustomResource],
+) -> list[WorkloadCluster]:
+    """Each workload cluster the run declares (_workload_cluster); the first in a namespace
+    declares it, the others in it wait for that one's."""
+    workload_clusters: list[WorkloadCluster] = []
+    namespaces: dict[str, pulumi.Resource | None] = {}
+    for cluster in settings.workload.clusters:
+        workload = _workload_cluster(
+            settings,
+            cluster,
+            node,
+            cluster_charts,
+            records,
+            providers=providers,
+            namespace=namespaces.get(cluster.namespace),
+        )
+        if workload is not None:
+            namespaces.setdefault(cluster.namespace, workload.namespace)
+            workload_clusters.append(workload)
+    return workload_clusters
+
+
 def _announced(last: Mapping[str, Mapping[str, str]], now: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     """`now`, once each cluster's rollout has been warned of (components.rollouts)."""
     for key, specs in now.items():
@@ -97,6 +121,7 @@ def _workload_cluster(
     records: RunRecords,
     *,
     providers: list[kubernetes.apiextensions.CustomResource],
+    namespace: pulumi.Resource | None,
 ) -> WorkloadCluster | None:
     """The cluster's Cluster API objects, once the providers are Ready, and what goes with it.
     None, in a best-effort run (skipCredentialsCheck) that could not fetch CAPMOX's template, for
@@ -134,4 +159,6 @@ def _workload_cluster(
         held=records.last_value(rollouts.ROLLOUT_OUTPUT).apply(
             lambda record: cluster_takeover.record_key(cluster) in (record or {})
         ),
+        kubeconfig_file=str(settings.k3s.kubeconfig_path or hand_made_clusters.ADMIN_KUBECONFIG_FILE),
+        namespace=namespace,
     )

@@ -5,7 +5,7 @@ inside it, cluster-autoscaler beside its objects, a read-only account inside it.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
@@ -43,6 +43,9 @@ class WorkloadCluster(pulumi.ComponentResource):
     """`<namespace>/<name>`, its key in cluster_takeover.RECORD_OUTPUT."""
     cluster: kubernetes.apiextensions.CustomResource
     machine_deployment: kubernetes.apiextensions.CustomResource
+    namespace: pulumi.Resource | None
+    """The Namespace the cluster's objects are in, where it is not `default`: its own, or the one
+    an earlier cluster in the same namespace declared."""
     kubeconfig_secret_id: pulumi.Output[str]
     """`<namespace>/<name>-kubeconfig`, the Secret Cluster API writes the admin kubeconfig to."""
     machine_specs: pulumi.Output[dict[str, str]]
@@ -69,22 +72,30 @@ class WorkloadCluster(pulumi.ComponentResource):
         token_generation: int,
         last_names: pulumi.Output[Mapping[str, str] | None],
         held: pulumi.Output[bool],
+        kubeconfig_file: str,
+        namespace: pulumi.Resource | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        """`management`, `management_kubeconfig`, `on_cluster`: the management cluster's (ClusterNode).
-        `last_names`: the last run's record of a taken-over cluster; `held`: the last run declared it."""
-        self.name, self.record_key = (name := cluster.name), cluster_takeover.record_key(cluster)
+        """`management`, `management_kubeconfig`, `on_cluster`: the management cluster's (ClusterNode);
+        `kubeconfig_file`: its admin kubeconfig on the owner's laptop, as refusals name it.
+        `last_names`: the last run's record of a taken-over cluster; `held`: the last run declared it.
+        `namespace`: the cluster's Namespace where another cluster declared it already: one
+        Namespace resource for each, or the second one's create fails as AlreadyExists."""
+        self.name = name = cluster.name
         super().__init__("homelab:index:WorkloadCluster", name, None, opts)
-        self._objects(
+        takeover = cluster_takeover.Takeover(
             cluster,
             objects,
-            management_kubeconfig=management_kubeconfig,
-            on_cluster=on_cluster,
-            providers=providers,
-            workload=workload,
+            management_kubeconfig,
             last_names=last_names,
             held=held,
+            stack=hand_made_clusters.this_stack(),
+            autoscaler_image_tag=workload.autoscaler_image_tag,
+            kubeconfig_file=kubeconfig_file,
         )
+        self.record_key, self.kept_names = takeover.record_key, takeover.kept_names
+        self.namespace = namespace
+        self._objects(cluster, objects, takeover, on_cluster=on_cluster, providers=providers, workload=workload)
         admin_kubeconfig = self._admin_access(cluster, management)
         child = pulumi.ResourceOptions(parent=self)
         Cilium(name, charts.cilium, workload=self.provider, kept=cluster.cilium_values, adopt=cluster.adopt, opts=child)
@@ -120,50 +131,41 @@ class WorkloadCluster(pulumi.ComponentResource):
         self,
         cluster: ClusterSettings,
         objects: ClusterObjects,
+        takeover: cluster_takeover.Takeover,
         *,
-        management_kubeconfig: pulumi.Output[str],
         on_cluster: pulumi.ResourceOptions,
         providers: Sequence[pulumi.Resource],
         workload: WorkloadSettings,
-        last_names: pulumi.Output[Mapping[str, str] | None],
-        held: pulumi.Output[bool],
     ) -> None:
         name, namespace = cluster.name, cluster.namespace
-        self.kept_names = last_names.apply(lambda last: cluster_takeover.kept_names(cluster, objects, last))
-        recorded = pulumi.Output.all(last_names, held).apply(lambda args: args[0] is not None or bool(args[1]))
         child = pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=self), on_cluster)
         # What deleting would take machines with is protected; a machine template is not: another
         # sizing deletes the old one (found by the box: a protected one stopped the rollout's run).
         lasting = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(protect=cluster.protected))
-        stack = hand_made_clusters.this_stack()
-        parts = _Parts(
-            cluster, objects, self.kept_names, management_kubeconfig, recorded, stack=stack, workload=workload
-        )
-        self.machine_specs = parts.declared.apply(rollouts.machine_specs)
-        before = [*providers, *_namespace(cluster, lasting)]
+        parts = _Parts(cluster, takeover)
+        self.machine_specs = takeover.declared.apply(rollouts.machine_specs)
+        if self.namespace is None:
+            self.namespace = _namespace(cluster, lasting)
+        before = [*providers, *([self.namespace] if self.namespace is not None else [])]
 
-        def custom(resource_name: str, pick: _Pick, *after: pulumi.Resource) -> Any:
-            return parts.resource(resource_name, pick, lasting, [*before, *after])
+        def custom(resource_name: str, role: str, *after: pulumi.Resource) -> Any:
+            return parts.resource(resource_name, role, lasting, [*before, *after])
 
-        def template(resource_name: str, pick: _Pick) -> Any:
-            return parts.resource(resource_name, pick, child, before)
+        def template(role: str) -> Any:
+            return parts.resource(objects.roles()[role]["metadata"]["name"], role, child, before)
 
         # Named after its spec (cluster_template.digested_name): another sizing is a new template,
         # created before its referrer is updated; the old one is deleted after that.
-        control_plane_template = template(
-            objects.control_plane_template["metadata"]["name"], lambda o: o.control_plane_template
-        )
-        worker_template = template(objects.worker_template["metadata"]["name"], lambda o: o.worker_template)
-        worker_config = custom(f"{name}-worker-config", lambda o: o.worker_config)
-        proxmox_cluster = custom(f"{name}-proxmox-cluster", lambda o: o.proxmox_cluster)
-        control_plane = custom(f"{name}-control-plane", lambda o: o.control_plane, control_plane_template)
-        self.machine_deployment = custom(
-            f"{name}-workers", lambda o: o.machine_deployment, worker_template, worker_config
-        )
+        control_plane_template = template("controlPlaneTemplate")
+        worker_template = template("workerTemplate")
+        worker_config = custom(f"{name}-worker-config", "workerConfig")
+        proxmox_cluster = custom(f"{name}-proxmox-cluster", "proxmoxCluster")
+        control_plane = custom(f"{name}-control-plane", "controlPlane", control_plane_template)
+        self.machine_deployment = custom(f"{name}-workers", "machineDeployment", worker_template, worker_config)
         within = f"{workload.control_plane_timeout_minutes}m"
         self.cluster = parts.resource(
             f"{name}-cluster",
-            (lambda o: _owned_cluster(o, stack)) if not cluster.adopt else lambda o: o.cluster,
+            "cluster",
             pulumi.ResourceOptions.merge(
                 lasting, pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create=within, update=within))
             ),
@@ -196,96 +198,75 @@ class WorkloadCluster(pulumi.ComponentResource):
         return kubeconfig
 
 
-_Pick = Callable[[ClusterObjects], dict[str, Any]]
-
-
-def _namespace(cluster: ClusterSettings, lasting: pulumi.ResourceOptions) -> list[pulumi.Resource]:
+def _namespace(cluster: ClusterSettings, lasting: pulumi.ResourceOptions) -> pulumi.Resource | None:
     """The cluster's namespace, where it is not `default`: clusterctl's `--target-namespace` and
     `kubectl apply` expect it to exist, a program that starts from an empty management cluster
     makes it. Never deleted with the cluster (it may hold what is not the cluster's); taken over
     as it is."""
     if cluster.namespace == "default":
-        return []
-    return [
-        kubernetes.core.v1.Namespace(
-            f"{cluster.name}-namespace",
-            metadata=field_manager.managed({"name": cluster.namespace}),
-            opts=pulumi.ResourceOptions.merge(
-                lasting,
-                pulumi.ResourceOptions.merge(
-                    pulumi.ResourceOptions(retain_on_delete=True),
-                    adoption.imported(cluster.namespace, adoption.OBJECT_INPUTS, adopt=cluster.adopt),
-                ),
+        return None
+    return kubernetes.core.v1.Namespace(
+        f"{cluster.name}-namespace",
+        metadata=field_manager.managed({"name": cluster.namespace}),
+        opts=pulumi.ResourceOptions.merge(
+            lasting,
+            pulumi.ResourceOptions.merge(
+                pulumi.ResourceOptions(retain_on_delete=True),
+                adoption.imported(cluster.namespace, adoption.OBJECT_INPUTS, adopt=cluster.adopt),
             ),
-        )
-    ]
+        ),
+    )
 
 
-def _owned_cluster(objects: ClusterObjects, stack: str) -> dict[str, Any]:
+def _owned_cluster(cluster: dict[str, Any], stack: str) -> dict[str, Any]:
     """The Cluster marked as `stack`'s (hand_made_clusters.STACK_MARK: every later run's guard
     reads it), done when its control plane is initialized (workloadControlPlaneTimeoutMinutes at
     most), so that what is installed into the cluster after it finds an API server. Not while
     adopting: clusterctl rendered neither annotation, and the cluster is not yet the stack's."""
-    body = dict(objects.cluster)
+    body = dict(cluster)
     metadata = hand_made_clusters.marked(body["metadata"], stack)
     metadata["annotations"] |= waits.wait_for(CONTROL_PLANE_INITIALIZED)
     return {**body, "metadata": metadata}
 
 
 class _Parts:
-    """How each of the seven objects is registered: its fields from this run's objects, named as
-    the record says (cluster_takeover.named); its metadata only once the check passed; adopting,
-    imported under the name clusterctl gave it, with what it runs kept (the import alone cannot
-    tell a difference: cluster_takeover)."""
+    """How each of the seven objects is registered, as the takeover decided: its fields from this
+    run's objects, named as the record says (Takeover.declared); its metadata only once the plan
+    is made (Takeover.plan: a refusal fails the run before any object is sent), forced where the
+    plan says; adopting, imported under the name it runs under, with what it runs kept (the
+    import alone cannot tell a difference: components.cluster_takeover)."""
 
-    def __init__(
-        self,
-        cluster: ClusterSettings,
-        objects: ClusterObjects,
-        kept_names: pulumi.Output[dict[str, str] | None],
-        management_kubeconfig: pulumi.Output[str],
-        recorded: pulumi.Output[bool],
-        *,
-        stack: str,
-        workload: WorkloadSettings,
-    ) -> None:
-        # Every object's metadata waits on the check: a refusal fails the run before any is sent.
-        # What it yields is nothing secret, though it comes from the admin kubeconfig.
-        self.plan = pulumi.Output.unsecret(
-            pulumi.Output.all(management_kubeconfig, recorded, kept_names).apply(
-                lambda args: cluster_takeover.check_owner(
-                    cluster,
-                    objects,
-                    args[0],
-                    names=args[2],
-                    recorded=args[1],
-                    stack=stack,
-                    autoscaler_image_tag=workload.autoscaler_image_tag,
-                )
-            )
-        )
-        self.declared = kept_names.apply(lambda names: cluster_takeover.named(objects, names))
-        self.made = cluster_takeover.as_running(cluster, objects)
+    def __init__(self, cluster: ClusterSettings, takeover: cluster_takeover.Takeover) -> None:
+        self.takeover = takeover
         self.adopt = cluster.adopt
+        self.stack = hand_made_clusters.this_stack()
+
+    def _metadata(self, role: str, objects: ClusterObjects) -> dict[str, Any]:
+        """The Cluster marked as the stack's and waited on (_owned_cluster), but while adopting."""
+        body = objects.roles()[role]
+        owned = _owned_cluster(body, self.stack) if role == "cluster" and not self.adopt else body
+        metadata: dict[str, Any] = owned["metadata"]
+        return metadata
 
     def resource(
-        self, resource_name: str, pick: _Pick, opts: pulumi.ResourceOptions, after: list[pulumi.Resource]
+        self, resource_name: str, role: str, opts: pulumi.ResourceOptions, after: list[pulumi.Resource]
     ) -> kubernetes.apiextensions.CustomResource:
-        plain = pick(self.made)
+        plain = self.takeover.imported.roles()[role]
         metadata = plain["metadata"]
         imported = adoption.imported(
             f"{metadata['namespace']}/{metadata['name']}", adoption.OBJECT_INPUTS, adopt=self.adopt
         )
+        declared = self.takeover.declared
         return kubernetes.apiextensions.CustomResource(
             resource_name,
             api_version=plain["apiVersion"],
             kind=plain["kind"],
-            metadata=pulumi.Output.all(self.plan, self.declared).apply(
+            metadata=pulumi.Output.all(self.takeover.plan, declared).apply(
                 lambda args: field_manager.managed(
-                    _forced(pick(args[1])["metadata"]) if args[0].forced else pick(args[1])["metadata"]
+                    _forced(self._metadata(role, args[1])) if role in args[0].forced else self._metadata(role, args[1])
                 )
             ),
-            spec=self.declared.apply(lambda objects: pick(objects)["spec"]),
+            spec=declared.apply(lambda objects: objects.roles()[role]["spec"]),
             opts=pulumi.ResourceOptions.merge(
                 opts, pulumi.ResourceOptions.merge(imported, pulumi.ResourceOptions(depends_on=after))
             ),
@@ -294,8 +275,9 @@ class _Parts:
 
 PATCH_FORCE = "pulumi.com/patchForce"
 """pulumi-kubernetes's annotation (pkg/metadata/annotations.go) for an apply that takes the fields
-it sets from any other field manager. Only the run that makes a taken-over cluster the program's
-carries it (cluster_takeover.TakeoverPlan.forced): that run's `up` takes kubectl's fields, but its
+it sets from any other field manager. Only the run that makes a taken-over cluster's objects the
+program's carries it, on the objects the plan names (cluster_takeover.TakeoverPlan.forced): that
+run's `up` takes kubectl's fields, but its
 preview's dry run forces only over pulumi-kubernetes's own managers (await.go patchForce) and
 stopped on a conflict with kubectl-client-side-apply over the MachineDeployment's .spec.selector
 (found by the box)."""

@@ -18,7 +18,8 @@ import pytest
 import yaml
 from test_settings import PREFIX, problems
 
-from components import cilium_values
+from components import cilium_values, field_manager
+from components.hand_made_clusters import STACK_MARK
 from components.adoption import OBJECT_INPUTS, RELEASE_INPUTS
 from components.autoscaler_flags import CHART_DEFAULTS, flag_value
 from components.cluster_takeover import (
@@ -82,6 +83,16 @@ def clusterctl_lab1(entry: dict[str, Any], worker_count: str = "1") -> dict[str,
         ]
         running["status"] = {"observedGeneration": 1}
         live[object_path(applied)] = running
+    return live
+
+
+def made_the_programs(live: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """lab1 after W6: each object applied under the program's field manager, the Cluster marked as
+    this stack's."""
+    for running in (o for o in live.values() if o.get("apiVersion", "").split("/")[0].endswith("cluster.x-k8s.io")):
+        running["metadata"]["managedFields"].append({"manager": field_manager.NAME, "operation": "Apply"})
+        if running["kind"] == "Cluster":
+            running["metadata"]["annotations"][STACK_MARK] = "organization/lab-mgmt/lab"
     return live
 
 
@@ -165,21 +176,13 @@ def test_after_the_adoption_the_record_keeps_the_names_and_the_cluster_is_the_st
         previous_outputs={RECORD_OUTPUT: record_of(adopted)},
         live_objects=clusterctl_lab1(entry),
     )
-    # The Cluster, for the stack's mark (none yet: this run makes it the program's), the seven
-    # objects for what was set by hand since the adoption run, the MachineDeployment again, for
-    # who holds its replicas (refuse_replicas_outside_range), lab1's kubeconfig, for Cilium's
-    # running values (none here: no lab1-kubeconfig Secret), the releases on the management
-    # cluster, for an autoscaler installed by hand (none), and the control plane again, for the
-    # version it runs (refuse_minor_skip).
+    # The seven objects, each read once (components.cluster_takeover.Live): none has been applied
+    # by the program yet, so this run makes each its own and checks it again; then lab1's
+    # kubeconfig, for Cilium's running values (none here: no lab1-kubeconfig Secret), and the
+    # releases on the management cluster, for an autoscaler installed by hand (none).
     seven = [object_path(r.plain) for r in cluster_objects(after)]
-    assert after.cluster_reads[0] == object_path(after.get(CLUSTER, "lab1-cluster").plain)
-    assert sorted(after.cluster_reads[1:8]) == sorted(seven)
-    assert after.cluster_reads[8:] == [
-        object_path(adopted.get(MD, "lab1-workers").plain),
-        "/api/v1/namespaces/default/secrets/lab1-kubeconfig",
-        EVERY_RELEASE,
-        object_path(adopted.get(KCP, "lab1-control-plane").plain),
-    ]
+    assert sorted(after.cluster_reads[:7]) == sorted(seven)
+    assert after.cluster_reads[7:] == ["/api/v1/namespaces/default/secrets/lab1-kubeconfig", EVERY_RELEASE]
     assert record_of(after) == record_of(adopted)
     for resource in cluster_objects(after):
         assert resource.plain["metadata"]["name"] == adopted.get(resource.type, resource.name).plain["metadata"]["name"]
@@ -290,12 +293,13 @@ def test_a_worker_count_outside_min_max_is_refused_while_kubectl_holds_it(
 def test_a_worker_count_the_autoscaler_holds_is_its_own() -> None:
     """After the takeover nobody but the autoscaler's /scale writes it: any count is left alone."""
     entry = taken_over_entry()
-    live = clusterctl_lab1(entry, worker_count="5")
+    live = made_the_programs(clusterctl_lab1(entry, worker_count="5"))
     [deployment] = [o for o in live.values() if o["kind"] == "MachineDeployment"]
-    deployment["metadata"]["managedFields"] = [{"manager": "pulumi-kubernetes-1a2b", "operation": "Apply"}]
-    [cluster] = [o for o in live.values() if o["kind"] == "Cluster"]
-    cluster["metadata"]["annotations"] = {"lab-mgmt.homelab/stack": "organization/lab-mgmt/lab"}
-    harness.run_program({"workloadClusters": [entry]}, live_objects=live)
+    deployment["metadata"]["managedFields"] = [{"manager": field_manager.NAME, "operation": "Apply"}]
+    adopted = harness.run_program({"workloadClusters": [taken_over_entry(adopt=True)]}, live_objects=live)
+    harness.run_program(
+        {"workloadClusters": [entry]}, previous_outputs={RECORD_OUTPUT: record_of(adopted)}, live_objects=live
+    )
 
 
 # --- the settings ------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from components.hand_made_clusters import (
     STACK_MARK,
     HandMadeClusterError,
     ManagementClusterUnreadableError,
+    read_object,
     refuse_hand_made,
 )
 from e2e.standins.https_server import self_signed_certificate, serving
@@ -88,9 +89,15 @@ def _cluster(*managers: tuple[str, str], mark: str | None = None) -> dict[str, A
     return {"metadata": metadata}
 
 
+def _guard(kubeconfig: str) -> None:
+    """The guard on lab1 as the program reads it (cluster_takeover.Live)."""
+    live = read_object(kubeconfig, CLUSTER_PATH)
+    refuse_hand_made("default", "lab1", live, stack=STACK, kubeconfig_file="~/.kube/lab-mgmt.kubeconfig")
+
+
 def test_a_cluster_that_does_not_exist_yet_passes(api: tuple[ApiServer, str]) -> None:
     state, kubeconfig = api
-    refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)
+    _guard(kubeconfig)
     assert state.requests == [(CLUSTER_PATH, f"Bearer {TOKEN}")]
 
 
@@ -100,18 +107,21 @@ def test_a_cluster_made_with_kubectl_is_refused_naming_it_its_writers_and_the_wa
     state, kubeconfig = api
     state.answer = (200, _cluster(("kubectl-client-side-apply", "Update"), ("manager", "Update")))
     with pytest.raises(HandMadeClusterError) as refused:
-        refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)
+        _guard(kubeconfig)
     message = str(refused.value)
     assert "lab-mgmt:workloadClusters: the Cluster default/lab1 exists" in message
     assert "kubectl-client-side-apply, manager" in message
     assert "docs/adoption.md" in message
-    assert f"kubectl annotate cluster -n default lab1 {STACK_MARK}={STACK}" in message
+    assert (
+        f"kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig annotate cluster -n default lab1 {STACK_MARK}={STACK}"
+        in (message.replace("\n", " "))
+    )
 
 
 def test_a_cluster_this_stack_created_passes_on_its_mark(api: tuple[ApiServer, str]) -> None:
     state, kubeconfig = api
     state.answer = (200, _cluster(*CREATED_BY_PULUMI, mark=STACK))
-    refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)
+    _guard(kubeconfig)
 
 
 @pytest.mark.parametrize(
@@ -126,14 +136,14 @@ def test_a_cluster_a_pulumi_program_wrote_without_the_mark_is_refused(
     state, kubeconfig = api
     state.answer = (200, _cluster(*managers))
     with pytest.raises(HandMadeClusterError, match=f"no {STACK_MARK} annotation"):
-        refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)
+        _guard(kubeconfig)
 
 
 def test_a_cluster_another_stack_marked_is_refused_naming_both(api: tuple[ApiServer, str]) -> None:
     state, kubeconfig = api
     state.answer = (200, _cluster(*CREATED_BY_PULUMI, mark="organization/lab-mgmt/other"))
     with pytest.raises(HandMadeClusterError) as refused:
-        refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)
+        _guard(kubeconfig)
     assert f"stack organization/lab-mgmt/other ({STACK_MARK}), not of this one ({STACK})" in str(refused.value)
 
 
@@ -141,7 +151,7 @@ def test_an_answer_that_is_neither_the_object_nor_404_stops_the_run(api: tuple[A
     state, kubeconfig = api
     state.answer = (403, {"kind": "Status", "code": 403})
     with pytest.raises(ManagementClusterUnreadableError, match="HTTP 403"):
-        refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)
+        _guard(kubeconfig)
 
 
 def test_a_management_cluster_out_of_reach_stops_the_run_naming_it() -> None:
@@ -152,4 +162,4 @@ def test_a_management_cluster_out_of_reach_stops_the_run_naming_it() -> None:
         }
     )
     with pytest.raises(ManagementClusterUnreadableError, match=r"https://127\.0\.0\.1:9"):
-        refuse_hand_made("default", "lab1", kubeconfig, stack=STACK)
+        _guard(kubeconfig)

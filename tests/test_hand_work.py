@@ -21,6 +21,7 @@ from test_cluster_takeover import (
     _with_hand_autoscaler,
     cluster_objects,
     clusterctl_lab1,
+    made_the_programs,
     record_of,
     taken_over_entry,
     workload_problems,
@@ -42,6 +43,8 @@ KCP_PATH = "/apis/controlplane.cluster.x-k8s.io/v1beta2/namespaces/default/kubea
 CLUSTER_PATH = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/clusters/lab1"
 LABELS_HINT = "capacity.cluster-autoscaler.kubernetes.io/labels"
 AUDIT = {"name": "audit-log-maxage", "value": "30"}
+# The admin kubeconfig where the README writes it: every kubectl line of a refusal names it.
+ADMIN = "--kubeconfig ~/.kube/lab-mgmt.kubeconfig"
 
 
 def annotated(live: dict[str, Any], path: str, manager: str, annotations: dict[str, str]) -> None:
@@ -99,8 +102,8 @@ def test_an_annotation_set_with_kubectl_annotate_is_named_with_its_key_and_its_r
         "kubectl-annotate, the settings render nothing",
         "keep it: pulumi config set --path "
         f"'workloadClusters[0].keptFields.machineDeployment.metadata.annotations[\"{LABELS_HINT}\"]' --type string "
-        "disk=ssd",
-        f"or take it off first: kubectl annotate -n default machinedeployment lab1-workers {LABELS_HINT}-",
+        "-- disk=ssd",
+        f"or take it off first: kubectl {ADMIN} annotate -n default machinedeployment lab1-workers {LABELS_HINT}-",
     ]
 
 
@@ -112,8 +115,8 @@ def test_a_label_set_with_kubectl_label_is_named_as_a_label() -> None:
     assert line.split("\n        ") == [
         'Cluster lab1: metadata.labels.site: running "home", set by kubectl-label, the settings render nothing',
         "keep it: pulumi config set --path 'workloadClusters[0].keptFields.cluster.metadata.labels.site' --type "
-        "string home",
-        "or take it off first: kubectl label -n default cluster lab1 site-",
+        "string -- home",
+        f"or take it off first: kubectl {ADMIN} label -n default cluster lab1 site-",
     ]
 
 
@@ -127,10 +130,10 @@ def test_a_control_plane_field_set_with_kubectl_patch_is_named_before_it_would_r
         "KubeadmControlPlane lab1-control-plane: spec.kubeadmConfigSpec.clusterConfiguration: running "
         '{"apiServer": {"extraArgs": [{"name": "audit-log-maxage", "value": "30"}]}}, set by kubectl-patch'
     )
-    assert f"pulumi config set --path '{key}.apiServer.extraArgs[0].name' --type string audit-log-maxage" in line
-    assert f"pulumi config set --path '{key}.apiServer.extraArgs[0].value' --type string 30" in line
+    assert f"pulumi config set --path '{key}.apiServer.extraArgs[0].name' --type string -- audit-log-maxage" in line
+    assert f"pulumi config set --path '{key}.apiServer.extraArgs[0].value' --type string -- 30" in line
     assert line.endswith(
-        "kubectl patch -n default kubeadmcontrolplane lab1-control-plane --type=json -p "
+        f"kubectl {ADMIN} patch -n default kubeadmcontrolplane lab1-control-plane --type=json -p "
         """'[{"op": "remove", "path": "/spec/kubeadmConfigSpec/clusterConfiguration"}]'"""
     )
 
@@ -185,12 +188,6 @@ def test_hand_work_since_the_adoption_run_is_named_before_the_run_that_takes_kub
     )
 
 
-def marked(live: dict[str, Any]) -> dict[str, Any]:
-    """lab1 after W6: the Cluster carries this stack's mark."""
-    live[CLUSTER_PATH]["metadata"]["annotations"][STACK_MARK] = "organization/lab-mgmt/lab"
-    return live
-
-
 def test_after_the_takeover_nothing_is_forced_and_lab1s_api_is_not_needed(kept_adoption: harness.Run) -> None:
     """A hand edit of a declared field then stops the run as a conflict, as on a cluster the
     program made; and no read goes into lab1 (its kubeconfig Secret is not even asked for)."""
@@ -198,7 +195,7 @@ def test_after_the_takeover_nothing_is_forced_and_lab1s_api_is_not_needed(kept_a
     after = harness.run_program(
         {"workloadClusters": [entry]},
         previous_outputs={RECORD_OUTPUT: record_of(kept_adoption)},
-        live_objects=marked(_with_cilium(hand_worked_lab1(entry), {"kubeProxyReplacement": True})),
+        live_objects=made_the_programs(_with_cilium(hand_worked_lab1(entry), {"kubeProxyReplacement": True})),
     )
     for resource in cluster_objects(after):
         assert "pulumi.com/patchForce" not in resource.plain["metadata"].get("annotations", {}), resource.name
@@ -209,13 +206,15 @@ def test_a_kept_cilium_value_is_dropped_again_by_taking_it_out_of_the_entry(kept
     """Kept at W6, so the running release holds it; out of the entry, the next run upgrades the
     release without it instead of refusing what the program itself set."""
     entry = kept_entry()
-    live = marked(_with_cilium(hand_worked_lab1(entry), {**cilium_values.PROGRAM, "kubeProxyReplacement": True}))
+    values = {**cilium_values.PROGRAM, "kubeProxyReplacement": True}
     run = harness.run_program(
-        {"workloadClusters": [entry]}, previous_outputs={RECORD_OUTPUT: record_of(kept_adoption)}, live_objects=live
+        {"workloadClusters": [entry]},
+        previous_outputs={RECORD_OUTPUT: record_of(kept_adoption)},
+        live_objects=made_the_programs(_with_cilium(hand_worked_lab1(entry), values)),
     )
     assert run.get(RELEASE, "lab1-cilium").plain["values"] == cilium_values.PROGRAM
     # Before that run, the same values are refused.
-    live[CLUSTER_PATH]["metadata"]["annotations"].pop(STACK_MARK)
+    live = _with_cilium(hand_worked_lab1(entry), values)
     with pytest.raises(CiliumValuesDroppedError):
         harness.run_program(
             {"workloadClusters": [entry]}, previous_outputs={RECORD_OUTPUT: record_of(kept_adoption)}, live_objects=live
