@@ -84,8 +84,8 @@ def dropped(hand_made: Mapping[str, Any], flags: Mapping[str, str]) -> Iterator[
         if passed.get(flag) == running:
             continue
         key = f"autoscaler.{TIMING_KEYS[flag]}" if flag in TIMING_KEYS else f"autoscaler.extraArgs.{flag}"
-        passes = f"passes {passed[flag]}" if flag in passed else "does not pass it"
-        yield f"{flag}: running {running}, the program's release {passes} (keep it with {key})"
+        passes = f"passes {_shown(flag, passed[flag])}" if flag in passed else "does not pass it"
+        yield f"{flag}: running {_shown(flag, running)}, the program's release {passes} (keep it with {key})"
 
 
 # The values a comparison of two releases' values leaves out: the flags (dropped names them with
@@ -97,6 +97,10 @@ def changed_values(hand_made: Mapping[str, Any], program: Mapping[str, Any]) -> 
     """Each value of a hand-installed release (`helm get values`) that the program's release sets
     otherwise or not at all, flags aside, as `path: running X, the program sets Y`."""
     return [line for path, line in cilium_values.dropped(hand_made, program) if path.split(".")[0] not in NOT_COMPARED]
+
+
+def _shown(flag: str, value: str) -> str:
+    return cilium_values.HIDDEN if cilium_values.secret(flag, value) else value
 
 
 def flag_value(value: Any) -> str:

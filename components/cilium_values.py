@@ -79,8 +79,8 @@ def dropped(running: Mapping[str, Any], values: Mapping[str, Any]) -> list[tuple
         for key in path.split("."):
             node = node.get(key, _ABSENT) if isinstance(node, Mapping) else _ABSENT
         if node != value:
-            shown = "nothing" if node is _ABSENT else _shown(node)
-            found.append((path, f"{path}: running {_shown(value)}, the program sets {shown}"))
+            shown = "nothing" if node is _ABSENT else shown_value(path, node)
+            found.append((path, f"{path}: running {shown_value(path, value)}, the program sets {shown}"))
     return found
 
 
@@ -110,5 +110,19 @@ def _coalesced(given: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[st
     return merged
 
 
-def _shown(value: Any) -> str:
-    return json.dumps(value)
+# The last words of a value's name that say it is a secret (Cilium's `tls.ca.key`, a token or a
+# password given at `helm install`): a refusal goes to the terminal and the update history.
+SECRET_WORDS = ("key", "token", "password", "secret")
+
+
+HIDDEN = "(hidden: a secret's value)"
+
+
+def secret(path: str, value: Any) -> bool:
+    """Whether a refusal must not print `value`, as `path` names a secret (review 4, 9d)."""
+    return path.rsplit(".", 1)[-1].lower().endswith(SECRET_WORDS) and value not in (None, "", {}, [])
+
+
+def shown_value(path: str, value: Any) -> str:
+    """`value` as a refusal prints it (JSON), unless it is a secret."""
+    return HIDDEN if secret(path, value) else json.dumps(value)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components import cilium_values
+from components import autoscaler_flags, cilium_values
 
 # A few of Cilium's chart defaults (values.yaml): the IPAM mode the playbook's install did not set
 # and the program does, the operator's replicas, and two it leaves alone.
@@ -67,3 +67,20 @@ def test_a_release_without_its_chart_runs_what_it_was_given() -> None:
     assert cilium_values.running({"name": "cilium", "config": {"ipam": {"mode": "kubernetes"}}}) == {
         "ipam": {"mode": "kubernetes"}
     }
+
+
+def test_a_secret_value_is_named_but_never_printed() -> None:
+    """A refusal lands in the terminal and the update history: a key given at `helm install` is
+    named by its path alone."""
+    deployed = release({"tls": {"ca": {"key": "LS0tLS1CRUdJTi1LRVk="}}, "debug": {"enabled": True}})
+    lines = [
+        line for _, line in cilium_values.dropped(cilium_values.running(deployed), cilium_values.running(deployed, {}))
+    ]
+    assert "tls.ca.key: running (hidden: a secret's value), the program sets nothing" in lines
+    assert "debug.enabled: running true, the program sets false" in lines
+    assert not [line for line in lines if "LS0t" in line]
+
+
+def test_a_hand_installed_autoscalers_secret_flag_is_named_but_never_printed() -> None:
+    [line] = autoscaler_flags.dropped({"extraArgs": {"gce-api-token": "abc123"}}, {})
+    assert line.startswith("gce-api-token: running (hidden: a secret's value), the program's release does not pass it")
