@@ -72,6 +72,7 @@ from components.settings import PROJECT, WorkloadCluster
 from components.settings.config import release as version_parts
 from components.settings.workload import CAPACITY_ANNOTATION, NODE_GROUP_KEYS
 
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 RECORD_OUTPUT = "adoptedWorkloadClusters"
 """`{"<namespace>/<name>": {"<machine template's Pulumi name>": "<its Kubernetes name>"}}`, one
 entry per taken-over cluster."""
@@ -181,9 +182,23 @@ class Live:
         self._read: dict[str, dict[str, Any] | None] = {}
 
     def __getitem__(self, role: str) -> dict[str, Any] | None:
-        if role not in self._read:
-            self._read[role] = hand_made_clusters.read_object(self.kubeconfig, self._paths[role])
-        return self._read[role]
+        return self._object(self._paths[role])
+
+    def schema(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The openAPIV3Schema of `body`'s kind at its version, as its CRD on the management cluster
+        has it (None where there is none): what the API server defaults on every write."""
+        group, version = body["apiVersion"].split("/")
+        crd = self._object(f"{CRDS}/{body['kind'].lower()}s.{group}") or {}
+        for served in (crd.get("spec") or {}).get("versions") or []:
+            if served.get("name") == version:
+                schema: dict[str, Any] | None = (served.get("schema") or {}).get("openAPIV3Schema")
+                return schema
+        return None
+
+    def _object(self, path: str) -> dict[str, Any] | None:
+        if path not in self._read:
+            self._read[path] = hand_made_clusters.read_object(self.kubeconfig, path)
+        return self._read[path]
 
 
 @dataclass(frozen=True)
@@ -260,7 +275,6 @@ def decide(
     nothing be set by hand since the adoption run that the settings do not keep; and Cilium's
     values are checked again, which this run's upgrade of the release replaces."""
     if cluster.recover:
-        _refuse_another_stacks(cluster, live, stack)
         refuse_unlike_running(cluster, declared, live)
     elif cluster.adopt:
         refuse_unlike_applied(cluster, declared, live)
@@ -338,22 +352,6 @@ def refuse_version_change(cluster: WorkloadCluster, live: Live) -> None:
             f"the new machine templates. Upgrade to a v{runs[0]}.{runs[1] + 1} release first (docs/operations.md, "
             '"Upgrading a workload cluster\'s Kubernetes")'
         )
-
-
-def _refuse_another_stacks(cluster: WorkloadCluster, live: Live, stack: str) -> None:
-    """Raises where a recovery would import a cluster marked as another stack's: a live stack's,
-    which its next run would then refuse as this one's (review 4, 9g)."""
-    running = live["cluster"]
-    mark = ((running or {}).get("metadata", {}).get("annotations") or {}).get(hand_made_clusters.STACK_MARK)
-    if mark in (None, stack):
-        return
-    raise hand_made_clusters.HandMadeClusterError(
-        f"{PROJECT}:{cluster.key}.recover: the Cluster {cluster.namespace}/{cluster.name} is marked as the cluster "
-        f"of the stack {mark} ({hand_made_clusters.STACK_MARK}), not of this one ({stack}). A recovery takes over "
-        "the cluster of a stack whose state is lost; if that is the lost stack (a stack of another name), mark the "
-        f"cluster as this one's first: kubectl --kubeconfig {live.kubeconfig_file} annotate --overwrite cluster "
-        f"-n {cluster.namespace} {cluster.name} {hand_made_clusters.STACK_MARK}={stack}"
-    )
 
 
 # Helm keeps each revision of a release in a Secret of the release's namespace, labelled so; the
@@ -481,6 +479,10 @@ def refuse_unlike_applied(cluster: WorkloadCluster, declared: ClusterObjects, ru
     naming every field that differs and the object it is on."""
 
     def unlike(role: str, body: dict[str, Any], live: dict[str, Any]) -> list[str]:
+        if LAST_APPLIED not in (live.get("metadata", {}).get("annotations") or {}):
+            # Made with `kubectl create` or `replace`: nothing recorded what was sent, so its
+            # creator's fields are weighed one by one (kept_fields.held, the CRD's defaults aside).
+            return list(_unlike_declared(body, live))
         rendered = _compared(body["kind"], _with_running_annotations(body, live))
         return [*_unlike_declared(body, live), *_differences(_compared(body["kind"], _as_applied(live)), rendered)]
 
@@ -599,6 +601,11 @@ def _unlike(
             applied=json.loads(recorded) if recorded else None,
             taken=taken,
         )
+        if hand_set:
+            # What the API server defaults comes back when the program's apply drops it: a
+            # creator's field only because the API server gave it the defaults with its create.
+            schema = running.schema(body)
+            hand_set = [field for field in hand_set if not kept_fields.defaulted(schema, field.path, field.value)]
         where = {
             **{"entry": cluster.key, "role": role, "kind": kind, "name": name, "namespace": cluster.namespace},
             "kubeconfig": running.kubeconfig_file,

@@ -143,22 +143,30 @@ def _workload_cluster(
             f"could not be fetched (see the warning above), so {cluster.name}'s objects cannot be declared; "
             "run again where capmoxReleaseUrl can be reached, or put the file in the project's folder"
         )
-    return WorkloadCluster(
+    objects = render_cluster(template, cluster)
+    takeover = cluster_takeover.Takeover(
         cluster,
-        render_cluster(template, cluster),
-        node.provider,
-        management_kubeconfig=node.kubeconfig,
-        on_cluster=node.on_cluster,
-        charts=workload_charts,
-        workload=settings.workload,
-        providers=providers,
-        token_generation=settings.access.readonly_token_generation,
+        objects,
+        node.kubeconfig,
         last_names=records.last_value(cluster_takeover.RECORD_OUTPUT).apply(
             lambda record: (record or {}).get(cluster_takeover.record_key(cluster))
         ),
         held=records.last_value(rollouts.ROLLOUT_OUTPUT).apply(
             lambda record: cluster_takeover.record_key(cluster) in (record or {})
         ),
+        stack=hand_made_clusters.this_stack(),
+        autoscaler_image_tag=settings.workload.autoscaler_image_tag,
         kubeconfig_file=str(settings.k3s.kubeconfig_path or hand_made_clusters.ADMIN_KUBECONFIG_FILE),
+    )
+    return WorkloadCluster(
+        cluster,
+        objects,
+        node.provider,
+        takeover,
+        on_cluster=node.on_cluster,
+        charts=workload_charts,
+        workload=settings.workload,
+        providers=providers,
+        token_generation=settings.access.readonly_token_generation,
         namespace=namespace,
     )

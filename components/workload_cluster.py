@@ -5,7 +5,7 @@ inside it, cluster-autoscaler beside its objects, a read-only account inside it.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -63,36 +63,22 @@ class WorkloadCluster(pulumi.ComponentResource):
         cluster: ClusterSettings,
         objects: ClusterObjects,
         management: kubernetes.Provider,
+        takeover: cluster_takeover.Takeover,
         *,
-        management_kubeconfig: pulumi.Output[str],
         on_cluster: pulumi.ResourceOptions,
         charts: WorkloadCharts,
         workload: WorkloadSettings,
         providers: Sequence[pulumi.Resource],
         token_generation: int,
-        last_names: pulumi.Output[Mapping[str, str] | None],
-        held: pulumi.Output[bool],
-        kubeconfig_file: str,
         namespace: pulumi.Resource | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        """`management`, `management_kubeconfig`, `on_cluster`: the management cluster's (ClusterNode);
-        `kubeconfig_file`: its admin kubeconfig on the owner's laptop, as refusals name it.
-        `last_names`: the last run's record of a taken-over cluster; `held`: the last run declared it.
+        """`management`, `on_cluster`: the management cluster's (ClusterNode). `takeover`: what the
+        live cluster decided for `objects` (cluster_takeover.Takeover), which every object follows.
         `namespace`: the cluster's Namespace where another cluster declared it already: one
         Namespace resource for each, or the second one's create fails as AlreadyExists."""
         self.name = name = cluster.name
         super().__init__("homelab:index:WorkloadCluster", name, None, opts)
-        takeover = cluster_takeover.Takeover(
-            cluster,
-            objects,
-            management_kubeconfig,
-            last_names=last_names,
-            held=held,
-            stack=hand_made_clusters.this_stack(),
-            autoscaler_image_tag=workload.autoscaler_image_tag,
-            kubeconfig_file=kubeconfig_file,
-        )
         self.record_key, self.kept_names = takeover.record_key, takeover.kept_names
         self.namespace = namespace
         self._objects(cluster, objects, takeover, on_cluster=on_cluster, providers=providers, workload=workload)

@@ -4,7 +4,8 @@ every declared field with what runs, for each object that no apply of the progra
 yet, and forces only those; a recovery names what the lost stack applied that the stack file no
 longer renders; an object still under a drawn manager name is forced once; a field of another
 manager's inside a container is not taken for the hand field beside it; keep-it lines typed as
-JSON types them; a downgrade is refused; a recovery does not take another stack's cluster."""
+JSON types them; a downgrade is refused; a cluster made with `kubectl create` is weighed against
+its CRDs' defaults; two clusters share one namespace."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from typing import Any
 
 import harness
 import pytest
-from test_cluster_takeover import MD, cluster_objects, made_the_programs, record_of
+from test_cluster_takeover import MD, cluster_objects, clusterctl_lab1, made_the_programs, record_of, taken_over_entry
 from test_hand_work import CLUSTER_PATH, KCP_PATH, MD_PATH, annotated, hand_worked_lab1, kept_entry, refusal
 from test_recovery import RECOVER, running
 from test_workload_cluster import CUSTOM_RESOURCE_TYPES
 
 from components import field_manager, kept_fields
-from components.cluster_takeover import RECORD_OUTPUT, KubernetesDowngradeError, TakeoverMismatchError
-from components.hand_made_clusters import STACK_MARK, HandMadeClusterError
+from components.cluster_takeover import LAST_APPLIED, RECORD_OUTPUT, KubernetesDowngradeError, TakeoverMismatchError
+from components.hand_made_clusters import STACK_MARK
 from components.rollouts import ROLLOUT_OUTPUT
 from components.workload_cluster import PATCH_FORCE
 
@@ -189,11 +190,6 @@ def test_a_kubernetes_version_below_the_running_one_is_refused() -> None:
         harness.run_program(live_objects=live)
 
 
-def test_a_recovery_does_not_take_a_cluster_another_stack_marks(made: harness.Run) -> None:
-    with pytest.raises(HandMadeClusterError, match="marked as the cluster of the stack organization/lab-mgmt/home"):
-        harness.run_program(RECOVER, live_objects=running(made, stack="organization/lab-mgmt/home"))
-
-
 def test_a_worker_count_set_through_kubectl_scale_is_the_autoscalers(kept_record: Any) -> None:
     """fixCSAFieldManagers leaves the /scale subresource's entry alone: W6 does not touch the count."""
     live = hand_worked_lab1(kept_entry())
@@ -221,3 +217,46 @@ def test_two_clusters_in_one_namespace_declare_it_once() -> None:
     [namespace] = [r for r in run.of_type("kubernetes:core/v1:Namespace") if r.plain["metadata"]["name"] == "edge"]
     for resource in (r for r in run.resources.values() if r.type.startswith(CUSTOM_RESOURCE_TYPES)):
         assert run.depends_on(resource, namespace), resource.name
+
+
+def created_lab1(entry: dict[str, Any]) -> dict[str, Any]:
+    """lab1 as `kubectl create -f` of clusterctl's manifest leaves it: no record of what was sent,
+    and the creator holding every field, the ProxmoxCluster's defaulted route metric among them."""
+    live = clusterctl_lab1(entry)
+    for body in live.values():
+        body["metadata"]["annotations"].pop(LAST_APPLIED)
+        body["metadata"]["managedFields"] = [
+            {"manager": "kubectl-create", "operation": "Update", "fieldsV1": _every_field(body["spec"], "f:spec")}
+        ]
+    [proxmox_cluster] = [body for body in live.values() if body["kind"] == "ProxmoxCluster"]
+    proxmox_cluster["spec"]["ipv4Config"]["metric"] = 100
+    proxmox_cluster["metadata"]["managedFields"][0]["fieldsV1"] = _every_field(proxmox_cluster["spec"], "f:spec")
+    return live
+
+
+def _every_field(value: Any, key: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return {key: {f"f:{k}": _every_field(v, f"f:{k}")[f"f:{k}"] for k, v in value.items()}}
+    return {key: {}}
+
+
+PROXMOX_CLUSTERS_CRD = (
+    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/proxmoxclusters.infrastructure.cluster.x-k8s.io"
+)
+# The route metric's default as CAPMOX v0.9.0's CRD has it (config/crd/bases, ipv4Config.metric).
+METRIC_DEFAULT = {"properties": {"ipv4Config": {"properties": {"metric": {"default": 100, "type": "integer"}}}}}
+
+
+def test_a_lab1_made_with_kubectl_create_is_taken_over_with_what_its_crds_default() -> None:
+    """No last-applied record: the creator holds what the API server defaulted too, which comes back."""
+    entry = taken_over_entry(adopt=True)
+    live = created_lab1(entry)
+    [line] = refusal(entry, live)
+    assert line.startswith("ProxmoxCluster lab1: spec.ipv4Config.metric: running 100, set by kubectl-create")
+    live[PROXMOX_CLUSTERS_CRD] = {
+        "spec": {
+            "versions": [{"name": "v1alpha2", "schema": {"openAPIV3Schema": {"properties": {"spec": METRIC_DEFAULT}}}}]
+        }
+    }
+    adopted = harness.run_program({"workloadClusters": [entry]}, live_objects=live)
+    assert record_of(adopted)

@@ -20,6 +20,7 @@ from test_readonly_access import (
     uses_provider,
 )
 
+from components.cluster_takeover import object_path
 from components.cluster_template import ClusterTemplateError
 from components.hand_made_clusters import STACK_MARK, HandMadeClusterError
 
@@ -304,11 +305,10 @@ def test_the_autoscaler_timings_are_settings(lab1: harness.Run) -> None:
 
 
 def test_the_cluster_is_looked_for_on_the_management_cluster_first(lab1: harness.Run) -> None:
-    """Its Cluster (whose it is), then its control plane (the version it runs: refuse_minor_skip)."""
-    assert lab1.cluster_reads == [
-        CLUSTER_PATH,
-        "/apis/controlplane.cluster.x-k8s.io/v1beta2/namespaces/default/kubeadmcontrolplanes/lab1-control-plane",
-    ]
+    """Its Cluster (whose it is), then each of its objects once (cluster_takeover.Live: the
+    managers that applied it, the version its control plane runs)."""
+    assert lab1.cluster_reads[0] == CLUSTER_PATH
+    assert sorted(lab1.cluster_reads) == sorted(object_path(r.plain) for r in custom_resources(lab1))
 
 
 def _live_cluster(*managers: str, annotations: Mapping[str, str] | None = None) -> dict[str, dict[str, object]]:
