@@ -121,3 +121,13 @@ class Faults:
     """VM create answers 500 with this message."""
     download: str | None = None
     """A download task ends in error with this exit status."""
+
+
+def own_permissions(ask: Ask) -> Mapping[str, Mapping[str, int]]:
+    """The caller's own effective permissions, which every user and token may read
+    (pve-access-control src/PVE/API2/AccessControl.pm, 8.2.2, `permissions` :462-521): the
+    whole tree, or with a `path` that path alone, keyed as given and there even when nothing
+    holds on it (:510-516)."""
+    if path := ask.params.get("path"):
+        return {path: permissions_on(ask, path)}
+    return ask.permissions

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.standins import https_server
-from e2e.standins.proxmox.common import ROOT, ApiError, Ask, Faults, Guest, permissions_on, require
+from e2e.standins.proxmox.common import ROOT, ApiError, Ask, Faults, Guest, own_permissions, require
 from e2e.standins.proxmox.pve_bodies import decode_body
 from e2e.standins.proxmox.pve_clone import Clones, clone_permission
 from e2e.standins.proxmox.pve_node import NODE_MEMORY, Node
@@ -239,7 +239,7 @@ def routes(vms: Vms, storage: Storage, state: NodeState, node: Node) -> list[Rou
         return lambda a, node, storage, volid, name: answer(a, node, storage, f"{volid}/{name}")
 
     return [
-        Route("GET", "access/permissions", p("path"), permissions),
+        Route("GET", "access/permissions", p("path"), own_permissions),
         Route("GET", "version", p(), lambda a: VERSION),
         Route("GET", "cluster/resources", p("type"), vms.resources),
         Route("GET", "cluster/status", p(), node.cluster_status, perm("/", "Sys.Audit")),
@@ -284,16 +284,6 @@ def routes(vms: Vms, storage: Storage, state: NodeState, node: Node) -> list[Rou
         Route("POST", f"{vm}/agent/exec", p("command input-data"), node.agent_exec, monitor),
         Route("GET", f"{vm}/agent/exec-status", p("pid"), node.agent_exec_status, monitor),
     ]
-
-
-def permissions(ask: Ask) -> Mapping[str, Mapping[str, int]]:
-    """The caller's own effective permissions, which every user and token may read
-    (pve-access-control src/PVE/API2/AccessControl.pm, 8.2.2, `permissions` :462-521): the
-    whole tree, or with a `path` that path alone, keyed as given and there even when nothing
-    holds on it (:510-516)."""
-    if path := ask.params.get("path"):
-        return {path: permissions_on(ask, path)}
-    return ask.permissions
 
 
 def match(route: Route, method: str, segments: list[str]) -> dict[str, str] | None:
