@@ -49,16 +49,16 @@ def test_each_chart_is_unmanaged_first_then_freed_of_its_finalizer_then_deleted(
         assert f"{name}: annotated helmcharts.helm.cattle.io/unmanaged=true" in first["stdout"]
 
 
-def test_the_releases_and_the_other_charts_are_untouched(handover: Any) -> None:
+def test_the_releases_are_untouched_and_no_chart_is_left(handover: Any) -> None:
     for run in handover["runs"]:
         assert writes(run, "secrets") == []
     assert handover["releases_after"] == handover["releases_before"]
     assert len(handover["releases_before"]) == len(playbook_lab.HANDED_OVER)
-    assert handover["charts_left"] == ["helmchart.helm.cattle.io/traefik"]
+    assert handover["charts_left"] == []
 
 
 def test_the_manifests_move_out_of_k3s_reach(handover: Any) -> None:
-    assert handover["manifests_left"] == ["traefik.yaml"]
+    assert handover["manifests_left"] == []
     assert handover["handed_over_files"] == [f"{name}.yaml" for name in playbook_lab.HANDED_OVER]
 
 

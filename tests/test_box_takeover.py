@@ -150,6 +150,25 @@ def test_the_stand_ins_knew_every_request(takeover: Any) -> None:
     assert takeover["lab1_problems"] == {"workload": [], "autoscaler_runner": []}
 
 
+def test_step_3_took_k3s_s_install_jobs_and_their_helpers_with_the_helmcharts(takeover: Any) -> None:
+    """As k3s's helm-controller does when a HelmChart goes (its stand-in,
+    e2e/standins/cluster/helm_controller_standin.py): for each chart, what it made to install it;
+    the garbage collector then took the Jobs' Completed pods, which step 6's pod lists leave out as
+    step 1's do, so its diff prints nothing (every line passed above)."""
+    made = [
+        f"{kind}/{namespace}/{name}"
+        for chart in playbook_lab.HANDED_OVER
+        for kind, namespace, name in (
+            ("Secret", "kube-system", f"chart-values-{chart}"),
+            ("ConfigMap", "kube-system", f"chart-content-{chart}"),
+            ("ServiceAccount", "kube-system", f"helm-{chart}"),
+            ("ClusterRoleBinding", "", f"helm-kube-system-{chart}"),
+            ("Job", "kube-system", f"helm-install-{chart}"),
+        )
+    ]
+    assert sorted(takeover["helm_controller_removed"]) == sorted(made)
+
+
 def _account(name: str) -> str:
     return f"system:serviceaccount:kube-system:{name}"
 

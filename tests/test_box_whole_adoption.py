@@ -98,7 +98,7 @@ def test_the_page_is_typed_as_it_stands_for_a_lab_without_workload_clusters(adop
         ["qm", "set", str(site.vmid)],
         ["qm", "status", str(site.vmid)],
     ]
-    assert adoption["adoption"]["charts_left"] == ["helmchart.helm.cattle.io/traefik"]
+    assert adoption["adoption"]["charts_left"] == []
 
 
 def test_the_playbooks_vm_as_left_stops_the_preview_and_the_gate_refuses_it(adoption: Any) -> None:

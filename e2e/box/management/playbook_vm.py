@@ -4,9 +4,11 @@ API, so the Proxmox VE stand-in recorded none of it), running as a guest; on it 
 /etc/rancher/k3s/config.yaml as an Ansible template renders it (a header comment, other
 indentation and quoting, the same meaning), k3s at the stack's k3sVersion from the release's
 installer, and on its API server what e2e/standins/cluster/playbook_lab.py lays out (HelmCharts
-and their manifest files, the two Helm releases, the provider objects, capmox-variables, the
-inspector's capi-readonly), the operator's release with the Deployment its chart runs, as `helm
-install` left them.
+and their manifest files, what k3s's helm-controller left of installing them, the two Helm
+releases, the provider objects, capmox-variables, the inspector's capi-readonly), the operator's
+release with the Deployment its chart runs, as `helm install` left them; and, as on the owner's
+k3s, what helm-controller made for a HelmChart goes when the HelmChart goes
+(e2e/standins/cluster/helm_controller_standin.py).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from urllib.parse import quote
 
 from e2e.box import box, scenarios
 from e2e.box.management import handover
-from e2e.standins.cluster import playbook_lab
+from e2e.standins.cluster import helm_controller_standin, playbook_lab
 
 # The image the playbook's get_url left on the node (the spec), which `qm create` imported.
 PLAYBOOK_IMAGE = "local:iso/noble-server-cloudimg-amd64.img"
@@ -85,8 +87,10 @@ def _wait_for_api_server(lab: box.Box, bound: float = 180) -> None:
         time.sleep(2)
 
 
-def playbook_left(lab: box.Box, base: Path) -> None:
-    """The lab as the playbook left it (the spec's "What the playbook left on the running lab")."""
+def playbook_left(lab: box.Box, base: Path) -> helm_controller_standin.HelmControllerStandIn:
+    """The lab as the playbook left it (the spec's "What the playbook left on the running lab"),
+    and helm-controller's stand-in on it, with the operator's and the CA injector's stand-ins (until
+    the VM reboots: after step 3 no HelmChart is left for it)."""
     public_key = _key(lab).with_suffix(".pub").read_text().strip()
     image = {"content": "iso", "format": "raw", "size": PLAYBOOK_IMAGE_SIZE}
     lab.pve.made_on_node(lab.site.vmid, _qm_create(public_key, lab.site), {PLAYBOOK_IMAGE: image})
@@ -111,6 +115,7 @@ def playbook_left(lab: box.Box, base: Path) -> None:
     _wait_for_api_server(lab)
     manifests = base / "playbook-manifests"
     playbook_lab.lay_out(lab.cluster, manifests, handover._playbook_capmox_data(), chart_templates=box.CHART_TEMPLATES)
+    helm_controller = lab.operating.enter_context(helm_controller_standin.running(lab.cluster))
     for manifest in sorted(manifests.iterdir()):
         _on_guest(
             lab, f"sudo install -d {MANIFESTS} && sudo tee {MANIFESTS}/{manifest.name} >/dev/null", manifest.read_text()
@@ -123,3 +128,4 @@ def playbook_left(lab: box.Box, base: Path) -> None:
         *("wait", "--for=condition=Available", "deployment", "--all", "-n", box.OPERATOR_NAMESPACE),
         "--timeout=120s",
     )
+    return helm_controller

@@ -141,6 +141,10 @@ def owners_takeover(root: str) -> dict[str, Any]:
         except Exception:  # what happened so far is the test's to read
             out["failed"] = traceback.format_exc()
         out |= {**observed.standin_problems(lab.box), "lab1_problems": lab.parts.problems()}
+        out |= {
+            "helm_controller_removed": lab.helm_controller.removed,
+            "helm_controller_errors": lab.helm_controller.errors,
+        }
         core = cluster_api.core(lab.parts.managers)
         if out.get("failed") and core is not None:
             out["manager_log_tail"] = core.log_tail(30)

@@ -1,10 +1,12 @@
 """The Kubernetes side of the lab as the Ansible playbook left it (the spec's "What the playbook
 left on the running lab"), laid out on the box's real API server: k3s's HelmCharts with
-helm-controller's finalizer and their manifest files, the two Helm releases as `helm install`
-stores them (release record, and the one object each stand-in chart renders), the provider
-objects applied client-side from capi-providers.yaml, the inspector's RBAC and the
-workload cluster lab1's kubeconfig Secret; and inside lab1 (a second API server), the
-inspector's RBAC.
+helm-controller's finalizer and their manifest files (the playbook's two charts: the owner's k3s
+disables traefik), what helm-controller left of installing each (the Completed
+`helm-install-<chart>` Job, its Succeeded pod and the Job's helpers: helm_controller_standin.py),
+the two Helm releases as `helm install` stores them (release record, and the one object each
+stand-in chart renders), the provider objects applied client-side from capi-providers.yaml, the
+inspector's RBAC and the workload cluster lab1's kubeconfig Secret; and inside lab1 (a second API
+server), the inspector's RBAC.
 
 `snapshot` reads back every object the playbook made, with its UID and resourceVersion, so a test
 can tell whether anything was re-created or written.
@@ -24,7 +26,7 @@ import yaml
 
 from e2e.engine.cli import REPO
 from e2e.engine.control_plane import ControlPlane
-from e2e.standins.cluster import cainjector_standin, chart_repo_standin
+from e2e.standins.cluster import cainjector_standin, chart_repo_standin, helm_controller_standin
 
 HELMCHART_CRD = """apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -44,8 +46,7 @@ spec:
 # helm-controller's finalizer: while it is on, deleting the HelmChart waits for the controller,
 # which would run `helm delete` for a chart it still manages.
 HELM_CONTROLLER_FINALIZER = "wrangler.cattle.io/on-helm-chart-remove"
-# Chart name -> (target namespace, repository, version, values): the playbook's two charts and one
-# that k3s keeps managing.
+# Chart name -> (target namespace, repository, version, values): the playbook's two charts.
 PLAYBOOK_CHARTS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
     "cert-manager": ("cert-manager", "https://charts.jetstack.io", "v1.21.2", {"crds": {"enabled": True}}),
     "cluster-api-operator": (
@@ -54,9 +55,10 @@ PLAYBOOK_CHARTS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
         "0.28.0",
         {},
     ),
-    "traefik": ("kube-system", "https://traefik.github.io/charts", "37.1.1", {}),
 }
-HANDED_OVER = ["cert-manager", "cluster-api-operator"]
+HANDED_OVER = list(PLAYBOOK_CHARTS)
+# When k3s installed them: its install Jobs ran, and the releases were recorded.
+INSTALL_STARTED, INSTALLED = "2026-03-14T09:26:41Z", "2026-03-14T09:26:53Z"
 
 PROVIDER_GROUP = "operator.cluster.x-k8s.io"
 # Kind -> (namespace, name, the stack setting that pins its version).
@@ -129,8 +131,8 @@ def release_secret(chart: chart_repo_standin.Chart) -> str:
         "namespace": namespace,
         "version": 1,
         "info": {
-            "first_deployed": "2026-03-14T09:26:53Z",
-            "last_deployed": "2026-03-14T09:26:53Z",
+            "first_deployed": INSTALLED,
+            "last_deployed": INSTALLED,
             "deleted": "",
             "description": "Install complete",
             "status": "deployed",
@@ -302,10 +304,11 @@ def lay_out(
     cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     manifests.mkdir(parents=True)
     for name, (namespace, _, _, _) in PLAYBOOK_CHARTS.items():
-        if namespace != "kube-system":
-            cluster.kubectl("create", "namespace", namespace)
+        cluster.kubectl("create", "namespace", namespace)
         cluster.kubectl("apply", "-f", "-", stdin=helmchart(name))
         (manifests / f"{name}.yaml").write_text(helmchart(name))
+    charts = [yaml.safe_load(helmchart(name)) for name in PLAYBOOK_CHARTS]
+    helm_controller_standin.leave_installed(cluster, charts, INSTALL_STARTED, INSTALLED)
     for name in HANDED_OVER:
         namespace, _, version, _ = PLAYBOOK_CHARTS[name]
         chart = chart_repo_standin.Chart(name, version, templates=(chart_templates or {}).get(name, ()))
