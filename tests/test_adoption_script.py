@@ -6,6 +6,7 @@ the box gives each and only the placeholders the journey fills in."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -110,4 +111,40 @@ def test_a_lab_without_workload_clusters_types_every_line_but_lab1s() -> None:
     shared = [line for block in JOURNEY if not block.step.startswith("W") for line in block.lines]
     assert [line for line in without if line != "pulumi config rm workloadClusters"] == [
         line for line in shared if "lab1" not in line and " uninstall " not in line
+    ]
+
+
+# `kubectl get pods -A -o custom-columns=...` as the VM answers it after the playbook: k3s's two
+# Completed install pods among the others, and a pod of the owner's whose name only contains the words.
+PODS = """\
+capi-operator-system   cluster-api-operator-5d8f7c9b6-x2x7q        0a1
+cert-manager           cert-manager-7b9c6d5f4-kq2lm                0a2
+kube-system            helm-install-cert-manager-vx8hn             0a3
+kube-system            helm-install-cluster-api-operator-9tq4d     0a4
+default                nightly-helm-install-report-4kzq2           0a5
+"""
+
+
+def test_the_pod_lists_of_steps_1_and_6_leave_k3s_s_install_pods_out(tmp_path: Path) -> None:
+    """Step 3 makes k3s's helm-controller delete its Completed `helm-install-<chart>` pods
+    (e2e/standins/cluster/helm_controller_standin.py): both lists leave them out the same way, or
+    step 6's diff prints them. Each line's pipeline run in bash on what kubectl prints."""
+    listings = [(block.step, line) for block in JOURNEY for line in block.lines if " get pods -A " in line]
+    assert [step.split(".")[0] for step, _ in listings] == ["1", "6"]
+    (before, after) = (line for _, line in listings)
+    assert before.replace("pods.before", "pods") == after.replace("pods.after", "pods")
+    (tmp_path / "lab-mgmt-adoption").mkdir()
+    pipeline = before.split(" | ", 1)[1]
+    done = subprocess.run(
+        ["bash", "-c", f"cat <<'EOF' | {pipeline}\n{PODS}EOF"],
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "lab-mgmt-adoption" / "pods.before").read_text().splitlines() == [
+        "capi-operator-system cluster-api-operator-5d8f7c9b6-x2x7q 0a1",
+        "cert-manager cert-manager-7b9c6d5f4-kq2lm 0a2",
+        "default nightly-helm-install-report-4kzq2 0a5",
     ]
