@@ -241,15 +241,15 @@ class Takeover:
         self.kept_names = last_names.apply(lambda last: kept_names(cluster, objects, last))
         self.declared = self.kept_names.apply(lambda names: named(objects, names))
         self.imported = as_running(cluster, objects)
-        recorded = pulumi.Output.all(last_names, held).apply(lambda args: args[0] is not None or bool(args[1]))
         # What the plan holds is nothing secret, though it is read with the admin kubeconfig.
         self.plan: pulumi.Output[TakeoverPlan] = pulumi.Output.unsecret(
-            pulumi.Output.all(kubeconfig, recorded, self.declared).apply(
+            pulumi.Output.all(kubeconfig, last_names, held, self.declared).apply(
                 lambda args: decide(
                     cluster,
-                    args[2],
-                    Live(args[0], args[2], kubeconfig_file),
-                    recorded=args[1],
+                    args[3],
+                    Live(args[0], args[3], kubeconfig_file),
+                    taken_over=args[1] is not None,
+                    held=bool(args[2]),
                     stack=stack,
                     autoscaler_image_tag=autoscaler_image_tag,
                 )
@@ -262,23 +262,27 @@ def decide(
     declared: ClusterObjects,
     live: Live,
     *,
-    recorded: bool,
+    taken_over: bool,
+    held: bool,
     stack: str,
     autoscaler_image_tag: str,
 ) -> TakeoverPlan:
     """Before any of the cluster's objects is sent: adopting, the running cluster must be exactly
-    what the settings render (`declared`, named as it runs them); else a cluster this stack
-    took over or declared before (`recorded`) is its own, and any other must carry the mark of this
-    stack (`stack`); `autoscaler_image_tag`: the program's autoscaler's, against a hand-installed
-    one's. Each object of a taken-over cluster that no apply of the program's has reached is
-    becoming the program's in this run (W6): every declared field must still run as declared and
-    nothing be set by hand since the adoption run that the settings do not keep; and Cilium's
-    values are checked again, which this run's upgrade of the release replaces."""
+    what the settings render (`declared`, named as it runs them); else a cluster this stack took
+    over (`taken_over`: the record names it) is its own, one it declared before (`held`) is its
+    own while it carries a stack's mark (a `pulumi stack rename` keeps the state, not the name in
+    the mark; a cluster deleted and made again by hand under its name carries none), and any
+    other must carry the mark of this stack (`stack`); `autoscaler_image_tag`: the program's
+    autoscaler's, against a hand-installed one's. Each object of a taken-over cluster that no
+    apply of the program's has reached is becoming the program's in this run (W6): every declared
+    field must still run as declared and nothing be set by hand since the adoption run that the
+    settings do not keep; and Cilium's values are checked again, which this run's upgrade of the
+    release replaces."""
     if cluster.recover:
         refuse_unlike_running(cluster, declared, live)
     elif cluster.adopt:
         refuse_unlike_applied(cluster, declared, live)
-    elif not recorded:
+    elif not (taken_over or (held and _marked(live["cluster"]))):
         hand_made_clusters.refuse_hand_made(
             cluster.namespace, cluster.name, live["cluster"], stack=stack, kubeconfig_file=live.kubeconfig_file
         )
@@ -294,6 +298,11 @@ def decide(
         refuse_version_change(cluster, live)
     drawn = {role for role in declared.roles() if _drawn_manager(live, role)}
     return TakeoverPlan(forced=frozenset(becoming | drawn))
+
+
+def _marked(running: Mapping[str, Any] | None) -> bool:
+    """Whether the running Cluster carries a stack's mark, whichever stack's (review 5, 10a)."""
+    return bool(((running or {}).get("metadata", {}).get("annotations") or {}).get(hand_made_clusters.STACK_MARK))
 
 
 def _becoming(cluster: WorkloadCluster, declared: ClusterObjects, live: Live) -> set[str]:

@@ -20,7 +20,7 @@ from test_workload_cluster import CUSTOM_RESOURCE_TYPES
 
 from components import field_manager, kept_fields
 from components.cluster_takeover import LAST_APPLIED, RECORD_OUTPUT, KubernetesDowngradeError, TakeoverMismatchError
-from components.hand_made_clusters import STACK_MARK
+from components.hand_made_clusters import STACK_MARK, HandMadeClusterError
 from components.rollouts import ROLLOUT_OUTPUT
 from components.workload_cluster import PATCH_FORCE
 
@@ -260,3 +260,13 @@ def test_a_lab1_made_with_kubectl_create_is_taken_over_with_what_its_crds_defaul
     }
     adopted = harness.run_program({"workloadClusters": [entry]}, live_objects=live)
     assert record_of(adopted)
+
+
+def test_a_cluster_the_last_run_declared_made_again_by_hand_is_refused(made: harness.Run) -> None:
+    """Deleted and re-made under its name (`kubectl apply` of clusterctl's manifest): no stack's mark."""
+    declared = {key: value for key, (value, _) in made.outputs.items() if key == ROLLOUT_OUTPUT}
+    live = running(made)
+    live[CLUSTER_PATH]["metadata"]["annotations"].pop(STACK_MARK)
+    live[CLUSTER_PATH]["metadata"]["managedFields"] = [{"manager": "kubectl-client-side-apply", "operation": "Update"}]
+    with pytest.raises(HandMadeClusterError, match="made by kubectl-client-side-apply, not by this stack"):
+        harness.run_program(live_objects=live, previous_outputs=declared)
