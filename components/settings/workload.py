@@ -504,7 +504,7 @@ def _check_lab_hosts(e: _Entry, cluster: WorkloadCluster, lab: LabNetwork) -> No
     """No node and no VIP on an address the lab's own hosts have (a node given one cuts that host
     off), no VIP on the node network's own or broadcast address; and the pool holds a rollout's
     surge. A range may span those two: the in-cluster IPAM provider never hands them out (its
-    pools' allowReservedIPs is false)."""
+    pools' allocateReservedIPAddresses is false: api/v1alpha2/inclusterippool_types.go)."""
     network = cluster.node_network
     taken = [*lab.hosts, *ipv4_hosts(cluster.dns_servers, "the DNS server {} (dnsServers)")]
     spans = _spans(cluster.node_ip_ranges)
