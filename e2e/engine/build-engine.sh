@@ -23,6 +23,9 @@
 #                                      bin/) from the Go module proxy (LAB_MGMT_HELM_BIN,
 #                                      LAB_MGMT_IPAM_BIN); CAPMOX's manager from its upstream
 #                                      archive, with Cluster API's (LAB_MGMT_CAPMOX_BIN)
+#   ... helm-controller                also k3s's helm-controller at the version the pinned k3s
+#                                      embeds, from the Go module proxy
+#                                      (LAB_MGMT_HELM_CONTROLLER_BIN)
 #
 # The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
 # pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
@@ -39,10 +42,37 @@ mkdir -p "$GOMODCACHE" "$GOCACHE"
 
 say() { printf '[build-engine %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# Two runs that share the cache (a `make box` beside a `make test-engine`, issue 67) must never
+# write the same file: each run links its binaries into a directory of its own in the cache (the
+# same file system, so the rename that puts a binary in place is atomic), removed when it exits.
+partials="$(mktemp -d "$cache/.partial.XXXXXX")"
+trap 'rm -rf "$partials"' EXIT
+trap 'exit 130' INT TERM
+partial_of() { # where this run links the binary that goes to $1
+  printf '%s/%s\n' "$partials" "${1//\//%}"
+}
+
 # Moves a finished binary into place and says how long it took since `started` ($SECONDS then).
 finish() {
-  mv "$1.partial" "$1"
+  mv "$(partial_of "$1")" "$1"
   say "$(basename "$1"): built in $((SECONDS - $2)) s"
+}
+
+# Each build step holds an exclusive lock of its own under locks/ while it runs: a second run that
+# wants the same thing waits for the first and then finds it cached, instead of both unpacking into
+# the same src/ directory. A lane that fails exits, and its lock goes with its descriptor.
+locks="$cache/locks"
+mkdir -p "$locks"
+locked() {
+  local name="$1" fd
+  shift
+  exec {fd}>"$locks/$name.lock"
+  if ! flock --nonblock "$fd"; then
+    say "$name: another run holds its lock ($locks/$name.lock), waiting"
+    flock "$fd"
+  fi
+  "$@"
+  exec {fd}>&-
 }
 
 pinned() { # the version requirements.txt pins for a Python package
@@ -96,7 +126,7 @@ build_cli() {
     say "pulumi v$version: building (about 4 minutes cold on 2 cores)"
     (cd "$src/pkg" && go build -trimpath -tags osusergo,grpcnotrace \
       -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$version" \
-      -o "$out/pulumi.partial" ./cmd/pulumi)
+      -o "$(partial_of "$out/pulumi")" ./cmd/pulumi)
     finish "$out/pulumi" "$started"
     rm -rf "$src"
   fi
@@ -174,7 +204,7 @@ build_kubernetes_plugin() {
     (cd "$cmd" && VERSION="$KUBERNETES_PLUGIN_VERSION" go run ./generate.go)
     say "pulumi-resource-kubernetes v$KUBERNETES_PLUGIN_VERSION: building (about 12 minutes cold on 2 cores)"
     (cd "$provider" && go build -trimpath -ldflags "-s -w $version_flag" \
-      -o "$out/pulumi-resource-kubernetes.partial" ./cmd/pulumi-resource-kubernetes)
+      -o "$(partial_of "$out/pulumi-resource-kubernetes")" ./cmd/pulumi-resource-kubernetes)
     finish "$out/pulumi-resource-kubernetes" "$started"
     rm -rf "$src"
   fi
@@ -346,7 +376,7 @@ build_proxmoxve_plugin() {
     say "pulumi-resource-proxmoxve v$PROXMOXVE_VERSION: building (about 7 minutes cold on 2 cores)"
     (cd "$src/pulumi-proxmoxve/provider" && go build -trimpath \
       -ldflags "-s -w -X github.com/muhlba91/pulumi-proxmoxve/provider/pkg/version.Version=$PROXMOXVE_VERSION" \
-      -o "$out/pulumi-resource-proxmoxve.partial" ./cmd/pulumi-resource-proxmoxve)
+      -o "$(partial_of "$out/pulumi-resource-proxmoxve")" ./cmd/pulumi-resource-proxmoxve)
     finish "$out/pulumi-resource-proxmoxve" "$started"
     rm -rf "$src"
   fi
@@ -367,7 +397,7 @@ build_command_plugin() {
     say "pulumi-resource-command v$COMMAND_VERSION: building (about 5 minutes cold on 2 cores)"
     (cd "$src/provider" && go build -trimpath \
       -ldflags "-s -w -X github.com/pulumi/pulumi-command/provider/pkg/version.Version=$COMMAND_VERSION" \
-      -o "$out/pulumi-resource-command.partial" ./cmd/pulumi-resource-command)
+      -o "$(partial_of "$out/pulumi-resource-command")" ./cmd/pulumi-resource-command)
     finish "$out/pulumi-resource-command" "$started"
     rm -rf "$src"
   fi
@@ -397,7 +427,7 @@ build_language_host() {
     say "pulumi-language-python v$LANGUAGE_HOST_VERSION on v$version packages: building (about 3 minutes cold on 2 cores)"
     (cd "$src/sdk/python/cmd/pulumi-language-python" && go build -trimpath \
       -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$LANGUAGE_HOST_VERSION" \
-      -o "$out/pulumi-language-python.partial" .)
+      -o "$(partial_of "$out/pulumi-language-python")" .)
     install -m 0755 "$src/sdk/python/cmd/pulumi-language-python-exec" "$out/pulumi-language-python-exec"
     finish "$out/pulumi-language-python" "$started"
     rm -rf "$src"
@@ -426,7 +456,7 @@ build_control_plane() {
     say "etcd v$ETCD_VERSION: building"
     # The server module's own go.mod replaces its siblings by path: build it as a dependency.
     (cd "$src" && go mod init lab-mgmt/etcd >/dev/null 2>&1 && go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >&2 &&
-      go build -trimpath -ldflags "-s -w" -o "$out/etcd.partial" go.etcd.io/etcd/server/v3)
+      go build -trimpath -ldflags "-s -w" -o "$(partial_of "$out/etcd")" go.etcd.io/etcd/server/v3)
     finish "$out/etcd" "$started"
     rm -rf "$src"
   fi
@@ -456,7 +486,7 @@ build_control_plane() {
   for command in $missing; do
     started=$SECONDS
     say "$command v$KUBERNETES_VERSION: building"
-    (cd "$src" && go build -trimpath -ldflags "-s -w$version_flags" -o "$out/$command.partial" "k8s.io/kubernetes/cmd/$command")
+    (cd "$src" && go build -trimpath -ldflags "-s -w$version_flags" -o "$(partial_of "$out/$command")" "k8s.io/kubernetes/cmd/$command")
     finish "$out/$command" "$started"
   done
   rm -rf "$src"
@@ -491,7 +521,7 @@ build_from_archive() {
     for pair in $missing; do
       started=$SECONDS
       say "${pair%%=*} v$version: building"
-      (cd "$src" && go build -trimpath "$@" -o "$out/${pair%%=*}.partial" "${pair#*=}")
+      (cd "$src" && go build -trimpath "$@" -o "$(partial_of "$out/${pair%%=*}")" "${pair#*=}")
       finish "$out/${pair%%=*}" "$started"
     done
     rm -rf "$src"
@@ -529,7 +559,7 @@ build_helm() {
     say "helm v$HELM_VERSION: building"
     (cd "$src" && go mod init lab-mgmt/helm >/dev/null 2>&1 && go get "helm.sh/helm/v3@v$HELM_VERSION" >&2 &&
       go build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
-        -o "$out/helm.partial" helm.sh/helm/v3/cmd/helm)
+        -o "$(partial_of "$out/helm")" helm.sh/helm/v3/cmd/helm)
     finish "$out/helm" "$started"
     rm -rf "$src"
   fi
@@ -544,19 +574,20 @@ IPAM_VERSION=1.1.0
 
 build_ipam() {
   local home="$cache/ipam-in-cluster-v$IPAM_VERSION" module=sigs.k8s.io/cluster-api-ipam-provider-in-cluster
-  local out="$home/bin" src="$cache/src/ipam-in-cluster-v$IPAM_VERSION" started=$SECONDS dir
+  local out="$home/bin" src="$cache/src/ipam-in-cluster-v$IPAM_VERSION" started=$SECONDS dir config
   if [ -x "$out/cluster-api-ipam-in-cluster-manager" ] && [ -d "$home/config" ]; then
     say "ipam in-cluster v$IPAM_VERSION: cached"
   else
-    rm -rf "$src" "$home/config" "$home/config.partial" && mkdir -p "$src" "$out"
+    rm -rf "$src" "$home/config" && mkdir -p "$src" "$out"
     say "ipam in-cluster v$IPAM_VERSION: building"
     (cd "$src" && go mod init lab-mgmt/ipam >/dev/null 2>&1 && go get "$module@v$IPAM_VERSION" >&2 &&
-      go build -trimpath -ldflags "-s -w" -o "$out/cluster-api-ipam-in-cluster-manager.partial" "$module")
+      go build -trimpath -ldflags "-s -w" -o "$(partial_of "$out/cluster-api-ipam-in-cluster-manager")" "$module")
     dir="$(module_dir "$module@v$IPAM_VERSION")"
-    mkdir -p "$home/config.partial"
-    cp -r "$dir/config/crd" "$dir/config/webhook" "$home/config.partial/"
-    chmod -R u+w "$home/config.partial"
-    mv "$home/config.partial" "$home/config"
+    config="$(partial_of "$home/config")"
+    mkdir -p "$config"
+    cp -r "$dir/config/crd" "$dir/config/webhook" "$config/"
+    chmod -R u+w "$config"
+    mv "$config" "$home/config"
     finish "$out/cluster-api-ipam-in-cluster-manager" "$started"
     rm -rf "$src"
   fi
@@ -586,11 +617,42 @@ build_capmox() {
     say "capmox v$CAPMOX_VERSION: building"
     (cd "$src/capmox" && rm -rf test &&
       go mod edit -replace="sigs.k8s.io/cluster-api=$src/cluster-api" -droprequire=sigs.k8s.io/cluster-api/test &&
-      go build -trimpath -ldflags "-s -w" -o "$out/capmox-manager.partial" ./cmd)
+      go build -trimpath -ldflags "-s -w" -o "$(partial_of "$out/capmox-manager")" ./cmd)
     finish "$out/capmox-manager" "$started"
     rm -rf "$src"
   fi
   printf 'LAB_MGMT_CAPMOX_BIN=%s\n' "$out"
+}
+
+# k3s's helm-controller, which k3s runs inside its server process and which the lab's k3s (v1.35.8+k3s1,
+# `k3sVersion`) has at v0.17.7: its release-1.35 branch took v0.17.7 on 2026-07-28 (k3s PR #14476,
+# with klipper-helm v0.13.3-build20260727 as the Jobs' image), before v1.35.8-k3s1 (PR #14544,
+# 2026-08-20); docs/testing.md says how that was read. The proxy serves the module (tag v0.17.7,
+# commit 21a911f8); it is built in a copy of itself, so that its own go.mod and go.sum decide every
+# version, as upstream's scripts/build does, with the version stamped the same way.
+HELM_CONTROLLER_VERSION=0.17.7
+
+build_helm_controller() {
+  local module=github.com/k3s-io/helm-controller
+  local out="$cache/helm-controller-v$HELM_CONTROLLER_VERSION/bin" src="$cache/src/helm-controller-v$HELM_CONTROLLER_VERSION"
+  local started=$SECONDS dir
+  if [ -x "$out/helm-controller" ]; then
+    say "helm-controller v$HELM_CONTROLLER_VERSION: cached"
+  else
+    if ! dir="$(module_dir "$module@v$HELM_CONTROLLER_VERSION")"; then
+      say "helm-controller v$HELM_CONTROLLER_VERSION: not served by $GOPROXY; it needs a git archive of its tag in $vendor"
+      return 1
+    fi
+    rm -rf "$src" && mkdir -p "$cache/src" "$out"
+    cp -a "$dir" "$src" && chmod -R u+w "$src"
+    say "helm-controller v$HELM_CONTROLLER_VERSION: building"
+    (cd "$src" && go build -trimpath \
+      -ldflags "-s -w -X $module/pkg/version.Version=v$HELM_CONTROLLER_VERSION" \
+      -o "$(partial_of "$out/helm-controller")" .)
+    finish "$out/helm-controller" "$started"
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_HELM_CONTROLLER_BIN=%s\n' "$out"
 }
 
 # Two lanes build side by side, so that both cores stay busy while one links or downloads (Go's
@@ -617,37 +679,42 @@ await_cli() {
 # at 28 min 26 s without the autoscaler, the other at 26 min 58 s), so cluster-autoscaler goes
 # beside it: both then ended within 6 s of each other, at 29 min 51 s.
 cli_lane() {
-  build_cli
+  locked pulumi build_cli
   if wants plugins; then
-    build_kubernetes_plugin
-    build_language_host
+    locked pulumi-resource-kubernetes build_kubernetes_plugin
+    locked pulumi-language-python build_language_host
   fi
   if wants workload; then
-    build_helm
-    build_ipam
+    locked helm build_helm
+    locked ipam-in-cluster build_ipam
   fi
 }
 
+# helm-controller goes in this lane, which is empty before the plugins: asked for alone, it builds
+# beside the CLI rather than after it.
 beside_lane() {
   if wants control-plane; then
-    build_control_plane
+    locked control-plane build_control_plane
+  fi
+  if wants helm-controller; then
+    locked helm-controller build_helm_controller
   fi
   if wants plugins; then
     await_cli "$1"
-    build_proxmoxve_plugin
-    build_command_plugin
+    locked pulumi-resource-proxmoxve build_proxmoxve_plugin
+    locked pulumi-resource-command build_command_plugin
   fi
   if wants workload; then
-    build_cluster_api
-    build_autoscaler
-    build_capmox
+    locked cluster-api build_cluster_api
+    locked cluster-autoscaler build_autoscaler
+    locked capmox build_capmox
   fi
 }
 
 for target in "$@"; do
   case "$target" in
-    control-plane | plugins | workload) ;;
-    *) say "unknown target $target; expected control-plane, plugins or workload" && exit 2 ;;
+    control-plane | plugins | workload | helm-controller) ;;
+    *) say "unknown target $target; expected control-plane, plugins, workload or helm-controller" && exit 2 ;;
   esac
 done
 started=$SECONDS
