@@ -173,7 +173,7 @@ class Engine:
         """One CLI command in the project copy, as a user would type it; one that ran a plugin at
         another version than the pinned SDK asks for raises (refuse_plugin_mismatch)."""
         done = subprocess.run(
-            [str(self.bin_dir / "pulumi"), *args, "--non-interactive"],
+            [str(self.bin_dir / "pulumi"), "--non-interactive", *args],
             cwd=self.project,
             env=self.env(),
             input=stdin,
