@@ -189,13 +189,16 @@ class ControlPlane:
     def kubeconfig_of(self, user: str) -> Path:
         return self.root / f"{user.replace(':', '-')}.kubeconfig"
 
-    def kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        """As the admin; a failure raises."""
-        done = self.kubectl_as(self.kubeconfig, *args, stdin=stdin)
+    def kubectl(self, *args: str, stdin: str | None = None, timeout: int = 60) -> subprocess.CompletedProcess[str]:
+        """As the admin; a failure raises. `timeout`: seconds before the process is killed, above
+        any `--timeout` of kubectl's own among `args` (a `kubectl wait`)."""
+        done = self.kubectl_as(self.kubeconfig, *args, stdin=stdin, timeout=timeout)
         done.check_returncode()
         return done
 
-    def kubectl_as(self, kubeconfig: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    def kubectl_as(
+        self, kubeconfig: Path, *args: str, stdin: str | None = None, timeout: int = 60
+    ) -> subprocess.CompletedProcess[str]:
         """As whoever `kubeconfig` names, whatever the outcome."""
         return subprocess.run(
             [str(self.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", *args],
@@ -204,7 +207,7 @@ class ControlPlane:
             input=stdin,
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=timeout,
             check=False,
         )
 

@@ -123,9 +123,11 @@ def playbook_left(lab: box.Box, base: Path) -> helm_controller_standin.HelmContr
     lab.cluster.kubectl(
         *("wait", "--for=condition=Ready", ",".join(playbook_lab.PROVIDER_RESOURCES), "--all", "-A"),
         "--timeout=120s",
+        timeout=150,
     )
     lab.cluster.kubectl(
         *("wait", "--for=condition=Available", "deployment", "--all", "-n", box.OPERATOR_NAMESPACE),
         "--timeout=120s",
+        timeout=150,
     )
     return helm_controller
