@@ -19,7 +19,6 @@ import yaml
 from test_settings import PREFIX, problems
 
 from components import cilium_values, field_manager
-from components.hand_made_clusters import STACK_MARK
 from components.adoption import OBJECT_INPUTS, RELEASE_INPUTS
 from components.autoscaler_flags import CHART_DEFAULTS, flag_value
 from components.cluster_takeover import (
@@ -35,7 +34,7 @@ from components.cluster_takeover import (
     object_path,
 )
 from components.cluster_template import substitute, template_variables
-from components.hand_made_clusters import HandMadeClusterError
+from components.hand_made_clusters import STACK_MARK, HandMadeClusterError
 from components.settings import SettingsError, WorkloadCluster, parse_settings
 from components.settings.workload import NODE_GROUP_KEYS
 from e2e.engine import vendor

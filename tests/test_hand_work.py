@@ -36,7 +36,6 @@ from components.cluster_takeover import (
     TakeoverMismatchError,
 )
 from components.cluster_template import ClusterTemplateError
-from components.hand_made_clusters import STACK_MARK
 
 MD_PATH = "/apis/cluster.x-k8s.io/v1beta2/namespaces/default/machinedeployments/lab1-workers"
 KCP_PATH = "/apis/controlplane.cluster.x-k8s.io/v1beta2/namespaces/default/kubeadmcontrolplanes/lab1-control-plane"
