@@ -233,25 +233,19 @@ class World:
         ]
 
     def demand_pods(self) -> list[dict[str, Any]]:
-        """The Jobs' pods, Running on a worker each or unschedulable, and one that failed (a record
-        that stays beside its replacement) once there is demand."""
         running = min(self.demand(), self.workers)
-        failed = {"kind": "Pod", "metadata": {"name": "demand-evicted", "labels": {"app": "demand"}}}
         return [
-            *([{**failed, "status": {"phase": "Failed", "reason": "Evicted"}}] if self.jobs else []),
-            *(
-                {
-                    "kind": "Pod",
-                    "metadata": {"name": f"demand-{index}", "labels": {"app": "demand"}},
-                    "status": {"phase": "Running"}
-                    if index < running
-                    else {
-                        "phase": "Pending",
-                        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
-                    },
-                }
-                for index in range(self.demand())
-            ),
+            {
+                "kind": "Pod",
+                "metadata": {"name": f"demand-{index}", "labels": {"app": "demand"}},
+                "status": {"phase": "Running"}
+                if index < running
+                else {
+                    "phase": "Pending",
+                    "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+                },
+            }
+            for index in range(self.demand())
         ]
 
     def apply(self, body: dict[str, Any]) -> str:

@@ -319,8 +319,6 @@ def test_a_blocker_stops_the_run_with_nothing_made_each_named_with_the_kubectl_l
 def test_the_three_criteria_pass_on_a_lab_that_scales_and_nothing_is_left(
     world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """From the owner's two workers; a demand pod that failed and was replaced (the world keeps
-    one) is no demand."""
     world.workers = 2
     assert typed(tmp_path) == exit_criteria.PASSED
     report = written(tmp_path)

@@ -504,14 +504,7 @@ def sample(lab: Lab, seen: dict[str, int | None]) -> tuple[dict[str, int], list[
         if i["kind"] == "IPAddress" and any(i["metadata"]["name"].startswith(f"{name}-") for name in seen)
     ]
     found = lab.workload.items("nodes,pods", "-n", NAMESPACE)
-    # A demand pod that failed (evicted, its node gone) stays as a record beside its replacement.
-    pods = [
-        i
-        for i in found
-        if i["kind"] == "Pod"
-        and (i["metadata"].get("labels") or {}).get("app") == DEMAND
-        and (i.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-    ]
+    pods = [i for i in found if i["kind"] == "Pod" and (i["metadata"].get("labels") or {}).get("app") == DEMAND]
     nodes = {i["metadata"]["name"]: i for i in found if i["kind"] == "Node" and worker(i)}
     wrong = {name: what_is_wrong(node) for name, node in nodes.items()}
     status = deployment.get("status") or {}
