@@ -822,9 +822,8 @@ def criteria(lab: Lab, record: Record, run: int, poll: float) -> None:
         reason = wait(lab, timeline, replicas, cap=max(replicas, previous), bound=bound, poll=poll, deadline=deadline)
         seconds_taken = round(timeline.now() - started, 1)
         if not reason and name == FROM_ZERO:
-            checked = retried(lambda: capacity_mismatch(lab), time.monotonic() + bound, poll)
-            record.capacity += [{"run": run, **node} for node in checked]
-            reason = "; ".join(m for node in checked for m in node["mismatch"])
+            record.capacity = retried(lambda: capacity_mismatch(lab), time.monotonic() + bound, poll)
+            reason = "; ".join(m for node in record.capacity for m in node["mismatch"])
         if not reason and name == SCALE_DOWN:
             dropped = timeline.first_drop("replicas", first, previous)
             unneeded = lab.timing("scale-down-unneeded-time")

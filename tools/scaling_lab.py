@@ -159,7 +159,10 @@ class Kubectl:
                 f"{self.what}: kubectl {' '.join(args)}: did not answer within {allowed:g} s", transient=True
             ) from expired
         if check and done.returncode != 0:
-            raise self.failed(args, done.stderr)
+            words = done.stderr.strip()
+            raise KubectlError(
+                f"{self.what}: kubectl {' '.join(args)}: {words}", transient=bool(TRANSIENT.search(words))
+            )
         return done
 
     def json(self, *args: str) -> Any:
@@ -176,11 +179,10 @@ class Kubectl:
             return json.loads(done.stdout)
         if "NotFound" in done.stderr or "not found" in done.stderr:
             return None
-        raise self.failed(("get", *args), done.stderr)
-
-    def failed(self, args: Sequence[str], stderr: str) -> KubectlError:
-        words = stderr.strip()
-        return KubectlError(f"{self.what}: kubectl {' '.join(args)}: {words}", transient=bool(TRANSIENT.search(words)))
+        words = done.stderr.strip()
+        raise KubectlError(
+            f"{self.what}: kubectl get {' '.join(args)}: {words}", transient=bool(TRANSIENT.search(words))
+        )
 
     def line(self, *args: str) -> str:
         """The kubectl line an owner types to see what `args` show."""
