@@ -332,8 +332,7 @@ def test_the_three_criteria_pass_on_a_lab_that_scales_and_nothing_is_left(
     assert "namespace lab-mgmt-exit-criteria removed" in out
     # The demand is a Job that ends by itself within the run's bound, should the laptop die.
     [job] = [body for body in world.applied if body["kind"] == "Job"]
-    # The bounds of 0->1 and 1->3 (none here: no timings, no margin) and a minute's slack.
-    assert job["spec"]["activeDeadlineSeconds"] == exit_criteria.JOB_SLACK_SECONDS
+    assert job["spec"]["activeDeadlineSeconds"] == 0  # the bounds of 0->1 and 1->3, with no margin here
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
 
 

@@ -101,8 +101,6 @@ MEMORY_TOLERANCE = 0.1
 CLEANUP_SECONDS = 300.0
 # The autoscaler's pod deleted and its Deployment Ready again: an image already on the node.
 RESTART_SECONDS = 180.0
-# The demand Job outlives the bounds of its two steps up by the reads between and after them.
-JOB_SLACK_SECONDS = 60.0
 # What keeps a pod where it is in the autoscaler's drainability rules.
 MIRROR = "kubernetes.io/config.mirror"
 DAEMONSET_POD = "cluster-autoscaler.kubernetes.io/daemonset-pod"
@@ -799,7 +797,7 @@ def criteria(lab: Lab, record: Record, run: int, poll: float) -> None:
         record.unrun(f"the autoscaler was not back after its restart: {restart['failed']}")
         return
     job = f"{DEMAND}-{run}"
-    lifetime = lab.bound(1) + lab.bound(TOP) + JOB_SLACK_SECONDS
+    lifetime = lab.bound(1) + lab.bound(TOP)
     previous = 0
     for name, replicas in CRITERIA:
         if record.results[-1:] and record.results[-1]["run"] == run and not record.results[-1]["passed"]:
