@@ -358,7 +358,12 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = arguments(__doc__.split("\n\n")[0])
     parser.add_argument("--report-dir", type=Path, default=Path("exit-criteria"))
-    parser.add_argument("--margin", type=float, default=120.0, help="seconds added to each bound")
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=240.0,
+        help="seconds added to each bound (a worker given up and made again under load)",
+    )
     parser.add_argument("--poll", type=float, default=2.0, help="seconds between samples")
     args = parser.parse_args(argv)
     mgmt, namespace, name = reached(args)
