@@ -237,7 +237,7 @@ class Takeover:
         """`kubeconfig`: the management cluster's admin kubeconfig (`kubeconfig_file` on the
         owner's laptop). `last_names`: the last run's record of a taken-over cluster; `held`: the
         last run declared it."""
-        self.record_key = record_key(cluster)
+        self.record_key, self.stack = record_key(cluster), stack
         self.kept_names = last_names.apply(lambda last: kept_names(cluster, objects, last))
         self.declared = self.kept_names.apply(lambda names: named(objects, names))
         self.imported = as_running(cluster, objects)

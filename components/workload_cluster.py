@@ -225,7 +225,7 @@ class _Parts:
     def __init__(self, cluster: ClusterSettings, takeover: cluster_takeover.Takeover) -> None:
         self.takeover = takeover
         self.adopt = cluster.adopt
-        self.stack = hand_made_clusters.this_stack()
+        self.stack = takeover.stack
 
     def _metadata(self, role: str, objects: ClusterObjects) -> dict[str, Any]:
         """The Cluster marked as the stack's and waited on (_owned_cluster), but while adopting."""
