@@ -61,11 +61,17 @@ def manage_cluster(
     # an empty list, not a mapping: dict() makes it one either way.
     records.keep("workloadReadonlyKubeconfigs", pulumi.Output.secret(kubeconfigs.apply(dict)))
     records.keep(PROVIDER_VERSIONS_OUTPUT, cluster_api.provider_versions)
-    specs = pulumi.Output.all(**{w.record_key: w.machine_specs for w in workload_clusters}).apply(dict)
+    last_specs = records.last_value(rollouts.ROLLOUT_OUTPUT).apply(lambda last: last or {})
+    # Warned of from the settings alone, so that a preview says it whatever it cannot know of the
+    # objects; recorded from what the run left running.
+    specs = pulumi.Output.all(
+        last_specs, pulumi.Output.all(**{w.record_key: w.machine_specs for w in workload_clusters})
+    ).apply(lambda args: _announced(args[0], dict(args[1])))
+    runs = pulumi.Output.all(**{w.record_key: w.runs_declared for w in workload_clusters}).apply(dict)
     records.keep(
         rollouts.ROLLOUT_OUTPUT,
-        pulumi.Output.all(records.last_value(rollouts.ROLLOUT_OUTPUT), specs).apply(
-            lambda args: _announced(args[0] or {}, args[1])
+        pulumi.Output.all(last_specs, specs, runs).apply(
+            lambda args: {key: rollouts.recorded(args[0].get(key), now, args[2][key]) for key, now in args[1].items()}
         ),
     )
     kept_names = pulumi.Output.all(**{w.record_key: w.kept_names for w in workload_clusters})

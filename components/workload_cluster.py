@@ -50,6 +50,8 @@ class WorkloadCluster(pulumi.ComponentResource):
     """`<namespace>/<name>-kubeconfig`, the Secret Cluster API writes the admin kubeconfig to."""
     machine_specs: pulumi.Output[dict[str, str]]
     """What rolls each part of the cluster, as digests (components.rollouts)."""
+    runs_declared: pulumi.Output[dict[str, bool]]
+    """Whether each of those parts runs as declared once the run has been (rollouts.runs_declared)."""
     kept_names: pulumi.Output[dict[str, str] | None]
     """The record of a taken-over cluster's template names (cluster_takeover.RECORD_OUTPUT), None
     for a cluster the program made."""
@@ -148,6 +150,9 @@ class WorkloadCluster(pulumi.ComponentResource):
         proxmox_cluster = custom(f"{name}-proxmox-cluster", "proxmoxCluster")
         control_plane = custom(f"{name}-control-plane", "controlPlane", control_plane_template)
         self.machine_deployment = custom(f"{name}-workers", "machineDeployment", worker_template, worker_config)
+        self.runs_declared = pulumi.Output.all(
+            takeover.declared, _spec(control_plane), _spec(self.machine_deployment)
+        ).apply(lambda args: rollouts.runs_declared(*args))
         within = f"{workload.control_plane_timeout_minutes}m"
         self.cluster = parts.resource(
             f"{name}-cluster",
@@ -257,6 +262,13 @@ class _Parts:
                 opts, pulumi.ResourceOptions.merge(imported, pulumi.ResourceOptions(depends_on=after))
             ),
         )
+
+
+def _spec(resource: kubernetes.apiextensions.CustomResource) -> pulumi.Output[Any]:
+    """The object's spec as the run leaves it: an output the SDK makes of the `spec` it was given,
+    which CustomResource's type does not declare."""
+    spec: pulumi.Output[Any] = resource.spec  # type: ignore[attr-defined]
+    return spec
 
 
 PATCH_FORCE = "pulumi.com/patchForce"

@@ -96,6 +96,9 @@ def test_between_steps_nothing_is_planned_and_nothing_written(lab1_box: Any) -> 
         assert entry["up"]["rc"] == 0, entry["up"]["error"]
         assert entry["up"]["changed"] == [], entry["after"]
         assert entry["up"]["writes"] == [], entry["after"]
+        # The record of what rolls (components/rollouts.py) is of the objects as the real API
+        # server returned them, defaults and all: after the upgrade and the sizing, nothing more rolls.
+        assert [w for w in entry["up"]["warnings"] if "this run rolls" in w] == [], entry["after"]
         # The Cluster API manager's own status updates go on; nobody else writes to it.
         assert {(w["user"], w["subresource"]) for w in entry["md_writes"]} <= {("capi-controller-manager", "status")}
 

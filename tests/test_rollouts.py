@@ -63,3 +63,30 @@ def test_nothing_is_said_for_what_rolls_nothing(deployed: dict[str, Any], caplog
 def test_a_new_cluster_rolls_nothing(caplog: pytest.LogCaptureFixture) -> None:
     harness.run_program(previous_outputs={}, preview=True)
     assert _rollout_warnings(caplog) == []
+
+
+def test_a_run_that_passes_a_part_by_keeps_its_warning_for_the_run_that_rolls_it(
+    deployed: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Review 4, 9c: a `pulumi up --target` that leaves the KubeadmControlPlane and the
+    MachineDeployment as they were (the engine hands the program their earlier outputs) still
+    writes the stack outputs; recorded from the settings, the record took the upgrade as done and
+    the full run after it rolled both parts without a word."""
+    before = harness.run_program(previous_outputs=deployed)
+    earlier = {
+        name: {"spec": before.get(f"kubernetes:{api_version}:{kind}", name).inputs["spec"]}
+        for name, api_version, kind in [
+            ("lab1-control-plane", "controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane"),
+            ("lab1-workers", "cluster.x-k8s.io/v1beta2", "MachineDeployment"),
+        ]
+    }
+    upgrade = {"workloadClusters": [_entry(kubernetesVersion="v1.35.10")]}
+    passed_by = harness.run_program(upgrade, previous_outputs=deployed, live_outputs=earlier)
+    record = {ROLLOUT_OUTPUT: passed_by.outputs[ROLLOUT_OUTPUT][0]}
+    assert record == deployed
+    caplog.clear()
+    harness.run_program(upgrade, previous_outputs=record, preview=True)
+    [warning] = _rollout_warnings(caplog)
+    assert warning.startswith(ROLLS + "control plane and its workers:"), warning
+    applied = harness.run_program(upgrade, previous_outputs=record)
+    assert applied.outputs[ROLLOUT_OUTPUT][0] != deployed[ROLLOUT_OUTPUT]
