@@ -15,8 +15,17 @@ check: lint test
 # --no-compile: pip would byte-compile every module of every package (pulumi_kubernetes alone has
 # thousands the program never imports); Python compiles what is imported, once, on first use.
 venv:
-	test -x $(PY) || python3 -m venv .venv
+	$(MAKE) $(PY)
 	$(PY) -m pip install -q --disable-pip-version-check --no-compile -r requirements-dev.txt
+
+# The run-time requirements alone, as the README's first run installs them: all that the lab's
+# own targets (exit-criteria, scaling-status) need. PYTHON is the interpreter the venv is made
+# with; macOS's own python3 is 3.9, too old (docs/operations.md, "On a Mac").
+PYTHON ?= python3
+$(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "lab-mgmt needs Python 3.11 or newer, and $(PYTHON) is " + sys.version.split()[0] + ": give make another, for example PYTHON=python3.12 (docs/operations.md, On a Mac)")'
+	$(PYTHON) -m venv .venv
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile -r requirements.txt
 
 $(VENV):
 	$(MAKE) venv
@@ -57,15 +66,18 @@ preview: $(VENV)
 # Phase 1's exit criteria on a workload cluster as it runs (docs/operations.md, "Phase 1's exit
 # criteria"): scale-from-zero, 1->3 and back to 0 by its autoscaler, timed, with a report and a
 # picture in exit-criteria/. EXIT_CRITERIA_FLAGS passes more (--kubeconfig FILE, --margin SECONDS).
-# scaling-status reads what the autoscaler sees and did, and changes nothing.
+# scaling-status reads what the autoscaler sees and did, and changes nothing. Neither installs the
+# development tools, and neither makes the venv before CLUSTER is checked.
 CLUSTER_REQUIRED = $(if $(CLUSTER),,$(error CLUSTER is required, for example: make $@ CLUSTER=lab1))
 
-exit-criteria: $(VENV)
+exit-criteria:
 	$(CLUSTER_REQUIRED)
+	$(MAKE) $(PY)
 	$(PY) -m tools.exit_criteria --cluster $(CLUSTER) $(EXIT_CRITERIA_FLAGS)
 
-scaling-status: $(VENV)
+scaling-status:
 	$(CLUSTER_REQUIRED)
+	$(MAKE) $(PY)
 	$(PY) -m tools.scaling_status --cluster $(CLUSTER) $(SCALING_STATUS_FLAGS)
 
 # docs/graph.md is generated from the program: rewrite it after a change to the graph

@@ -119,13 +119,28 @@ def test_every_make_target_a_reader_types_sets_up_the_virtualenv_first() -> None
 
     def reaches_venv(target: str, seen: frozenset[str] = frozenset()) -> bool:
         return target not in seen and any(
-            prerequisite == "$(VENV)" or reaches_venv(prerequisite, seen | {target})
+            prerequisite in ("$(VENV)", "$(PY)") or reaches_venv(prerequisite, seen | {target})
             for prerequisite in rules.get(target, [])
         )
 
     named = {target for doc in DOCS for target in MAKE_COMMAND.findall(doc.read_text())}
     assert {"box", "box-shell", "check"} <= named
     assert sorted(target for target in named - {"venv"} if not reaches_venv(target)) == []
+
+
+def test_the_lab_targets_check_the_cluster_first_and_install_no_development_tools() -> None:
+    """Owner's reading 5: `make exit-criteria` installed pytest, ruff and mypy into the README's
+    venv, and did so before it said CLUSTER was missing."""
+    rules = _prerequisites()
+    makefile = (REPO / "Makefile").read_text()
+    for target in ("exit-criteria", "scaling-status"):
+        assert rules[target] == ["$(PY)"], target
+        recipe = makefile.split(f"\n{target}:\n", 1)[1]
+        assert recipe.index("$(CLUSTER_REQUIRED)") < recipe.index("$(MAKE) $(PY)"), target
+    made = makefile.split("\n$(PY):\n", 1)[1].split("\n\n", 1)[0]
+    assert "requirements.txt" in made
+    assert "requirements-dev.txt" not in made
+    assert "(3, 11)" in made
 
 
 # A fence's first line (```sh) and a list item's marker, whose text sets the indentation that a
