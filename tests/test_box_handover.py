@@ -1,7 +1,8 @@
 """The HelmChart hand-over (components/scripts/helmchart_handover.sh) against a real
-kube-apiserver and etcd, in a network namespace of the test's own, with the playbook's HelmCharts
-(helm-controller's finalizer on) and Helm release Secrets in place: what it asked the API server,
-in which order, is read from the server's audit log. Selected with `pytest -m engine`.
+kube-apiserver and etcd with k3s's real helm-controller running (issue 67), in a network namespace
+of the test's own, with the playbook's HelmCharts and Helm release Secrets in place: what the
+script asked the API server, in which order, and what helm-controller did about it, are read from
+the server's audit log. Selected with `pytest -m engine`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from e2e.box import scenarios
+from e2e.box.management import handover as scenario
 from e2e.engine.netns import in_new_netns
-from e2e.standins.cluster import playbook_lab
+from e2e.standins.cluster import helm_controller_standin, playbook_lab
 
 pytestmark = pytest.mark.engine
 
@@ -34,13 +37,14 @@ NO_FINALIZERS = {"metadata": {"finalizers": None}}
 
 def test_each_chart_is_unmanaged_first_then_freed_of_its_finalizer_then_deleted(handover: Any) -> None:
     """helm-controller runs `helm delete` for a chart it manages when the chart goes: the
-    annotation must be on before the finalizer comes off, and both before the delete."""
+    annotation must be on before the finalizer comes off, and both before the delete. (The
+    first chart's annotation was put on by the run cut off before: kubectl sends an empty patch.)"""
     first = handover["runs"][0]
     assert first["rc"] == 0, first
     expected = []
     for name in playbook_lab.HANDED_OVER:
         expected += [
-            ["patch", "helmcharts", name, UNMANAGED],
+            ["patch", "helmcharts", name, {} if name == playbook_lab.HANDED_OVER[0] else UNMANAGED],
             ["patch", "helmcharts", name, NO_FINALIZERS],
             ["delete", "helmcharts", name, None],
         ]
@@ -49,8 +53,25 @@ def test_each_chart_is_unmanaged_first_then_freed_of_its_finalizer_then_deleted(
         assert f"{name}: annotated helmcharts.helm.cattle.io/unmanaged=true" in first["stdout"]
 
 
+def test_a_run_cut_off_before_its_delete_leaves_the_chart_alone_and_the_next_run_converges(handover: Any) -> None:
+    """The session dropped between the first chart's finalizer removal and its delete: the chart
+    is left unmanaged and without its finalizer, which helm-controller leaves alone (no helm-delete
+    Job: test_helm_controller_runs_no_helm_delete_and_takes_away_what_it_made); typed again, the
+    script takes it from there (the order above is the second run's) and the third run finds
+    nothing to do."""
+    cut = handover["cut"]
+    assert cut["rc"] != 0
+    assert "the session dropped here" in cut["stderr"]
+    first = playbook_lab.HANDED_OVER[0]
+    assert writes(cut, "helmcharts") == [
+        ["patch", "helmcharts", first, UNMANAGED],
+        ["patch", "helmcharts", first, NO_FINALIZERS],
+    ]
+    assert f"{first}: no manifest file defines it" in handover["runs"][0]["stdout"]
+
+
 def test_the_releases_are_untouched_and_no_chart_is_left(handover: Any) -> None:
-    for run in handover["runs"]:
+    for run in [handover["cut"], *handover["runs"]]:
         assert writes(run, "secrets") == []
     assert handover["releases_after"] == handover["releases_before"]
     assert len(handover["releases_before"]) == len(playbook_lab.HANDED_OVER)
@@ -68,3 +89,67 @@ def test_a_second_run_changes_nothing_and_says_so(handover: Any) -> None:
     assert [request for request in second["requests"] if request[0] in scenarios.WRITES] == []
     for name in playbook_lab.HANDED_OVER:
         assert f"{name}: not present" in second["stdout"]
+
+
+def test_helm_controller_makes_for_each_chart_what_the_stand_in_lays_out_elsewhere(handover: Any) -> None:
+    """The other boxes' playbook lab is laid out by helm_controller_standin.leave_installed: the
+    real helm-controller makes the same objects, named and marked as the stand-in has them (the
+    objectset owner and hash that its removal goes by), and the job controller the Job's pod."""
+    for name in playbook_lab.HANDED_OVER:
+        chart = yaml.safe_load(playbook_lab.helmchart(name))
+        expected = {
+            (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o["metadata"]
+            for o in helm_controller_standin.made(chart)
+        }
+        real = {(o["kind"], o["namespace"], o["name"]): o for o in handover["made"][name] if o["kind"] != "Pod"}
+        assert set(real) == set(expected), name
+        for key, metadata in expected.items():
+            assert metadata["labels"].items() <= real[key]["labels"].items(), key
+            assert metadata["annotations"].items() <= real[key]["annotations"].items(), key
+        [pod] = [o for o in handover["made"][name] if o["kind"] == "Pod"]
+        assert pod["owners"] == [f"helm-install-{name}"]
+
+
+def test_helm_controller_runs_no_helm_delete_and_takes_away_what_it_made(handover: Any) -> None:
+    """Owner's reading 5, A: once a HelmChart goes, helm-controller deletes its install Job and
+    the Job's helpers, `unmanaged` or not, and the garbage collector the Job's pod; it makes no
+    helm-delete Job. A script changed to delete a chart with the finalizer on fails here: the
+    control below shows the helm-delete Job such a delete gets."""
+    writes = handover["controller_writes"]
+    assert [w for w in writes if w[0] == "create" and w[1] == "jobs"] == []
+    expected = sorted(
+        (resource, name.format(chart=chart))
+        for chart in playbook_lab.HANDED_OVER
+        for resource, name in (
+            ("secrets", "chart-values-{chart}"),
+            ("configmaps", "chart-content-{chart}"),
+            ("serviceaccounts", "helm-{chart}"),
+            ("clusterrolebindings", "helm-kube-system-{chart}"),
+            ("jobs", "helm-install-{chart}"),
+        )
+    )
+    assert sorted((w[1], w[3]) for w in writes if w[0] == "delete") == expected
+    # Each pod of the Jobs, once or more: the garbage collector asks again while the job
+    # controller takes its tracking finalizer off.
+    pods = {w[3] for w in handover["collector_writes"] if w[:2] == ["delete", "pods"]}
+    assert sorted(pod.rsplit("-", 1)[0] for pod in pods) == sorted(
+        f"helm-install-{c}" for c in playbook_lab.HANDED_OVER
+    )
+
+
+def test_a_restarted_helm_controller_changes_nothing(handover: Any) -> None:
+    """As a restarted k3s restarts it: it lists what is left and writes nothing of the charts,
+    their releases or what it made for them."""
+    touched = {"helmcharts", "jobs", "pods", "secrets", "configmaps", "serviceaccounts", "clusterrolebindings"}
+    assert [w for w in handover["restarted_writes"] if w[1] in touched] == []
+    assert handover["releases_after"] == handover["releases_before"]
+
+
+def test_a_chart_deleted_with_its_finalizer_on_gets_a_helm_delete_job(handover: Any) -> None:
+    """The control: what the script's finalizer step exists to avoid, shown on the real
+    helm-controller: a managed chart deleted with its finalizer on gets a helm-delete Job (which
+    would uninstall the release), and stays until that Job is done."""
+    control = handover["control"]
+    assert ["create", "jobs", "kube-system", f"helm-delete-{scenario.CONTROL_CHART}"] in control["writes"]
+    assert control["job_args"] == ["delete"]
+    assert control["chart_left"] == {"deleting": True, "finalizers": [playbook_lab.HELM_CONTROLLER_FINALIZER]}

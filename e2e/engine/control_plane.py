@@ -44,6 +44,7 @@ CLUSTER_API_USER = "capi-controller-manager"
 SCHEDULER_USER = "system:kube-scheduler"
 PROVIDERS_USER = "capi-providers-standin"
 KUBELET_USER = "kubelet-standin"
+HELM_CONTROLLER_USER = "helm-controller"
 # Who may talk to the box, each with a token and a kubeconfig (`<user>.kubeconfig`) of its own, so
 # that the audit log tells the admin's requests (scripts, kubectl, the engine) from the
 # controllers' (the real Cluster API manager's too, e2e/controllers/cluster_api.py). All are
@@ -57,6 +58,7 @@ TOKENS = {
     SCHEDULER_USER: "lab-in-a-box-scheduler",
     PROVIDERS_USER: "lab-in-a-box-capi-providers",
     KUBELET_USER: "lab-in-a-box-kubelet",
+    HELM_CONTROLLER_USER: "lab-in-a-box-helm-controller",
 }
 READY_BOUND_SECONDS = 90
 

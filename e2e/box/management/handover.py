@@ -1,5 +1,11 @@
-"""The playbook's lab handed over: its HelmCharts on a real API server, then
-components/scripts/helmchart_handover.sh as docs/adoption.md runs it (tests/test_box_handover.py).
+"""The playbook's lab handed over: its HelmCharts on a real API server with k3s's real
+helm-controller running (e2e/controllers/helm_controller.py), which makes for each chart what it
+makes on the owner's k3s (the install Job, its pod through the real job controller, the Job's
+helpers), then components/scripts/helmchart_handover.sh as docs/adoption.md runs it: cut off
+between the first chart's finalizer removal and its delete, then typed again, twice
+(tests/test_box_handover.py). Then helm-controller restarted, as a restarted k3s restarts it; and
+last, the control: a chart of the same kind deleted with helm-controller's finalizer on, which is
+what the script must never do.
 """
 
 from __future__ import annotations
@@ -7,22 +13,44 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from e2e.box.cluster_part import _requests_since
 from e2e.box.scenarios import CAPMOX_SECRET, CAPMOX_TOKEN, PROXMOX_ADDRESS, PROXMOX_PORT, VM_ADDRESS
+from e2e.box.workload.lab1_reads import until
+from e2e.controllers import helm_controller
 from e2e.engine import control_plane
 from e2e.engine.cli import REPO
-from e2e.standins.cluster import playbook_lab
+from e2e.standins.cluster import helm_controller_standin, playbook_lab
+
+# What k3s's controller manager runs, of what the hand-over meets: the job controller makes each
+# install Job's pod, and the garbage collector takes the pod when helm-controller deletes its Job.
+CONTROLLERS = ("serviceaccount-token-controller", "job-controller", "garbage-collector-controller")
+# The kinds helm-controller makes for a chart (chart.go OnChange), and the Jobs' pods.
+MADE_KINDS = "secrets,configmaps,serviceaccounts,jobs,pods,clusterrolebindings"
+# A chart of the playbook's kind, there only to be deleted with its finalizer on.
+CONTROL_CHART = "finalizer-control"
+# How long the restarted helm-controller is watched doing nothing: it lists every HelmChart and
+# handles each within a second of starting.
+RESTARTED_WATCH_SECONDS = 10
 
 
-def _k3s_on_path(directory: Path, kubectl: Path, kubeconfig: Path) -> dict[str, str]:
+def _k3s_on_path(directory: Path, kubectl: Path, kubeconfig: Path, *, cut_at_delete: bool) -> dict[str, str]:
     """`k3s kubectl` as the real kubectl against the box's API server; any other k3s command is
-    refused loudly. `python3` is this interpreter, which has PyYAML as Ubuntu's has."""
+    refused loudly. `python3` is this interpreter, which has PyYAML as Ubuntu's has. With
+    `cut_at_delete`, the run is cut off at its first HelmChart delete, before it reaches the API
+    server, as a dropped SSH session cuts it."""
     directory.mkdir(exist_ok=True)
+    cut = (
+        'case "$*" in *" delete helmchart "*) echo "k3s stand-in: the session dropped here" >&2; exit 255;; esac\n'
+        if cut_at_delete
+        else ""
+    )
     (directory / "k3s").write_text(
         "#!/bin/sh\n"
+        f"{cut}"
         f'[ "$1" = kubectl ] && shift && exec {kubectl} --kubeconfig={kubeconfig} "$@"\n'
         'echo "k3s stand-in: unknown command: $*" >&2\nexit 99\n'
     )
@@ -41,10 +69,12 @@ def _playbook_capmox_data() -> dict[str, str]:
     }
 
 
-def _handover(cluster: control_plane.ControlPlane, base: Path, manifests: Path) -> dict[str, Any]:
+def _handover(
+    cluster: control_plane.ControlPlane, base: Path, manifests: Path, *, cut_at_delete: bool = False
+) -> dict[str, Any]:
     """components/scripts/helmchart_handover.sh as docs/adoption.md runs it, with what it asked."""
     env = {
-        **_k3s_on_path(base / "bin", cluster.bin_dir / "kubectl", cluster.kubeconfig),
+        **_k3s_on_path(base / "bin", cluster.bin_dir / "kubectl", cluster.kubeconfig, cut_at_delete=cut_at_delete),
         "K3S_MANIFESTS_DIR": str(manifests),
     }
     script = REPO / "components" / "scripts" / "helmchart_handover.sh"
@@ -73,20 +103,113 @@ def _releases(cluster: control_plane.ControlPlane) -> list[tuple[str, str, str]]
     )
 
 
+def _made_for(cluster: control_plane.ControlPlane) -> dict[str, list[dict[str, Any]]]:
+    """HelmChart name -> what names it its owner (wrangler's objectset annotations), and the pods
+    of its Jobs, each as kind, namespace, name, labels and annotations."""
+    listed = json.loads(cluster.kubectl("get", MADE_KINDS, "-A", "-o", "json").stdout)["items"]
+    jobs = {}
+    made: dict[str, list[dict[str, Any]]] = {}
+    for item in listed:
+        meta = item["metadata"]
+        owner = (meta.get("annotations") or {}).get(helm_controller_standin.OWNER_NAME_KEY)
+        chart = owner or (meta.get("labels") or {}).get("helmcharts.helm.cattle.io/chart")
+        if chart is None:
+            continue
+        if item["kind"] == "Job":
+            jobs[meta["name"]] = chart
+        made.setdefault(chart, []).append(
+            {
+                "kind": item["kind"],
+                "namespace": meta.get("namespace", ""),
+                "name": meta["name"],
+                "labels": meta.get("labels") or {},
+                "annotations": meta.get("annotations") or {},
+                "owners": [o["name"] for o in meta.get("ownerReferences", [])],
+            }
+        )
+    return made
+
+
+def _all_made(cluster: control_plane.ControlPlane, charts: list[str]) -> dict[str, list[dict[str, Any]]] | None:
+    """What helm-controller made for each of `charts` once all of it is there: five objects, and
+    the install Job's pod the job controller made."""
+    made = _made_for(cluster)
+    whole = all(len(made.get(chart, [])) == len(helm_controller_standin.MADE_FOR_A_CHART) + 1 for chart in charts)
+    return made if whole else None
+
+
+def _writes_by(cluster: control_plane.ControlPlane, mark: int, user: str) -> list[list[str]]:
+    """[verb, resource, namespace, name] of each write `user` made after the audit log's `mark`."""
+    return [
+        [event["verb"], ref.get("resource", ""), ref.get("namespace", ""), ref.get("name", "")]
+        for event in cluster.audit()[mark:]
+        if event.get("user", {}).get("username") == user
+        and event["verb"] in ("create", "update", "patch", "delete", "deletecollection")
+        for ref in [event.get("objectRef", {})]
+    ]
+
+
+def _deleted_with_its_finalizer(cluster: control_plane.ControlPlane) -> dict[str, Any]:
+    """The control: a chart helm-controller manages, deleted with its finalizer on, as the script
+    must never do: what helm-controller makes of the delete."""
+    chart = playbook_lab.helmchart("cert-manager").replace("cert-manager", CONTROL_CHART)
+    cluster.kubectl("apply", "-f", "-", stdin=chart)
+    until(f"helm-controller made {CONTROL_CHART}'s install Job", lambda: _all_made(cluster, [CONTROL_CHART]))
+    mark = len(cluster.audit())
+    cluster.kubectl("delete", "helmchart", CONTROL_CHART, "-n", "kube-system", "--wait=false")
+    deleting = until(
+        f"a helm-delete Job for {CONTROL_CHART}",
+        lambda: json.loads(
+            cluster.kubectl(
+                "get", "job", f"helm-delete-{CONTROL_CHART}", "-n", "kube-system", "-o", "json", "--ignore-not-found"
+            ).stdout
+            or "null"
+        ),
+    )
+    left = json.loads(cluster.kubectl("get", "helmchart", CONTROL_CHART, "-n", "kube-system", "-o", "json").stdout)
+    return {
+        "job_args": deleting["spec"]["template"]["spec"]["containers"][0].get("args", []),
+        "chart_left": {
+            "deleting": "deletionTimestamp" in left["metadata"],
+            "finalizers": left["metadata"].get("finalizers", []),
+        },
+        "writes": _writes_by(cluster, mark, control_plane.HELM_CONTROLLER_USER),
+    }
+
+
 def helmchart_handover(root: str) -> dict[str, Any]:
-    """The playbook's lab on a real API server, then the hand-over script twice."""
+    """The playbook's lab on a real API server with helm-controller running, then the hand-over
+    script twice; helm-controller restarted; the control."""
     base = Path(root)
-    with control_plane.running(base / "control-plane", VM_ADDRESS) as cluster:
+    out: dict[str, Any] = {}
+    with control_plane.running(base / "control-plane", VM_ADDRESS, controllers=CONTROLLERS) as cluster:
         manifests = base / "manifests"
-        playbook_lab.lay_out(cluster, manifests, _playbook_capmox_data())
-        before = _releases(cluster)
-        runs = [_handover(cluster, base, manifests) for _ in range(2)]
-        charts = cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "name").stdout.split()
-        return {
-            "runs": runs,
-            "charts_left": charts,
-            "releases_before": before,
-            "releases_after": _releases(cluster),
-            "manifests_left": sorted(p.name for p in manifests.iterdir()),
-            "handed_over_files": sorted(p.name for p in (base / "manifests-handed-over").iterdir()),
-        }
+        with helm_controller.running(cluster, base / "helm-controller") as controller:
+            out["controller_args"] = controller.args
+            playbook_lab.lay_out(cluster, manifests, _playbook_capmox_data(), helm_controller_runs=True)
+            out["made"] = until(
+                "helm-controller made each chart's Job, its pod and its helpers",
+                lambda: _all_made(cluster, playbook_lab.HANDED_OVER),
+            )
+            out["charts_before"] = json.loads(
+                cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "json").stdout
+            )["items"]
+            out["releases_before"] = _releases(cluster)
+            mark = len(cluster.audit())
+            # Cut off between the first chart's finalizer removal and its delete, then typed
+            # again, and once more: the second run finishes, the third finds nothing to do.
+            out["cut"] = _handover(cluster, base, manifests, cut_at_delete=True)
+            out["runs"] = [_handover(cluster, base, manifests) for _ in range(2)]
+            until("helm-controller removed what it made for the handed-over charts", lambda: not _made_for(cluster))
+            out["controller_writes"] = _writes_by(cluster, mark, control_plane.HELM_CONTROLLER_USER)
+            out["collector_writes"] = _writes_by(cluster, mark, control_plane.CONTROLLER_USER)
+        mark = len(cluster.audit())
+        with helm_controller.running(cluster, base / "helm-controller"):
+            time.sleep(RESTARTED_WATCH_SECONDS)
+            out["restarted_writes"] = _writes_by(cluster, mark, control_plane.HELM_CONTROLLER_USER)
+            out["charts_left"] = cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "name").stdout.split()
+            out["releases_after"] = _releases(cluster)
+            out["manifests_left"] = sorted(p.name for p in manifests.iterdir())
+            out["handed_over_files"] = sorted(p.name for p in (base / "manifests-handed-over").iterdir())
+            out["control"] = _deleted_with_its_finalizer(cluster)
+    return out

@@ -1,5 +1,6 @@
-"""k3s's helm-controller as little as the box needs of it, until issue 67 runs the real one (this
-module then goes): what it left of installing each of the playbook's HelmCharts, written by hand
+"""k3s's helm-controller as little as the box needs of it, until issue 67 runs the real one in every
+playbook lab (this module then goes; tests/test_box_handover.py already runs the real one, and
+checks `made` against what it makes): what it left of installing each of the playbook's HelmCharts, written by hand
 when the playbook's lab is laid out (`leave_installed`, from playbook_lab.py), and a small stand-in
 for the one behaviour the takeover meets (`running`): when a HelmChart goes, what helm-controller
 made for it goes too, `unmanaged` or not. Step 3 of docs/adoption.md sets that off on the owner's
@@ -143,7 +144,8 @@ def _hash(annotations: dict[str, str]) -> str:
     return hashlib.sha1("".join(annotations.get(key, "") for key in keys).encode(), usedforsecurity=False).hexdigest()
 
 
-def _made(chart: dict[str, Any]) -> list[dict[str, Any]]:
+def made(chart: dict[str, Any]) -> list[dict[str, Any]]:
+    """What OnChange applies for the HelmChart `chart`, as this reading has it."""
     meta = chart["metadata"]
     made = list(yaml.safe_load_all(MADE.format(chart=meta["name"], namespace=meta["namespace"])))
     owned = owned_by(meta["name"], meta["namespace"])
@@ -160,9 +162,9 @@ def leave_installed(cluster: ControlPlane, charts: list[dict[str, Any]], started
     `started` and `done`: what OnChange applied, the Job Completed, and its pod as the job
     controller made it from the Job's template, Succeeded on k3s's node (a bare control plane has
     none: there the pod stays unbound)."""
-    made = {"apiVersion": "v1", "kind": "List", "items": [obj for chart in charts for obj in _made(chart)]}
+    applied = {"apiVersion": "v1", "kind": "List", "items": [obj for chart in charts for obj in made(chart)]}
     # kubectl prints each object it creates as a document of its own.
-    created = yaml.safe_load_all(cluster.kubectl("create", "-o", "yaml", "-f", "-", stdin=json.dumps(made)).stdout)
+    created = yaml.safe_load_all(cluster.kubectl("create", "-o", "yaml", "-f", "-", stdin=json.dumps(applied)).stdout)
     nodes = cluster.kubectl("get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").stdout.split()
     # On k3s's one node, where there is one.
     placed = {"nodeName": nodes[0]} if nodes else {}

@@ -292,14 +292,18 @@ def lay_out(
     capmox_data: dict[str, str],
     lab1_kubeconfig: str = NO_CLUSTER_KUBECONFIG,
     chart_templates: Mapping[str, tuple[str, ...]] | None = None,
+    *,
+    helm_controller_runs: bool = False,
 ) -> None:
     """The playbook's end state on `cluster`, with the HelmChart files in `manifests`; each
     release installed from its chart with the stand-in's ConfigMap and `chart_templates` (by
     chart). The provider objects are applied once the webhook configurations among those have
     their CA bundle (which a CA injector, e2e/standins/cluster/cainjector_standin.py, must give them), as on the
     lab, where their webhooks refuse every provider CR until then. The provider CRs become Ready
-    when an operator (e2e/standins/cluster/operator_standin.py) reconciles them."""
-    crds = [HELMCHART_CRD, *(provider_crd(kind) for kind in PROVIDERS)]
+    when an operator (e2e/standins/cluster/operator_standin.py) reconciles them. With
+    `helm_controller_runs`, the real helm-controller (e2e/controllers/helm_controller.py) runs on
+    `cluster`: the HelmChart CRD is its own, and it makes what it makes of each chart itself."""
+    crds = [*([] if helm_controller_runs else [HELMCHART_CRD]), *(provider_crd(kind) for kind in PROVIDERS)]
     cluster.kubectl("apply", "-f", "-", stdin="---\n".join(crds))
     cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     manifests.mkdir(parents=True)
@@ -307,8 +311,9 @@ def lay_out(
         cluster.kubectl("create", "namespace", namespace)
         cluster.kubectl("apply", "-f", "-", stdin=helmchart(name))
         (manifests / f"{name}.yaml").write_text(helmchart(name))
-    charts = [yaml.safe_load(helmchart(name)) for name in PLAYBOOK_CHARTS]
-    helm_controller_standin.leave_installed(cluster, charts, INSTALL_STARTED, INSTALLED)
+    if not helm_controller_runs:
+        charts = [yaml.safe_load(helmchart(name)) for name in PLAYBOOK_CHARTS]
+        helm_controller_standin.leave_installed(cluster, charts, INSTALL_STARTED, INSTALLED)
     for name in HANDED_OVER:
         namespace, _, version, _ = PLAYBOOK_CHARTS[name]
         chart = chart_repo_standin.Chart(name, version, templates=(chart_templates or {}).get(name, ()))
