@@ -64,8 +64,11 @@ preview: $(VENV)
 	pulumi preview --stack lab --diff
 
 # Phase 1's exit criteria on a workload cluster as it runs (docs/operations.md, "Phase 1's exit
-# criteria"): scale-from-zero, 1->3 and back to 0 by its autoscaler, timed, with a report and a
-# picture in exit-criteria/. EXIT_CRITERIA_FLAGS passes more (--kubeconfig FILE, --margin SECONDS).
+# criteria"): scale-from-zero, 1->3 and back to 0 by its autoscaler, timed, with a report, a
+# picture and on failure the autoscaler's log in ~/lab-mgmt-exit-criteria/<time>/, outside the
+# clone. EXIT_CRITERIA_FLAGS passes more (--report-dir DIR, --repeat N, --kubeconfig FILE,
+# --margin SECONDS). The command exits 0 passed, 1 failed, 2 refused, 3 interrupted or not cleaned
+# up; make turns any of the last three into its own 2.
 # scaling-status reads what the autoscaler sees and did, and changes nothing. Neither installs the
 # development tools, and neither makes the venv before CLUSTER is checked.
 CLUSTER_REQUIRED = $(if $(CLUSTER),,$(error CLUSTER is required, for example: make $@ CLUSTER=lab1))

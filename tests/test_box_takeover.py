@@ -260,8 +260,8 @@ def test_after_the_takeover_the_exit_criteria_pass_on_the_lab1_it_took_over(take
 
 def test_the_exit_criteria_refuse_a_lab_that_cannot_prove_them_and_make_nothing(takeover: Any) -> None:
     """min-size 1 is named with the setting that fixes it; a pod of the owner's on a worker is
-    named with why it keeps the worker, left where it runs, and every criterion fails unrun.
-    make exits 2 whenever its command fails (the command's own 2 and 1 tell the two apart)."""
+    named with why it keeps the worker, left where it runs, and every criterion fails unrun: both
+    refused before anything is made, the command's 2 (make exits 2 whenever its command fails)."""
     refused = takeover["scaling"]["refusals"]
     annotate, typed, put_back = refused["min_size"]
     assert (annotate["rc"], typed["rc"], put_back["rc"]) == (0, 2, 0), typed
@@ -271,7 +271,7 @@ def test_the_exit_criteria_refuse_a_lab_that_cannot_prove_them_and_make_nothing(
     assert blocked["rc"] == 2
     assert f"default/{scaling.OWNERS_POD} on {refused['pod_after']}: no controller makes it again" in blocked["stdout"]
     assert blocked["stdout"].count("FAILED") == 3
-    assert "Error 1" in blocked["stderr"]
+    assert "Error 2" in blocked["stderr"]
     assert refused["made"] is False
 
 

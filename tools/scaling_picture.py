@@ -1,5 +1,5 @@
-"""The exit criteria's picture (tools/exit_criteria.py): Ready workers and pending demand pods
-against time, as steps, each criterion's span shaded green where it passed and red where it
+"""The exit criteria's picture (tools/exit_criteria.py): Ready workers and unschedulable demand
+pods against time, as steps, each criterion's span shaded green where it passed and red where it
 failed, with its name. Plain SVG, which any browser opens: no plotting library to install.
 """
 
@@ -10,7 +10,7 @@ from html import escape
 from typing import Any
 
 WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 900, 360, 50, 20, 40, 40
-SERIES = {"workers": "#1f77b4", "pending": "#ff7f0e"}
+SERIES = {"workers": "#1f77b4", "unschedulable": "#ff7f0e"}
 
 
 def _steps(rows: list[list[Any]], key: str, end: float) -> list[tuple[float, int]]:
@@ -56,7 +56,7 @@ def svg(rows: list[list[Any]], results: list[dict[str, Any]], *, title: str) -> 
             path += [f"{x(t0):.1f},{y(v0):.1f}", f"{x(t1):.1f},{y(v0):.1f}"]
         if path:
             parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{" ".join(path)}"/>')
-        label = "Ready workers" if key == "workers" else "pending demand pods"
+        label = "Ready workers" if key == "workers" else "unschedulable demand pods"
         parts.append(f'<text x="{LEFT + 10 + 180 * index}" y="{HEIGHT - 10}" fill="{colour}">{label}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"

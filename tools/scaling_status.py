@@ -5,7 +5,7 @@
 
 The node groups it discovers (each MachineDeployment with its min/max, replicas and capacity
 annotations), the autoscaler's Deployment and timings, its status ConfigMap in the workload
-cluster (its health, each node group's scale-up and scale-down state and when it last changed),
+cluster where its flags put it (its health, each node group's scale-up and scale-down state and when it last changed),
 and its latest events there: the scale-ups it made, the pods it did not help and why, the nodes
 it removed or keeps. Changes nothing on either cluster.
 """
@@ -18,9 +18,10 @@ import sys
 from dataclasses import dataclass
 
 from tools.scaling_lab import (
-    STATUS_CONFIGMAP,
+    FLAG_DEFAULTS,
     Autoscaler,
     Kubectl,
+    KubectlError,
     NodeGroup,
     RefusedError,
     arguments,
@@ -54,10 +55,13 @@ class Status:
     events: list[dict[str, str]]
 
 
-def status(mgmt: Kubectl, workload: Kubectl, namespace: str, cluster: str) -> Status:
-    configmap = workload.run(
-        "get", "configmap", STATUS_CONFIGMAP[1], "-n", STATUS_CONFIGMAP[0], "-o", "json", check=False
-    )
+def status(
+    mgmt: Kubectl, workload: Kubectl, namespace: str, cluster: str, latest: int | None = LATEST_EVENTS
+) -> Status:
+    """What it sees and did; `latest`: how many of its latest events (None: all the API server keeps)."""
+    scaler = autoscaler(mgmt, namespace, cluster)
+    where = scaler.status_configmap if scaler else (FLAG_DEFAULTS["namespace"], FLAG_DEFAULTS["status-config-map-name"])
+    configmap = workload.found("configmap", where[1], "-n", where[0])
     events = [
         event
         for event in workload.items("events", "--all-namespaces", "--sort-by=.lastTimestamp")
@@ -65,8 +69,8 @@ def status(mgmt: Kubectl, workload: Kubectl, namespace: str, cluster: str) -> St
     ]
     return Status(
         node_groups=node_groups(mgmt, namespace, cluster),
-        autoscaler=autoscaler(mgmt, namespace, cluster),
-        status=json.loads(configmap.stdout)["data"].get("status") if configmap.returncode == 0 else None,
+        autoscaler=scaler,
+        status=(configmap.get("data") or {}).get("status") if configmap else None,
         events=[
             {
                 "at": str(event.get("lastTimestamp") or event.get("eventTime")),
@@ -74,7 +78,7 @@ def status(mgmt: Kubectl, workload: Kubectl, namespace: str, cluster: str) -> St
                 "object": f"{event['involvedObject'].get('kind')}/{event['involvedObject'].get('name')}",
                 "message": event.get("message", ""),
             }
-            for event in events[-LATEST_EVENTS:]
+            for event in events[-(latest or len(events)) :]
         ],
     )
 
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with workload_kubeconfig(mgmt, namespace, name, args.workload_kubeconfig) as workload:
             found = status(mgmt, workload, namespace, name)
-    except RefusedError as refused:
+    except (RefusedError, KubectlError) as refused:
         print(refused, file=sys.stderr)
         return 2
     print(json.dumps(dataclasses.asdict(found), indent=2) if args.json else show(found))

@@ -42,6 +42,8 @@ NEVER_JOINS_BOUND = 15 + 3 * 5
 EXIT_CRITERIA = "make exit-criteria CLUSTER=lab1"
 # What the command makes in lab1, which must be gone after it.
 COMMAND_NAMESPACE = "lab-mgmt-exit-criteria"
+# Where it writes its reports by default, in the laptop's home: outside the clone.
+REPORTS = "lab-mgmt-exit-criteria"
 # The owner's hand edit of the workers' annotations, which docs/troubleshooting.md says not to make.
 ANNOTATE_WORKERS = (
     f"kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig -n default annotate --overwrite machinedeployment {LAB1.workers}"
@@ -107,7 +109,8 @@ def exit_criteria(lab: OwnersLab) -> dict[str, Any]:
     out["typed"] = lab.laptop(EXIT_CRITERIA)
     out["seconds"] = round(time.monotonic() - began, 1)
     out["writes"] = scales(lab.box.cluster, mark, LAB1)
-    reports = sorted((lab.box.engine.project / "exit-criteria").glob("*.json"))
+    # Each run's folder under the laptop's home, named by when it began (docs/operations.md).
+    reports = sorted((lab.home / REPORTS).glob("*/*.json"))
     out["report"] = json.loads(reports[-1].read_text()) if reports else None
     out["picture"] = reports[-1].with_suffix(".svg").read_text() if reports else ""
     out["after"] = workers(lab)
