@@ -25,6 +25,7 @@ QUICK = (
     "--scale-down-unneeded-time=0s",
     "--scale-down-delay-after-add=0s",
     "--max-node-provision-time=0s",
+    "--unremovable-node-recheck-timeout=0s",
 )
 CAPACITY = {"cpu": "4", "memory": "8Gi"}
 

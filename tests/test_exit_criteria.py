@@ -82,6 +82,7 @@ def test_the_autoscalers_flags_are_read_in_both_forms_and_its_timings_from_them(
         "scale-down-unneeded-time": 60,
         "scale-down-delay-after-add": 600,
         "max-node-provision-time": 900,
+        "unremovable-node-recheck-timeout": 300,
     }
     # A bool flag without `=` is true and takes no value (pflag); upstream's defaults otherwise.
     assert found.skips("local-storage")
@@ -123,6 +124,9 @@ def test_each_step_is_bounded_by_the_autoscalers_timings_and_the_groups_own_anno
     lab = exit_criteria.read_lab(MGMT, LAB1, "default", "lab1", margin=30)
     assert lab.bound(1) == 300 + 3 * 2 + 30
     assert lab.bound(0) == 600 + 600 + 3 * 2 + 30
+    # The workers running at the start: one the autoscaler found it could not remove (a blocker
+    # the owner has just taken away) is looked at again only after the recheck timeout.
+    assert lab.first_bound() == lab.bound(0) + 300
     # Seven tenths of the 4 cpus the capacity annotation gives: one pod per worker.
     assert lab.millicores == 2800
     # The clusterapi provider's per-MachineDeployment options override the flags they name.

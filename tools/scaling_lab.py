@@ -48,6 +48,7 @@ AUTOSCALER_DEFAULTS = {
     "scale-down-unneeded-time": "10m",
     "scale-down-delay-after-add": "10m",
     "max-node-provision-time": "15m",
+    "unremovable-node-recheck-timeout": "5m",
 }
 FLAG_DEFAULTS = {
     "namespace": "kube-system",
