@@ -26,6 +26,9 @@
 #   ... helm-controller                also k3s's helm-controller at the version the pinned k3s
 #                                      embeds, from the Go module proxy
 #                                      (LAB_MGMT_HELM_CONTROLLER_BIN)
+#   ... cert-manager                   also cert-manager's controller, webhook, cainjector and
+#                                      startupapicheck, from the upstream archives in
+#                                      $LAB_MGMT_VENDOR (LAB_MGMT_CERT_MANAGER_BIN)
 #
 # The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
 # pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
@@ -655,6 +658,45 @@ build_helm_controller() {
   printf 'LAB_MGMT_HELM_CONTROLLER_BIN=%s\n' "$out"
 }
 
+# cert-manager's four binaries (issue 68), for the chart v1.21.2 the program pins: the proxy serves
+# cert-manager's root module but not the modules of its cmd/ (`<x>-binary`, each with a `replace`
+# of the root to ../../), which exist only in git, and the stored history's tags stop at v1.21.1;
+# so they come from the archive of v1.21.1, with Venafi's vcert v5.13.7, which the controller's
+# Venafi issuer requires and the proxy refuses at every version, from its archive (a `replace`).
+CERT_MANAGER_VERSION=1.21.1
+VCERT_VERSION=5.13.7
+CERT_MANAGER_BINARIES=(controller webhook cainjector startupapicheck)
+
+build_cert_manager() {
+  local archive="cert-manager-v$CERT_MANAGER_VERSION.tar.gz" vcert="vcert-v$VCERT_VERSION.tar.gz"
+  local out="$cache/cert-manager-v$CERT_MANAGER_VERSION/bin" src="$cache/src/cert-manager-v$CERT_MANAGER_VERSION"
+  local started=$SECONDS binary missing=()
+  for binary in "${CERT_MANAGER_BINARIES[@]}"; do
+    [ -x "$out/cert-manager-$binary" ] || missing+=("$binary")
+  done
+  if [ "${#missing[@]}" -eq 0 ]; then
+    say "cert-manager v$CERT_MANAGER_VERSION: cached"
+  elif ! have_archives "$archive" "$vcert"; then
+    say "cert-manager v$CERT_MANAGER_VERSION: missing $archive or $vcert (put them in $vendor or set LAB_MGMT_VENDOR)"
+    return 1
+  else
+    rm -rf "$src" && mkdir -p "$out"
+    unpack "$archive" "$src/cert-manager"
+    unpack "$vcert" "$src/vcert"
+    say "cert-manager v$CERT_MANAGER_VERSION: building ${missing[*]}"
+    for binary in "${missing[@]}"; do
+      (cd "$src/cert-manager/cmd/$binary" &&
+        go mod edit -replace="github.com/Venafi/vcert/v5=$src/vcert" &&
+        go build -trimpath \
+          -ldflags "-s -w -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=v$CERT_MANAGER_VERSION" \
+          -o "$(partial_of "$out/cert-manager-$binary")" .)
+      finish "$out/cert-manager-$binary" "$started"
+    done
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_CERT_MANAGER_BIN=%s\n' "$out"
+}
+
 # Two lanes build side by side, so that both cores stay busy while one links or downloads (Go's
 # module and build caches are safe for concurrent builds), each printing its lines as it goes:
 # the CLI and what builds on its packages; beside it, the control plane, then the plugins that
@@ -690,14 +732,17 @@ cli_lane() {
   fi
 }
 
-# helm-controller goes in this lane, which is empty before the plugins: asked for alone, it builds
-# beside the CLI rather than after it.
+# helm-controller and cert-manager go in this lane, which is empty before the plugins: asked for
+# alone, they build beside the CLI rather than after it.
 beside_lane() {
   if wants control-plane; then
     locked control-plane build_control_plane
   fi
   if wants helm-controller; then
     locked helm-controller build_helm_controller
+  fi
+  if wants cert-manager; then
+    locked cert-manager build_cert_manager
   fi
   if wants plugins; then
     await_cli "$1"
@@ -713,8 +758,8 @@ beside_lane() {
 
 for target in "$@"; do
   case "$target" in
-    control-plane | plugins | workload | helm-controller) ;;
-    *) say "unknown target $target; expected control-plane, plugins, workload or helm-controller" && exit 2 ;;
+    control-plane | plugins | workload | helm-controller | cert-manager) ;;
+    *) say "unknown target $target; expected control-plane, plugins, workload, helm-controller or cert-manager" && exit 2 ;;
   esac
 done
 started=$SECONDS
