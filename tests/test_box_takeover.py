@@ -290,6 +290,33 @@ def test_scaling_status_shows_the_node_group_the_autoscaler_and_its_decisions(ta
     assert "ScaledUpGroup" in shown["stdout"]
 
 
+def test_a_wrong_memory_annotation_fails_scale_from_zero_on_a_lab_whose_autoscaler_saw_workers(takeover: Any) -> None:
+    """Issue 66: with the workers' memory annotation at 32Mi (the demand asks 64Mi), an autoscaler
+    that has seen the passing run's workers would plan from their template and scale; the command
+    restarts it at 0 first, so scale-from-zero is planned from the annotations, fails at its bound
+    (30 s, no margin), the next two are not run, and nothing of the command's stays."""
+    wrong = takeover["scaling"]["wrong_memory"]
+    assert (wrong["wrong"]["rc"], wrong["put_back"]["rc"]) == (0, 0), wrong
+    typed = wrong["typed"]
+    print(typed["stdout"], typed["stderr"], sep="\n")
+    assert typed["rc"] == 2  # make's, for the command's 1
+    assert "Error 1" in typed["stderr"]
+    report = wrong["report"]
+    assert [(c["name"], c["passed"]) for c in report["criteria"]] == [
+        ("scale-from-zero", False),
+        ("scale-up 1->3", False),
+        ("scale-down to 0", False),
+    ]
+    from_zero = report["criteria"][0]
+    assert from_zero["bound"] == scaling.NEVER_JOINS_BOUND
+    assert f"not at 1 workers within {scaling.NEVER_JOINS_BOUND} s" in from_zero["reason"], from_zero
+    # The autoscaler was restarted at 0 and Ready again before the demand was made.
+    [restart] = report["restarts"]
+    assert "failed" not in restart, restart
+    assert wrong["namespace_left"] is False
+    assert wrong["after"] == {"replicas": 0, "machines": 0, "ready_workers": 0}
+
+
 def test_a_worker_that_never_joins_fails_scale_from_zero_within_its_bound_and_the_demand_goes(
     takeover: Any,
 ) -> None:

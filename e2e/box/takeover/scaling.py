@@ -19,7 +19,7 @@ import json
 import time
 from typing import Any
 
-from components.settings.workload import MIN_SIZE_ANNOTATION
+from components.settings.workload import CAPACITY_ANNOTATION, MIN_SIZE_ANNOTATION
 from e2e.box.takeover.owners_lab import OwnersLab
 from e2e.box.workload import lab1_sites, proxmox_node
 from e2e.box.workload.lab1_reads import LAB1, get, scales, until
@@ -48,6 +48,8 @@ REPORTS = "lab-mgmt-exit-criteria"
 ANNOTATE_WORKERS = (
     f"kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig -n default annotate --overwrite machinedeployment {LAB1.workers}"
 )
+# Less memory than the command's demand pod asks for (tools/exit_criteria.py DEMAND_MEMORY, 64Mi).
+WRONG_MEMORY = "32Mi"
 # A pod of the owner's that no controller makes again: the command must name it and leave it.
 OWNERS_POD = "owners-debug"
 
@@ -120,7 +122,29 @@ def exit_criteria(lab: OwnersLab) -> dict[str, Any]:
     out["namespace_left"] = left.returncode == 0
     out["no_changes"] = lab.laptop("pulumi preview --stack lab --expect-no-changes")
     out["status"] = lab.laptop("make scaling-status CLUSTER=lab1")
+    # While the autoscaler still holds the template it made from the passing run's real workers.
+    out["wrong_memory"] = wrong_memory(lab)
     out["never_joins"] = never_joins(lab)
+    return out
+
+
+def wrong_memory(lab: OwnersLab) -> dict[str, Any]:
+    """Issue 66: the workers' memory annotation made wrong by hand (WRONG_MEMORY, less than the
+    demand asks) on a lab1 whose autoscaler has seen real workers and so plans from their template:
+    the command, typed with no margin, restarts the autoscaler at 0, whose plan then comes from the
+    annotations, on which the demand fits no worker: scale-from-zero fails at its bound, and the
+    demand goes. The annotation put back as it was."""
+    key = f"{CAPACITY_ANNOTATION}memory"
+    deployment = get(lab.box.cluster, "machinedeployment", LAB1.workers) or {}
+    kept = deployment["metadata"]["annotations"][key]
+    out = {"wrong": lab.laptop(f"{ANNOTATE_WORKERS} {key}={WRONG_MEMORY}")}
+    out["typed"] = lab.laptop(f"{EXIT_CRITERIA} EXIT_CRITERIA_FLAGS='--margin 0'")
+    reports = sorted((lab.home / REPORTS).glob("*/*.json"))
+    out["report"] = json.loads(reports[-1].read_text()) if reports else None
+    out["put_back"] = lab.laptop(f"{ANNOTATE_WORKERS} {key}={kept}")
+    left = lab.box.cluster.kubectl_as(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE)
+    out["namespace_left"] = left.returncode == 0
+    out["after"] = workers(lab)
     return out
 
 
