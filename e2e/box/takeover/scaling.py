@@ -137,7 +137,7 @@ def wrong_memory(lab: OwnersLab) -> dict[str, Any]:
     key = f"{CAPACITY_ANNOTATION}memory"
     deployment = get(lab.box.cluster, "machinedeployment", LAB1.workers) or {}
     kept = deployment["metadata"]["annotations"][key]
-    out = {"wrong": lab.laptop(f"{ANNOTATE_WORKERS} {key}={WRONG_MEMORY}")}
+    out: dict[str, Any] = {"wrong": lab.laptop(f"{ANNOTATE_WORKERS} {key}={WRONG_MEMORY}")}
     out["typed"] = lab.laptop(f"{EXIT_CRITERIA} EXIT_CRITERIA_FLAGS='--margin 0'")
     reports = sorted((lab.home / REPORTS).glob("*/*.json"))
     out["report"] = json.loads(reports[-1].read_text()) if reports else None
