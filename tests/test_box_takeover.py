@@ -317,6 +317,21 @@ def test_a_wrong_memory_annotation_fails_scale_from_zero_on_a_lab_whose_autoscal
     assert wrong["after"] == {"replicas": 0, "machines": 0, "ready_workers": 0}
 
 
+def test_a_sigterm_mid_run_writes_the_report_and_leaves_no_demand(takeover: Any) -> None:
+    """Issue 66: SIGTERM once the demand is in lab1: the report written with why it stopped, the
+    command's namespace removed and checked, the command's exit 3 (make's 2)."""
+    stopped = takeover["scaling"]["interrupted"]
+    assert stopped["demand"], stopped
+    typed = stopped["typed"]
+    print(typed["stdout"], typed["stderr"], sep="\n")
+    assert typed["rc"] == 2
+    assert "Error 3" in typed["stderr"]
+    assert "SIGTERM: the run was interrupted" in typed["stderr"]
+    report = stopped["report"]
+    assert (report["exit"], report["stopped"], report["left"]) == (3, "SIGTERM: the run was interrupted", [])
+    assert stopped["namespace_left"] is False
+
+
 def test_a_worker_that_never_joins_fails_scale_from_zero_within_its_bound_and_the_demand_goes(
     takeover: Any,
 ) -> None:

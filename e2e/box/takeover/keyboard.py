@@ -30,17 +30,43 @@ _LAPTOP_BINARIES = (("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl"), ("LAB_MGMT_HELM_B
 def laptop(engine: Engine, line: str, *, typed_in: str | None = None) -> dict[str, Any]:
     """One line typed on the laptop, in the repository's folder (the engine's project); `typed_in`:
     what the owner types at its prompt (a `pulumi config set --secret KEY`'s value)."""
+    done = subprocess.run(
+        _LAPTOP_ARGV,
+        env=_laptop_env(engine, line),
+        input=typed_in,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    return _ran(line, done)
+
+
+def laptop_started(engine: Engine, line: str) -> subprocess.Popen[str]:
+    """One line typed on the laptop and left running, for the caller to signal and wait for."""
+    return subprocess.Popen(
+        _LAPTOP_ARGV, env=_laptop_env(engine, line), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def laptop_ended(line: str, process: subprocess.Popen[str]) -> dict[str, Any]:
+    """What a line left running (laptop_started) did, once it ends."""
+    stdout, stderr = process.communicate(timeout=900)
+    return _ran(line, subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
+
+
+_LAPTOP_ARGV = ["unshare", "--mount", "--", "bash", "-c", LAPTOP_SHELL]
+
+
+def _laptop_env(engine: Engine, line: str) -> dict[str, str]:
     tools = [engine.bin_dir, *(built_bin(v, b) for v, b in _LAPTOP_BINARIES), Path("/usr/bin"), Path("/bin")]
-    env = {
+    return {
         **engine.env(),
         "PATH": ":".join(map(str, tools)),
         "HOME": str(engine.root),
         "PROJECT": str(engine.project),
         "LINE": line,
     }
-    argv = ["unshare", "--mount", "--", "bash", "-c", LAPTOP_SHELL]
-    done = subprocess.run(argv, env=env, input=typed_in, capture_output=True, text=True, timeout=900, check=False)
-    return _ran(line, done)
 
 
 def node(shell: NodeShell, home: Path, line: str) -> dict[str, Any]:

@@ -16,10 +16,14 @@ it left, and what `make scaling-status` shows afterwards.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import time
 from typing import Any
 
 from components.settings.workload import CAPACITY_ANNOTATION, MIN_SIZE_ANNOTATION
+from e2e.box.takeover import keyboard
 from e2e.box.takeover.owners_lab import OwnersLab
 from e2e.box.workload import lab1_sites, proxmox_node
 from e2e.box.workload.lab1_reads import LAB1, get, scales, until
@@ -124,6 +128,7 @@ def exit_criteria(lab: OwnersLab) -> dict[str, Any]:
     out["status"] = lab.laptop("make scaling-status CLUSTER=lab1")
     # While the autoscaler still holds the template it made from the passing run's real workers.
     out["wrong_memory"] = wrong_memory(lab)
+    out["interrupted"] = interrupted(lab)
     out["never_joins"] = never_joins(lab)
     return out
 
@@ -145,6 +150,29 @@ def wrong_memory(lab: OwnersLab) -> dict[str, Any]:
     left = lab.box.cluster.kubectl_as(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE)
     out["namespace_left"] = left.returncode == 0
     out["after"] = workers(lab)
+    return out
+
+
+def interrupted(lab: OwnersLab) -> dict[str, Any]:
+    """Issue 66: the command stopped with SIGTERM (a laptop shutting down) once its demand is in
+    lab1: it writes its report, removes its namespace and exits 3 (make's 2); lab1 then goes back
+    to 0 by its autoscaler, which the scenario waits for."""
+    lab1 = lab.box.cluster.kubectl_as
+
+    def demand() -> str:
+        return lab1(lab.lab1_kubeconfig, "get", "jobs", "-n", COMMAND_NAMESPACE, "-o", "name").stdout.strip()
+
+    process = keyboard.laptop_started(lab.box.engine, EXIT_CRITERIA)
+    out: dict[str, Any] = {"demand": until("the command's demand in lab1", demand)}
+    found = subprocess.run(["pgrep", "-f", "tools[.]exit_criteria"], capture_output=True, text=True, check=False)
+    [pid] = [int(word) for word in found.stdout.split()]
+    os.kill(pid, signal.SIGTERM)
+    out["typed"] = keyboard.laptop_ended(EXIT_CRITERIA, process)
+    reports = sorted((lab.home / REPORTS).glob("*/*.json"))
+    out["report"] = json.loads(reports[-1].read_text()) if reports else None
+    left = lab1(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE)
+    out["namespace_left"] = left.returncode == 0
+    until("lab1 at 0 workers again", lambda: workers(lab) == {"replicas": 0, "machines": 0, "ready_workers": 0})
     return out
 
 
