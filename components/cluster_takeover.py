@@ -515,7 +515,7 @@ def refuse_unlike_running(cluster: WorkloadCluster, declared: ClusterObjects, ru
     is named like a hand field: the program's apply is the manager that would drop it."""
 
     def unlike(role: str, body: dict[str, Any], live: dict[str, Any]) -> list[str]:
-        return list(_unlike_live(_compared(body["kind"], live), _compared(body["kind"], body)))
+        return list(unlike_live(_compared(body["kind"], live), _compared(body["kind"], body)))
 
     if cluster.taken_over:
         _refuse_rolled_templates(cluster, declared, running)
@@ -666,9 +666,9 @@ def _with_running_annotations(body: Mapping[str, Any], live: Mapping[str, Any]) 
 
 
 def _unlike_declared(body: Mapping[str, Any], live: Mapping[str, Any]) -> Iterator[str]:
-    """Each field the settings declare that runs otherwise (_unlike_live), the node group's
+    """Each field the settings declare that runs otherwise (unlike_live), the node group's
     annotations as _with_running_annotations compares them."""
-    return _unlike_live(_compared(body["kind"], live), _compared(body["kind"], _with_running_annotations(body, live)))
+    return unlike_live(_compared(body["kind"], live), _compared(body["kind"], _with_running_annotations(body, live)))
 
 
 def _with_key(line: str) -> str:
@@ -740,15 +740,15 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
-def _unlike_live(live: Any, declared: Any, path: str = "") -> Iterator[str]:
+def unlike_live(live: Any, declared: Any, path: str = "") -> Iterator[str]:
     """`path: running <value>, the settings render <value>` for each field the settings declare
     whose live value differs; a field only the live object has is not compared."""
     if isinstance(declared, dict) and isinstance(live, dict):
         for key in sorted(declared):
-            yield from _unlike_live(live.get(key, _ABSENT), declared[key], f"{path}.{key}".lstrip("."))
+            yield from unlike_live(live.get(key, _ABSENT), declared[key], f"{path}.{key}".lstrip("."))
     elif isinstance(declared, list) and isinstance(live, list) and len(live) == len(declared):
         for index, (running, wanted) in enumerate(zip(live, declared, strict=True)):
-            yield from _unlike_live(running, wanted, f"{path}[{index}]")
+            yield from unlike_live(running, wanted, f"{path}[{index}]")
     elif live != declared:
         yield f"{path}: running {_shown(live)}, the settings render {_shown(declared)}"
 
@@ -756,7 +756,7 @@ def _unlike_live(live: Any, declared: Any, path: str = "") -> Iterator[str]:
 def _differences(applied: Any, declared: Any, path: str = "") -> Iterator[str]:
     """`path: running <value>, the settings render <value>` for each field kubectl applied that
     the settings render otherwise or not at all. One they render that kubectl did not apply is
-    compared with the live object (_unlike_live): the owner may have set it by hand since."""
+    compared with the live object (unlike_live): the owner may have set it by hand since."""
     if isinstance(applied, dict) and isinstance(declared, dict):
         for key in sorted(applied):
             yield from _differences(applied[key], declared.get(key, _ABSENT), f"{path}.{key}".lstrip("."))

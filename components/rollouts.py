@@ -21,6 +21,7 @@ from typing import Any
 
 import pulumi
 
+from components.cluster_takeover import unlike_live
 from components.cluster_template import ClusterObjects, spec_digest
 from components.settings import PROJECT
 
@@ -57,12 +58,8 @@ def recorded(last: Mapping[str, str] | None, declared: Mapping[str, str], runs: 
 
 
 def _holds(live: Any, declared: Any) -> bool:
-    # Numbers come back from the engine as floats: 3 == 3.0.
-    if isinstance(declared, Mapping):
-        return isinstance(live, Mapping) and all(_holds(live.get(key), value) for key, value in declared.items())
-    if isinstance(declared, list):
-        return isinstance(live, list) and len(live) == len(declared) and all(map(_holds, live, declared))
-    return bool(live == declared)
+    # Numbers come back from the engine as floats, which compare equal: 3 == 3.0.
+    return not any(unlike_live(live, declared))
 
 
 def announce(name: str, last: Mapping[str, str] | None, now: Mapping[str, str]) -> None:

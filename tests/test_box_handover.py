@@ -128,10 +128,10 @@ def test_helm_controller_runs_no_helm_delete_and_takes_away_what_it_made(handove
             ("jobs", "helm-install-{chart}"),
         )
     )
-    assert sorted((w[1], w[3]) for w in writes if w[0] == "delete") == expected
+    assert sorted((w[1], w[2]) for w in writes if w[0] == "delete") == expected
     # Each pod of the Jobs, once or more: the garbage collector asks again while the job
     # controller takes its tracking finalizer off.
-    pods = {w[3] for w in handover["collector_writes"] if w[:2] == ["delete", "pods"]}
+    pods = {w[2] for w in handover["collector_writes"] if w[:2] == ["delete", "pods"]}
     assert sorted(pod.rsplit("-", 1)[0] for pod in pods) == sorted(
         f"helm-install-{c}" for c in playbook_lab.HANDED_OVER
     )
@@ -150,6 +150,6 @@ def test_a_chart_deleted_with_its_finalizer_on_gets_a_helm_delete_job(handover: 
     helm-controller: a managed chart deleted with its finalizer on gets a helm-delete Job (which
     would uninstall the release), and stays until that Job is done."""
     control = handover["control"]
-    assert ["create", "jobs", "kube-system", f"helm-delete-{scenario.CONTROL_CHART}"] in control["writes"]
+    assert ["create", "jobs", f"helm-delete-{scenario.CONTROL_CHART}"] in control["writes"]
     assert control["job_args"] == ["delete"]
     assert control["chart_left"] == {"deleting": True, "finalizers": [playbook_lab.HELM_CONTROLLER_FINALIZER]}

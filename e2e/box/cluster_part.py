@@ -115,13 +115,15 @@ def _box_engine(
     )
 
 
-def _requests_since(cluster: control_plane.ControlPlane, mark: int) -> list[list[Any]]:
-    """What the box's admin (scripts, kubectl, the engine) asked after the audit log's `mark`;
-    the API server's own upkeep is left out."""
+def _requests_since(
+    cluster: control_plane.ControlPlane, mark: int, user: str = control_plane.ADMIN_USER
+) -> list[list[Any]]:
+    """What `user` asked after the audit log's `mark`; by default the box's admin (scripts, kubectl,
+    the engine), whose requests leave out the API server's own upkeep."""
     return [
         _request(event)
         for event in cluster.audit()[mark:]
-        if event.get("user", {}).get("username") == control_plane.ADMIN_USER
+        if event.get("user", {}).get("username") == user
         # A preview's server-side dry runs change nothing.
         and "dryRun=All" not in event.get("requestURI", "")
     ]

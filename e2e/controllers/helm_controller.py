@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.engine.cli import built_bin
-from e2e.engine.control_plane import HELM_CONTROLLER_USER, ControlPlane
+from e2e.engine.control_plane import HELM_CONTROLLER_USER, ControlPlane, stop
 
 BIN_VARIABLE, BINARY = "LAB_MGMT_HELM_CONTROLLER_BIN", "helm-controller"
 # The Jobs' image of k3s v1.35.8+k3s1 (klipper-helm, as e2e/engine/build-engine.sh reads k3s PR #14476).
@@ -62,12 +62,7 @@ def running(cluster: ControlPlane, directory: Path) -> Iterator[RunningHelmContr
             _wait_started(process, log, log.stat().st_size)
             yield RunningHelmController(log, args, round(time.monotonic() - began, 1))
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
 
 
 def _wait_started(process: subprocess.Popen[bytes], log: Path, since: int) -> None:

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 from e2e.engine.cli import built_bin
-from e2e.engine.control_plane import CLUSTER_API_USER, OPERATOR_USER, ControlPlane, until_ready
+from e2e.engine.control_plane import CLUSTER_API_USER, OPERATOR_USER, ControlPlane, stop, until_ready
 from e2e.standins import https_server
 
 READY_BOUND_SECONDS = 120
@@ -174,8 +174,4 @@ def running(cluster: ControlPlane, directory: Path, address: str, manager: Manag
                 args,
             )
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            stop(process)

@@ -353,7 +353,7 @@ def running(
 
     @contextmanager
     def outage() -> Iterator[None]:
-        _stop(processes["kube-apiserver"])
+        stop(processes["kube-apiserver"])
         try:
             yield
         finally:
@@ -399,12 +399,13 @@ def running(
         yield cluster
     finally:
         for process in reversed(processes.values()):
-            _stop(process)
+            stop(process)
         for log in logs:
             log.close()
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and SIGKILL if it has not exited 20 s later."""
     process.terminate()
     try:
         process.wait(timeout=20)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.box.cluster_part import _requests_since
-from e2e.box.scenarios import CAPMOX_SECRET, CAPMOX_TOKEN, PROXMOX_ADDRESS, PROXMOX_PORT, VM_ADDRESS
+from e2e.box.scenarios import CAPMOX_SECRET, CAPMOX_TOKEN, PROXMOX_ADDRESS, PROXMOX_PORT, VM_ADDRESS, WRITES
 from e2e.box.workload.lab1_reads import until
 from e2e.controllers import helm_controller
 from e2e.engine import control_plane
@@ -107,7 +107,6 @@ def _made_for(cluster: control_plane.ControlPlane) -> dict[str, list[dict[str, A
     """HelmChart name -> what names it its owner (wrangler's objectset annotations), and the pods
     of its Jobs, each as kind, namespace, name, labels and annotations."""
     listed = json.loads(cluster.kubectl("get", MADE_KINDS, "-A", "-o", "json").stdout)["items"]
-    jobs = {}
     made: dict[str, list[dict[str, Any]]] = {}
     for item in listed:
         meta = item["metadata"]
@@ -115,8 +114,6 @@ def _made_for(cluster: control_plane.ControlPlane) -> dict[str, list[dict[str, A
         chart = owner or (meta.get("labels") or {}).get("helmcharts.helm.cattle.io/chart")
         if chart is None:
             continue
-        if item["kind"] == "Job":
-            jobs[meta["name"]] = chart
         made.setdefault(chart, []).append(
             {
                 "kind": item["kind"],
@@ -138,15 +135,9 @@ def _all_made(cluster: control_plane.ControlPlane, charts: list[str]) -> dict[st
     return made if whole else None
 
 
-def _writes_by(cluster: control_plane.ControlPlane, mark: int, user: str) -> list[list[str]]:
-    """[verb, resource, namespace, name] of each write `user` made after the audit log's `mark`."""
-    return [
-        [event["verb"], ref.get("resource", ""), ref.get("namespace", ""), ref.get("name", "")]
-        for event in cluster.audit()[mark:]
-        if event.get("user", {}).get("username") == user
-        and event["verb"] in ("create", "update", "patch", "delete", "deletecollection")
-        for ref in [event.get("objectRef", {})]
-    ]
+def _writes_by(cluster: control_plane.ControlPlane, mark: int, user: str) -> list[list[Any]]:
+    """[verb, resource, name] of each write `user` made after the audit log's `mark`."""
+    return [request[:3] for request in _requests_since(cluster, mark, user) if request[0] in WRITES]
 
 
 def _deleted_with_its_finalizer(cluster: control_plane.ControlPlane) -> dict[str, Any]:

@@ -52,6 +52,7 @@ REPORTS = "lab-mgmt-exit-criteria"
 ANNOTATE_WORKERS = (
     f"kubectl --kubeconfig ~/.kube/lab-mgmt.kubeconfig -n default annotate --overwrite machinedeployment {LAB1.workers}"
 )
+AT_ZERO = {"replicas": 0, "machines": 0, "ready_workers": 0}
 # Less memory than the command's demand pod asks for (tools/exit_criteria.py DEMAND_MEMORY, 64Mi).
 WRONG_MEMORY = "32Mi"
 # A pod of the owner's that no controller makes again: the command must name it and leave it.
@@ -117,13 +118,8 @@ def exit_criteria(lab: OwnersLab) -> dict[str, Any]:
     out["typed"] = lab.laptop(EXIT_CRITERIA)
     out["seconds"] = round(time.monotonic() - began, 1)
     out["writes"] = scales(lab.box.cluster, mark, LAB1)
-    # Each run's folder under the laptop's home, named by when it began (docs/operations.md).
-    reports = sorted((lab.home / REPORTS).glob("*/*.json"))
-    out["report"] = json.loads(reports[-1].read_text()) if reports else None
-    out["picture"] = reports[-1].with_suffix(".svg").read_text() if reports else ""
+    out |= _left(lab)
     out["after"] = workers(lab)
-    left = lab.box.cluster.kubectl_as(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE)
-    out["namespace_left"] = left.returncode == 0
     out["no_changes"] = lab.laptop("pulumi preview --stack lab --expect-no-changes")
     out["status"] = lab.laptop("make scaling-status CLUSTER=lab1")
     # While the autoscaler still holds the template it made from the passing run's real workers.
@@ -144,11 +140,8 @@ def wrong_memory(lab: OwnersLab) -> dict[str, Any]:
     kept = deployment["metadata"]["annotations"][key]
     out: dict[str, Any] = {"wrong": lab.laptop(f"{ANNOTATE_WORKERS} {key}={WRONG_MEMORY}")}
     out["typed"] = lab.laptop(f"{EXIT_CRITERIA} EXIT_CRITERIA_FLAGS='--margin 0'")
-    reports = sorted((lab.home / REPORTS).glob("*/*.json"))
-    out["report"] = json.loads(reports[-1].read_text()) if reports else None
+    out |= _left(lab)
     out["put_back"] = lab.laptop(f"{ANNOTATE_WORKERS} {key}={kept}")
-    left = lab.box.cluster.kubectl_as(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE)
-    out["namespace_left"] = left.returncode == 0
     out["after"] = workers(lab)
     return out
 
@@ -168,11 +161,8 @@ def interrupted(lab: OwnersLab) -> dict[str, Any]:
     [pid] = [int(word) for word in found.stdout.split()]
     os.kill(pid, signal.SIGTERM)
     out["typed"] = keyboard.laptop_ended(EXIT_CRITERIA, process)
-    reports = sorted((lab.home / REPORTS).glob("*/*.json"))
-    out["report"] = json.loads(reports[-1].read_text()) if reports else None
-    left = lab1(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE)
-    out["namespace_left"] = left.returncode == 0
-    until("lab1 at 0 workers again", lambda: workers(lab) == {"replicas": 0, "machines": 0, "ready_workers": 0})
+    out |= _left(lab)
+    _back_at_zero(lab)
     return out
 
 
@@ -183,7 +173,23 @@ def never_joins(lab: OwnersLab) -> dict[str, Any]:
     (the zero-change preview after the passing run stands for this one: the count is never the
     stack's)."""
     with proxmox_node.template_gone(lab.box.pve, int(lab.made["site"]["template_vmid"])):
-        typed = lab.laptop(f"{EXIT_CRITERIA} EXIT_CRITERIA_FLAGS='--margin 0'")
+        out = {"typed": lab.laptop(f"{EXIT_CRITERIA} EXIT_CRITERIA_FLAGS='--margin 0'")} | _left(lab)
+    _back_at_zero(lab)
+    return out
+
+
+def _left(lab: OwnersLab) -> dict[str, Any]:
+    """What the command typed last left: its report and picture (each run's folder under the
+    laptop's home, named by when it began: docs/operations.md), and whether its namespace is
+    still in lab1."""
+    reports = sorted((lab.home / REPORTS).glob("*/*.json"))
     left = lab.box.cluster.kubectl_as(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE)
-    until("lab1 at 0 workers again", lambda: workers(lab) == {"replicas": 0, "machines": 0, "ready_workers": 0})
-    return {"typed": typed, "namespace_left": left.returncode == 0}
+    return {
+        "report": json.loads(reports[-1].read_text()) if reports else None,
+        "picture": reports[-1].with_suffix(".svg").read_text() if reports else "",
+        "namespace_left": left.returncode == 0,
+    }
+
+
+def _back_at_zero(lab: OwnersLab) -> None:
+    until("lab1 at 0 workers again", lambda: workers(lab) == AT_ZERO)
