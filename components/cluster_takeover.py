@@ -602,6 +602,23 @@ def _unlike(
         if live is None:
             differences.append(f"{kind} {name}: does not exist")
             continue
+        elsewhere = kept_fields.at_other_versions(live)
+        if elsewhere:
+            # Nothing of such an object's hand work can be read until its record is one version.
+            differences += [
+                f"{kind} {name}: "
+                + kept_fields.version_advice(
+                    index,
+                    entry,
+                    read_at=live["apiVersion"],
+                    kind=kind,
+                    name=name,
+                    namespace=cluster.namespace,
+                    kubeconfig=running.kubeconfig_file,
+                )
+                for index, entry in elsewhere
+            ]
+            continue
         recorded = (live.get("metadata", {}).get("annotations") or {}).get(LAST_APPLIED)
         hand_set = kept_fields.held(
             live,

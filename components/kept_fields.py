@@ -112,11 +112,8 @@ def held(
         if entry.get("subresource"):
             continue
         fields = entry.get("fieldsV1") or {}
-        manager = str(entry.get("manager", ""))
-        if any(
-            manager.startswith(prefix) and entry.get("operation") in operations
-            for prefix, operations in (*TAKEN_MANAGERS, *taken)
-        ):
+        if _taken(entry, taken):
+            manager = str(entry.get("manager", ""))
             taken_nodes += [(path, sub, manager) for path, sub in _absent(fields, live, rendered, ())]
         else:
             staying.update(_owned(fields, live, ()))
@@ -130,6 +127,61 @@ def held(
             continue
         found.append(HandSet(path, _at(live, path), tuple(sorted(managers))))
     return found
+
+
+def _taken(entry: Mapping[str, Any], taken: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> bool:
+    manager = str(entry.get("manager", ""))
+    return not entry.get("subresource") and any(
+        manager.startswith(prefix) and entry.get("operation") in operations
+        for prefix, operations in (*TAKEN_MANAGERS, *taken)
+    )
+
+
+def at_other_versions(live: Mapping[str, Any]) -> list[tuple[int, Mapping[str, Any]]]:
+    """Each entry (with its index) of a manager whose fields the program's apply takes, recorded
+    at an apiVersion other than the one `live` is read at: kubectl's work on a lab made before
+    Cluster API v1.11, at v1beta1 (review 5, 10i). fixCSAFieldManagers (fluxcd/pkg/ssa's
+    PatchReplaceFieldsManagers) renames the first taken entry to the program's manager, keeping
+    its apiVersion, and merges every later one's fields into it whatever theirs: the set the API
+    server then prunes by is labelled with one version and may hold paths of another (a v1beta1
+    `extraArgs` map under a v1beta2 label), so what the run would remove cannot be read
+    beforehand, nor can `held` read such an entry against the object as it is read."""
+    version = live.get("apiVersion")
+    return [
+        (index, entry)
+        for index, entry in enumerate(live.get("metadata", {}).get("managedFields") or [])
+        if _taken(entry) and entry.get("apiVersion", version) != version
+    ]
+
+
+def version_advice(
+    index: int, entry: Mapping[str, Any], *, read_at: str, kind: str, name: str, namespace: str, kubeconfig: str
+) -> str:
+    """The lines that name an entry `at_other_versions` found and the way out: the entry taken off
+    the object's record by a JSON patch that first checks it is still that entry (Cluster API's
+    own CRD migrator patches managedFields the same way, for versions no longer served). Its
+    fields stay as they are, held by no manager: server-side apply removes only what its applier
+    held, so no run removes them, and what the settings declare is compared as ever."""
+    pointer = f"/metadata/managedFields/{index}"
+    patch = json.dumps(
+        [
+            {"op": "test", "path": f"{pointer}/manager", "value": entry.get("manager")},
+            {"op": "test", "path": f"{pointer}/apiVersion", "value": entry.get("apiVersion")},
+            {"op": "remove", "path": pointer},
+        ]
+    )
+    target = f"-n {namespace} {kind.lower()} {name}"
+    return "\n        ".join(
+        [
+            f"metadata.managedFields[{index}]: {entry.get('manager')} ({entry.get('operation')}) holds its fields at "
+            f"{entry.get('apiVersion')}, and this run reads the object at {read_at}: the run that takes kubectl's "
+            "fields would merge them into the program's at one version, so which of them it would remove cannot "
+            "be told beforehand",
+            "take the entry off the object's record first (its fields stay as they are, held by no one, so no run "
+            "removes them; set again by hand what the program should name to keep): "
+            f"kubectl --kubeconfig {kubeconfig} patch {target} --type=json -p {shlex.quote(patch)}",
+        ]
+    )
 
 
 def defaulted(schema: Mapping[str, Any] | None, path: tuple[str | int, ...], value: Any) -> bool:

@@ -137,6 +137,43 @@ def test_a_control_plane_field_set_with_kubectl_patch_is_named_before_it_would_r
     )
 
 
+def test_kubectls_work_recorded_at_v1beta1_is_refused_at_adoption_and_w6_naming_the_entry_and_its_removal(
+    kept_adoption: harness.Run,
+) -> None:
+    """Review 5, 10i: a lab made before Cluster API v1.11 holds kubectl's entries at v1beta1; the
+    run that takes kubectl's fields would merge them into the program's at one version, so neither
+    what it removes nor what the entry must keep can be read. Refused where the takeover compares
+    (adopting, and W6 after the adoption run), with the JSON patch that takes the entry off the
+    record checking it first; an entry at the version the object is read at is read as ever."""
+    entry = kept_entry()
+    live = hand_worked_lab1(entry)
+    annotated(live, MD_PATH, "kubectl-annotate", {"owner": "me"})
+    record = live[MD_PATH]["metadata"]["managedFields"][-1]
+    record["apiVersion"] = "cluster.x-k8s.io/v1beta1"
+    index = len(live[MD_PATH]["metadata"]["managedFields"]) - 1
+    patch = (
+        f'[{{"op": "test", "path": "/metadata/managedFields/{index}/manager", "value": "kubectl-annotate"}}, '
+        f'{{"op": "test", "path": "/metadata/managedFields/{index}/apiVersion", "value": "cluster.x-k8s.io/v1beta1"}}, '
+        f'{{"op": "remove", "path": "/metadata/managedFields/{index}"}}]'
+    )
+    expected = [
+        f"MachineDeployment lab1-workers: metadata.managedFields[{index}]: kubectl-annotate (Update) holds its "
+        "fields at cluster.x-k8s.io/v1beta1, and this run reads the object at cluster.x-k8s.io/v1beta2: the run "
+        "that takes kubectl's fields would merge them into the program's at one version, so which of them it "
+        "would remove cannot be told beforehand",
+        "take the entry off the object's record first (its fields stay as they are, held by no one, so no run "
+        "removes them; set again by hand what the program should name to keep): "
+        f"kubectl {ADMIN} patch -n default machinedeployment lab1-workers --type=json -p '{patch}'",
+    ]
+    for previous in ({}, {RECORD_OUTPUT: record_of(kept_adoption)}):
+        adopting = {"adopt": True} if not previous else {}
+        [line] = refusal(kept_entry(**adopting), live, previous_outputs=previous)
+        assert line.split("\n        ") == expected
+    record["apiVersion"] = "cluster.x-k8s.io/v1beta2"
+    [line] = refusal(entry, live, previous_outputs={RECORD_OUTPUT: record_of(kept_adoption)})
+    assert line.startswith('MachineDeployment lab1-workers: metadata.annotations.owner: running "me"')
+
+
 def kept_entry(**changes: Any) -> dict[str, Any]:
     return taken_over_entry(
         keptFields={
