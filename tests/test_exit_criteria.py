@@ -23,7 +23,7 @@ from exit_criteria_world import NOT_FOUND, QUICK, REFUSED, World, autoscaler_dep
 
 from components.settings.workload import MAX_SIZE_ANNOTATION, MIN_SIZE_ANNOTATION
 from tools import exit_criteria, scaling_lab, scaling_picture, scaling_status
-from tools.scaling_lab import Kubectl, KubectlError, RefusedError
+from tools.scaling_lab import CONTROL_PLANE_ROLE, Kubectl, KubectlError, RefusedError
 
 REPO = Path(__file__).resolve().parents[1]
 MGMT, LAB1 = Kubectl(Path("mgmt")), Kubectl(Path("lab1"), what="workload cluster lab1")
@@ -208,6 +208,22 @@ def budget(name: str, allowed: int, namespace: str = "apps") -> dict[str, Any]:
 EVERY_TAINT = {"tolerations": [{"operator": "Exists"}]}
 
 
+def _required(*terms: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}}
+
+
+def by_role(operator: str) -> dict[str, Any]:
+    """Required node affinity on the control plane's role label: DoesNotExist keeps the pod on
+    workers, In lets it onto the control plane."""
+    values = {"values": [""]} if operator == "In" else {}
+    return _required({"matchExpressions": [{"key": CONTROL_PLANE_ROLE, "operator": operator, **values}]})
+
+
+def named(*nodes: str) -> dict[str, Any]:
+    """Required node affinity on the nodes' names, one term each (a pod may go where any term holds)."""
+    return _required(*({"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]} for n in nodes))
+
+
 @pytest.mark.parametrize(
     ("case", "flags", "budgets", "why"),
     [
@@ -264,6 +280,10 @@ EVERY_TAINT = {"tolerations": [{"operator": "Exists"}]}
         (pod("web", "ReplicaSet"), (), [budget("web", 1)], None),
         (pod("web", "ReplicaSet", tolerate=False), (), [], "at 0 workers no node would take it"),
         (pod("web", "ReplicaSet", nodeSelector={"disk": "ssd"}), (), [], "at 0 workers no node would take it"),
+        (pod("web", "ReplicaSet", affinity=by_role("DoesNotExist")), (), [], "at 0 workers no node would take it"),
+        (pod("web", "ReplicaSet", affinity=by_role("In")), (), [], None),
+        (pod("web", "ReplicaSet", affinity=named("lab1-workers-x-0")), (), [], "at 0 workers no node would take it"),
+        (pod("web", "ReplicaSet", affinity=named("lab1-workers-x-0", "lab1-cp")), (), [], None),
         # The first rule that decides wins: safe-to-evict "true" before local storage and budgets,
         # no controller before local storage.
         (

@@ -357,7 +357,7 @@ def _control_plane(pod: dict[str, Any], drain: Drain) -> Kept | None:
         return None
     return (
         "at 0 workers no node would take it (it does not tolerate the control plane's taint, or its "
-        "nodeSelector asks for a worker)",
+        "nodeSelector or required node affinity asks for a worker)",
         _shown(pod["metadata"], ".spec.tolerations"),
     )
 
@@ -411,24 +411,20 @@ def selects(selector: dict[str, Any] | None, meta: dict[str, Any]) -> bool:
     labels = meta.get("labels") or {}
     if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
         return False
-    for expression in selector.get("matchExpressions") or []:
-        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
-        holds = {
-            "In": key in labels and labels[key] in values,
-            "NotIn": key not in labels or labels[key] not in values,
-            "Exists": key in labels,
-            "DoesNotExist": key not in labels,
-        }
-        if not holds[operator]:
-            return False
-    return True
+    return all(_holds(expression, labels) for expression in selector.get("matchExpressions") or [])
 
 
 def fits(pod: dict[str, Any], node: dict[str, Any]) -> bool:
     """Whether the pod tolerates every taint of the node that keeps pods off, and its nodeSelector
-    matches the node's labels."""
+    and required node affinity match the node, as the scheduler's filters that the autoscaler's
+    simulation runs do (a pod made to run on workers alone keeps its worker)."""
     spec, labels = pod["spec"], node["metadata"].get("labels") or {}
     if any(labels.get(key) != value for key, value in (spec.get("nodeSelector") or {}).items()):
+        return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if required and not any(_term_matches(term, node) for term in required.get("nodeSelectorTerms") or []):
         return False
     tolerations = spec.get("tolerations") or []
     return all(
@@ -436,6 +432,32 @@ def fits(pod: dict[str, Any], node: dict[str, Any]) -> bool:
         for taint in node["spec"].get("taints") or []
         if taint.get("effect") in ("NoSchedule", "NoExecute")
     )
+
+
+def _term_matches(term: dict[str, Any], node: dict[str, Any]) -> bool:
+    """A nodeSelectorTerm: every expression on the node's labels and every field (metadata.name
+    alone) holds; a term with neither matches no node (k8s.io/component-helpers nodeaffinity)."""
+    expressions, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not expressions and not fields:
+        return False
+    labels = node["metadata"].get("labels") or {}
+    named = {"metadata.name": node["metadata"]["name"]}
+    return all(_holds(e, labels) for e in expressions) and all(_holds(f, named) for f in fields)
+
+
+def _holds(requirement: dict[str, Any], values: dict[str, str]) -> bool:
+    """A label selector's requirement, or a node selector's (which adds Gt and Lt), on `values`."""
+    key, operator, wanted = requirement["key"], requirement["operator"], requirement.get("values") or []
+    if operator in ("Gt", "Lt"):
+        if key not in values or not values[key].lstrip("-").isdigit():
+            return False
+        return int(values[key]) > int(wanted[0]) if operator == "Gt" else int(values[key]) < int(wanted[0])
+    return {
+        "In": key in values and values[key] in wanted,
+        "NotIn": key not in values or values[key] not in wanted,
+        "Exists": key in values,
+        "DoesNotExist": key not in values,
+    }[operator]
 
 
 def tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
