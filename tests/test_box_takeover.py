@@ -7,6 +7,8 @@ lab1's objects before W6, and the inspector answering before and after."""
 
 from __future__ import annotations
 
+import itertools
+import signal
 from datetime import datetime
 from typing import Any
 
@@ -259,17 +261,42 @@ def test_after_the_takeover_the_exit_criteria_pass_on_the_lab1_it_took_over(take
 
 
 def test_the_exit_criteria_refuse_a_lab_that_cannot_prove_them_and_make_nothing(takeover: Any) -> None:
-    """min-size 1 is named with the setting that fixes it; a pod of the owner's on a worker is
-    named with why it keeps the worker, left where it runs, and every criterion fails unrun: both
-    refused before anything is made, the command's 2 (make exits 2 whenever its command fails)."""
+    """min-size 1 is named with the setting that fixes it. On a worker, each of the owner's things
+    that the autoscaler would not move is named with its own reason and the kubectl line that
+    shows it (issue 66): a worker annotated scale-down-disabled, a bare pod, a pod a ConfigMap
+    controls, one annotated safe-to-evict "false", one with an emptyDir, one under a budget the
+    real disruption controller counts at 0, one whose node affinity keeps it off the control
+    plane; a finished pod, one safe to evict and a kube-system pod (which the program's autoscaler
+    moves) are not named. Every criterion fails unrun, everything is left where it runs, nothing
+    is made: the command's 2 (make exits 2 whenever its command fails)."""
     refused = takeover["scaling"]["refusals"]
     annotate, typed, put_back = refused["min_size"]
     assert (annotate["rc"], typed["rc"], put_back["rc"]) == (0, 2, 0), typed
     assert "min-size is 1, so scale-from-zero cannot happen: set the entry's workers.minSize to 0" in typed["stderr"]
-    blocked = refused["blocked"]
+    blocked, worker = refused["blocked"], refused["worker"]
     print(blocked["stdout"], blocked["stderr"], sep="\n")
     assert blocked["rc"] == 2
-    assert f"default/{scaling.OWNERS_POD} on {refused['pod_after']}: no controller makes it again" in blocked["stdout"]
+    lines = blocked["stdout"].splitlines()
+    # Each pod's line, then the kubectl line that shows why: the pod, or the budget it is under.
+    named = {
+        line.strip().split(" on ", 1)[0]: (line.split(": ", 1)[1], shows.strip())
+        for line, shows in itertools.pairwise(lines)
+        if f" on {worker}: " in line
+    }
+    for owners, why in scaling.BLOCKERS.items():
+        [pod] = [name for name in named if name.split("/")[1].startswith(owners)]
+        reason, shows = named.pop(pod)
+        assert reason.startswith(why), (pod, why)
+        shown = "poddisruptionbudget -n default owners-budgeted" if "Budget" in why else f"pod -n default {pod[8:]}"
+        assert shows.startswith("kubectl --kubeconfig "), shows
+        assert f" get {shown}" in shows, (pod, shows)
+    assert named == {}, named
+    assert f"node {worker}: annotated cluster-autoscaler.kubernetes.io/scale-down-disabled=true" in blocked["stdout"]
+    for owners in scaling.NOT_BLOCKERS:
+        assert owners not in blocked["stdout"], owners
+    pods = refused["pods_after"]
+    assert len(pods) == len(scaling.BLOCKERS) + len(scaling.NOT_BLOCKERS), pods
+    assert {pod["node"] for pod in pods.values()} == {worker}, pods
     assert blocked["stdout"].count("FAILED") == 3
     assert "Error 2" in blocked["stderr"]
     assert refused["made"] is False
@@ -329,6 +356,20 @@ def test_a_sigterm_mid_run_writes_the_report_and_leaves_no_demand(takeover: Any)
     assert "SIGTERM: the run was interrupted" in typed["stderr"]
     report = stopped["report"]
     assert (report["exit"], report["stopped"], report["left"]) == (3, "SIGTERM: the run was interrupted", [])
+    assert stopped["namespace_left"] is False
+
+
+def test_a_closed_terminal_mid_run_still_writes_the_report_and_leaves_no_demand(takeover: Any) -> None:
+    """Issue 66: the terminal gone once the demand is in lab1 (nothing reads the command's output,
+    SIGHUP to the job's process group): the command, writing to nobody, still writes its report
+    with why it stopped, removes its namespace and checks it, and ends with its 3. make (the line
+    the shell ran, by exec) died of the hang-up after its child, or of writing its notice to the
+    closed terminal first."""
+    stopped = takeover["scaling"]["hung_up"]
+    assert stopped["demand"], stopped
+    assert stopped["shell_exit"] in (-signal.SIGHUP, -signal.SIGPIPE), stopped
+    report = stopped["report"]
+    assert (report["exit"], report["stopped"], report["left"]) == (3, "SIGHUP: the run was interrupted", [])
     assert stopped["namespace_left"] is False
 
 

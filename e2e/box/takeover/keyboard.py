@@ -43,9 +43,15 @@ def laptop(engine: Engine, line: str, *, typed_in: str | None = None) -> dict[st
 
 
 def laptop_started(engine: Engine, line: str) -> subprocess.Popen[str]:
-    """One line typed on the laptop and left running, for the caller to signal and wait for."""
+    """One line typed on the laptop and left running, for the caller to signal and wait for: a job
+    of its own (its process group, the process's id), as a shell with job control starts it."""
     return subprocess.Popen(
-        _LAPTOP_ARGV, env=_laptop_env(engine, line), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        _LAPTOP_ARGV,
+        env=_laptop_env(engine, line),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
 
 

@@ -6,9 +6,10 @@ runs; `pulumi preview --expect-no-changes` is typed after it. Only the timings c
 lab's: the owner's entry leaves them at the autoscaler's defaults (a worker unneeded for 10
 minutes goes), which the box shortens through the entry's own keys, as an owner would, with one
 `pulumi up` that changes the autoscaler's release alone. Before, typed twice where it must refuse:
-min-size 1, and a pod of the owner's on a worker. Read around it: what the box saw (every write
-to the MachineDeployment, from the audit log), the report and picture the command wrote, what
-it left, and what `make scaling-status` shows afterwards.
+min-size 1, and the owner's things on a worker, one for each reason the autoscaler keeps it.
+Read around it: what the box saw (every write to the MachineDeployment, from the audit log), the
+report and picture the command wrote, what it left, and what `make scaling-status` shows
+afterwards.
 
     scaled = scaling.exit_criteria(lab)
 """
@@ -27,6 +28,8 @@ from e2e.box.takeover import keyboard
 from e2e.box.takeover.owners_lab import OwnersLab
 from e2e.box.workload import lab1_sites, proxmox_node
 from e2e.box.workload.lab1_reads import LAB1, get, scales, until
+from tools.exit_criteria import SAFE_TO_EVICT, SCALE_DOWN_DISABLED
+from tools.scaling_lab import CONTROL_PLANE_ROLE
 
 # The shipped Pulumi.lab.yaml's lab1 bounds.
 BOUNDS = lab1_sites.declared("lab")["workers"]
@@ -57,6 +60,7 @@ AT_ZERO = {"replicas": 0, "machines": 0, "ready_workers": 0}
 WRONG_MEMORY = "32Mi"
 # A pod of the owner's that no controller makes again: the command must name it and leave it.
 OWNERS_POD = "owners-debug"
+PAUSE = "registry.k8s.io/pause:3.10"
 
 
 def _worker_nodes(lab: OwnersLab) -> list[dict[str, Any]]:
@@ -82,24 +86,163 @@ def workers(lab: OwnersLab) -> dict[str, Any]:
 
 def refusals(lab: OwnersLab) -> dict[str, Any]:
     """The command typed on a lab it must not run on, each time with nothing made: min-size 1 on
-    the MachineDeployment (kubectl's edit, then put back), and a bare pod of the owner's on a
-    worker, which it names and leaves running."""
+    the MachineDeployment (kubectl's edit, then put back), and the owner's things on a worker
+    (OWNERS_THINGS), which it names, each for its reason, and leaves running; then they go."""
     out: dict[str, Any] = {"min_size": [lab.laptop(f"{ANNOTATE_WORKERS} {MIN_SIZE_ANNOTATION}=1")]}
     out["min_size"] += [lab.laptop(EXIT_CRITERIA), lab.laptop(f"{ANNOTATE_WORKERS} {MIN_SIZE_ANNOTATION}={MIN_SIZE}")]
     lab1 = lab.box.cluster.kubectl_as
     worker = _worker_nodes(lab)[0]["metadata"]["name"]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": OWNERS_POD, "namespace": "default"},
-        "spec": {"nodeName": worker, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
-    }
-    lab1(lab.lab1_kubeconfig, "apply", "-f", "-", stdin=json.dumps(pod)).check_returncode()
+    out["worker"] = worker
+    _lay_out_owners_things(lab, worker)
     out["blocked"] = lab.laptop(EXIT_CRITERIA)
-    out["pod_after"] = lab1(lab.lab1_kubeconfig, "get", "pod", OWNERS_POD, "-o", "jsonpath={.spec.nodeName}").stdout
-    lab1(lab.lab1_kubeconfig, "delete", "pod", OWNERS_POD, "--grace-period=0", "--force").check_returncode()
+    out["pods_after"] = _owners_pods(lab)
     out["made"] = lab1(lab.lab1_kubeconfig, "get", "namespace", COMMAND_NAMESPACE).returncode == 0
+    _take_away_owners_things(lab, worker)
     return out
+
+
+# What the owner's things carry, so that they are found again and taken away.
+OWNERS_LABEL = "lab-mgmt-test/owners"
+# The pod of the owner's that the command must name for each reason the autoscaler would keep a
+# worker (tools/exit_criteria.py RULES, the program's autoscaler's flags), by the name its
+# controller gives it; and those it must not name: a finished pod, one safe to evict, and a
+# kube-system pod with no budget, which the program's autoscaler moves (--skip-nodes-with-system-pods=false).
+BLOCKERS = {
+    OWNERS_POD: "no controller makes it again elsewhere",
+    "owners-operated": "its controller is a ConfigMap",
+    "owners-unsafe": f'annotated {SAFE_TO_EVICT}: "false"',
+    "owners-scratch": "local storage (scratch)",
+    "owners-budgeted": "its PodDisruptionBudget owners-budgeted allows no disruption",
+    "owners-workers-only": "at 0 workers no node would take it",
+}
+NOT_BLOCKERS = ("owners-done", "owners-evictable", "owners-system")
+
+
+def _owners_pods(lab: OwnersLab) -> dict[str, dict[str, str]]:
+    """Each pod of the owner's things, by name: its node and phase."""
+    found = get(lab.box.cluster, "pods", namespace="", selector=OWNERS_LABEL, kubeconfig=lab.lab1_kubeconfig) or {}
+    return {
+        pod["metadata"]["name"]: {"node": pod["spec"].get("nodeName", ""), "phase": pod["status"].get("phase", "")}
+        for pod in found.get("items", [])
+    }
+
+
+def _lay_out_owners_things(lab: OwnersLab, worker: str) -> None:
+    """The owner's things on `worker`, each made as an owner makes it (bare pods, Deployments the
+    real controllers run, a budget the real disruption controller counts), pinned there by name,
+    as the scheduler would have placed them; the worker annotated scale-down-disabled; every pod
+    Running (the kubelet stand-in), then the finished one's container ended as a kubelet reports a
+    container that exited 0, which no stand-in here runs."""
+    lab1 = lab.box.cluster.kubectl_as
+    everywhere = [{"operator": "Exists"}]
+
+    def spec(**more: Any) -> dict[str, Any]:
+        return {"nodeName": worker, "containers": [{"name": "app", "image": PAUSE}], **more}
+
+    def meta(name: str, namespace: str = "default", **more: Any) -> dict[str, Any]:
+        return {"name": name, "namespace": namespace, "labels": {OWNERS_LABEL: "yes", "app": name}, **more}
+
+    def pod(name: str, annotations: dict[str, str] | None = None, **more: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": meta(name, annotations=annotations or {}),
+            "spec": spec(**more),
+        }
+
+    def deployment(
+        name: str, namespace: str = "default", annotations: dict[str, str] | None = None, **more: Any
+    ) -> dict[str, Any]:
+        template = {"metadata": meta(name, namespace, annotations=annotations or {}), "spec": spec(**more)}
+        del template["metadata"]["name"], template["metadata"]["namespace"]
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta(name, namespace),
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": template},
+        }
+
+    operator = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("owners-operator")}
+    lab1(lab.lab1_kubeconfig, "apply", "-f", "-", stdin=json.dumps(operator)).check_returncode()
+    uid = lab1(lab.lab1_kubeconfig, "get", "configmap", "owners-operator", "-o", "jsonpath={.metadata.uid}").stdout
+    owned = pod("owners-operated", tolerations=everywhere)
+    owned["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owners-operator", "uid": uid, "controller": True}
+    ]
+    workers_only = {"key": CONTROL_PLANE_ROLE, "operator": "DoesNotExist"}
+    things = [
+        pod(OWNERS_POD),
+        owned,
+        deployment("owners-unsafe", annotations={SAFE_TO_EVICT: "false"}, tolerations=everywhere),
+        deployment("owners-scratch", tolerations=everywhere, volumes=[{"name": "scratch", "emptyDir": {}}]),
+        deployment("owners-budgeted", tolerations=everywhere),
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": meta("owners-budgeted"),
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "owners-budgeted"}}},
+        },
+        deployment(
+            "owners-workers-only",
+            tolerations=everywhere,
+            affinity={
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [workers_only]}]
+                    }
+                }
+            },
+        ),
+        pod("owners-done", restartPolicy="Never"),
+        pod("owners-evictable", annotations={SAFE_TO_EVICT: "true"}),
+        deployment("owners-system", "kube-system", tolerations=everywhere),
+    ]
+    lab1(
+        lab.lab1_kubeconfig, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": things})
+    ).check_returncode()
+    lab1(lab.lab1_kubeconfig, "annotate", "node", worker, f"{SCALE_DOWN_DISABLED}=true").check_returncode()
+    until(
+        "the owner's things running",
+        lambda: (
+            list(_owners_pods(lab).values())
+            == [{"node": worker, "phase": "Running"}] * (len(BLOCKERS) + len(NOT_BLOCKERS))
+        ),
+    )
+    ended = {"phase": "Succeeded", "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}]}
+    ended["containerStatuses"] = [
+        {
+            **{"name": "app", "image": PAUSE, "imageID": "", "ready": False, "started": False, "restartCount": 0},
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
+        }
+    ]
+    lab1(
+        lab.lab1_kubeconfig,
+        "patch",
+        "pod",
+        "owners-done",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": ended}),
+    ).check_returncode()
+
+
+def _take_away_owners_things(lab: OwnersLab, worker: str) -> None:
+    """What _lay_out_owners_things made goes, its pods through the kubelet stand-in's final
+    delete, and the worker's annotation."""
+    lab1 = lab.box.cluster.kubectl_as
+    for namespace in ("default", "kube-system"):
+        lab1(
+            lab.lab1_kubeconfig,
+            "delete",
+            "-n",
+            namespace,
+            "deployments,pods,poddisruptionbudgets,configmaps",
+            "-l",
+            OWNERS_LABEL,
+        ).check_returncode()
+    lab1(lab.lab1_kubeconfig, "annotate", "node", worker, f"{SCALE_DOWN_DISABLED}-").check_returncode()
+    until("the owner's things gone", lambda: not _owners_pods(lab))
 
 
 def exit_criteria(lab: OwnersLab) -> dict[str, Any]:
@@ -125,6 +268,7 @@ def exit_criteria(lab: OwnersLab) -> dict[str, Any]:
     # While the autoscaler still holds the template it made from the passing run's real workers.
     out["wrong_memory"] = wrong_memory(lab)
     out["interrupted"] = interrupted(lab)
+    out["hung_up"] = hung_up(lab)
     out["never_joins"] = never_joins(lab)
     return out
 
@@ -150,20 +294,44 @@ def interrupted(lab: OwnersLab) -> dict[str, Any]:
     """Issue 66: the command stopped with SIGTERM (a laptop shutting down) once its demand is in
     lab1: it writes its report, removes its namespace and exits 3 (make's 2); lab1 then goes back
     to 0 by its autoscaler, which the scenario waits for."""
-    lab1 = lab.box.cluster.kubectl_as
-
-    def demand() -> str:
-        return lab1(lab.lab1_kubeconfig, "get", "jobs", "-n", COMMAND_NAMESPACE, "-o", "name").stdout.strip()
-
     process = keyboard.laptop_started(lab.box.engine, EXIT_CRITERIA)
-    out: dict[str, Any] = {"demand": until("the command's demand in lab1", demand)}
-    found = subprocess.run(["pgrep", "-f", "tools[.]exit_criteria"], capture_output=True, text=True, check=False)
-    [pid] = [int(word) for word in found.stdout.split()]
+    out: dict[str, Any] = {"demand": until("the command's demand in lab1", lambda: _demand(lab))}
+    [pid] = _command_pids()
     os.kill(pid, signal.SIGTERM)
     out["typed"] = keyboard.laptop_ended(EXIT_CRITERIA, process)
     out |= _left(lab)
     _back_at_zero(lab)
     return out
+
+
+def hung_up(lab: OwnersLab) -> dict[str, Any]:
+    """Issue 66: the terminal closed once the demand is in lab1: nothing reads what the command
+    writes any more, and the owner's shell hangs up the job (SIGHUP to its process group: the
+    shell that runs the line, make and the command). The command goes on to its report and the
+    removal of its namespace, checked, and ends; lab1 then goes back to 0, which the scenario
+    waits for."""
+    process = keyboard.laptop_started(lab.box.engine, EXIT_CRITERIA)
+    out: dict[str, Any] = {"demand": until("the command's demand in lab1", lambda: _demand(lab))}
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
+    os.killpg(process.pid, signal.SIGHUP)
+    out["shell_exit"] = process.wait(timeout=60)
+    until("the command ended", lambda: not _command_pids())
+    out |= _left(lab)
+    _back_at_zero(lab)
+    return out
+
+
+def _demand(lab: OwnersLab) -> str:
+    """The command's demand in lab1, by name."""
+    found = lab.box.cluster.kubectl_as(lab.lab1_kubeconfig, "get", "jobs", "-n", COMMAND_NAMESPACE, "-o", "name")
+    return found.stdout.strip()
+
+
+def _command_pids() -> list[int]:
+    found = subprocess.run(["pgrep", "-f", "tools[.]exit_criteria"], capture_output=True, text=True, check=False)
+    return [int(word) for word in found.stdout.split()]
 
 
 def never_joins(lab: OwnersLab) -> dict[str, Any]:
