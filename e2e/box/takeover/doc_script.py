@@ -96,15 +96,22 @@ def blocks(text: str | None = None, *, until: str | None = None, workload_cluste
     return found
 
 
+# A word that sets a variable, before a command's name or alone on its line.
+ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
 def tools(block: Block) -> set[str]:
     """The first word of each command of a block's pipelines, lists and process substitutions,
-    read as the shell reads them (a quoted `;` or `|` starts nothing)."""
+    read as the shell reads them (a quoted `;` or `|` starts nothing, an assignment before the
+    name is no command); a placeholder is a value, whatever its brackets."""
     used = set()
     for line in block.lines:
-        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer = shlex.shlex(PLACEHOLDER.sub("value", line), posix=True, punctuation_chars=True)
         lexer.commenters = ""
         starts_command = True
         for token in lexer:
+            if starts_command and ASSIGNMENT.match(token):
+                continue
             if starts_command and not token.startswith("#") and token not in COMMAND_SEPARATORS:
                 used.add(token)
             starts_command = token in COMMAND_SEPARATORS

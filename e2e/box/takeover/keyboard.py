@@ -12,6 +12,7 @@ keys there, bound in a mount namespace of the line's own.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping
@@ -27,12 +28,20 @@ LAPTOP_SHELL = (
 _LAPTOP_BINARIES = (("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl"), ("LAB_MGMT_HELM_BIN", "helm"))
 
 
-def laptop(engine: Engine, line: str, *, typed_in: str | None = None) -> dict[str, Any]:
+# A line that only sets a shell variable (`INSPECTOR=~/src/…`), which the terminal's shell keeps
+# for the lines typed after it.
+ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\S+)$")
+
+
+def laptop(
+    engine: Engine, line: str, *, typed_in: str | None = None, variables: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """One line typed on the laptop, in the repository's folder (the engine's project); `typed_in`:
-    what the owner types at its prompt (a `pulumi config set --secret KEY`'s value)."""
+    what the owner types at its prompt (a `pulumi config set --secret KEY`'s value); `variables`:
+    what lines typed before it set in the same shell (`assigned`)."""
     done = subprocess.run(
         _LAPTOP_ARGV,
-        env=_laptop_env(engine, line),
+        env={**_laptop_env(engine, line), **(variables or {})},
         input=typed_in,
         capture_output=True,
         text=True,
@@ -40,6 +49,16 @@ def laptop(engine: Engine, line: str, *, typed_in: str | None = None) -> dict[st
         check=False,
     )
     return _ran(line, done)
+
+
+def assigned(engine: Engine, line: str, variables: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """A line that sets a shell variable (ASSIGNMENT), typed as any other, and the variables the
+    shell then holds: the value as the shell expanded it (`~` to the home)."""
+    found = ASSIGNMENT.match(line)
+    if found is None:
+        raise ValueError(f"not a line that only sets a variable: {line}")
+    ran = laptop(engine, f'{line} && printf %s "${found[1]}"', variables=variables)
+    return {**ran, "line": line, "stdout": ""}, {**variables, found[1]: ran["stdout"]}
 
 
 def laptop_started(engine: Engine, line: str) -> subprocess.Popen[str]:

@@ -116,6 +116,8 @@ class OwnersLab:
     helm_controller: HelmControllerStandIn
     made: dict[str, Any] = field(default_factory=dict)
     """What the owner's steps did and the state they left (clusterctl_lab1's record)."""
+    variables: dict[str, str] = field(default_factory=dict)
+    """What lines typed on the laptop set in its shell, for the lines after them."""
 
     @property
     def home(self) -> Path:
@@ -124,8 +126,12 @@ class OwnersLab:
         return self.box.engine.root
 
     def laptop(self, line: str) -> dict[str, Any]:
-        """One line typed on the laptop, in the repository's folder."""
-        return keyboard.laptop(self.box.engine, line)
+        """One line typed on the laptop, in the repository's folder, in the one shell the owner
+        types the page in: a variable a line sets is there for the lines after it."""
+        if keyboard.ASSIGNMENT.match(line):
+            ran, self.variables = keyboard.assigned(self.box.engine, line, self.variables)
+            return ran
+        return keyboard.laptop(self.box.engine, line, variables=self.variables)
 
     def node(self, line: str) -> dict[str, Any]:
         """One line typed on the Proxmox node, as root."""
