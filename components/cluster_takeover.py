@@ -602,48 +602,65 @@ def _unlike(
         if live is None:
             differences.append(f"{kind} {name}: does not exist")
             continue
-        elsewhere = kept_fields.at_other_versions(live)
-        if elsewhere:
-            # Nothing of such an object's hand work can be read until its record is one version.
-            differences += [
-                f"{kind} {name}: "
-                + kept_fields.version_advice(
-                    index,
-                    entry,
-                    read_at=live["apiVersion"],
-                    kind=kind,
-                    name=name,
-                    namespace=cluster.namespace,
-                    kubeconfig=running.kubeconfig_file,
-                )
-                for index, entry in elsewhere
-            ]
-            continue
-        recorded = (live.get("metadata", {}).get("annotations") or {}).get(LAST_APPLIED)
-        hand_set = kept_fields.held(
-            live,
-            _walked(body, live),
-            skipped=NOT_DECLARED.get(kind, ()),
-            applied=json.loads(recorded) if recorded else None,
-            taken=taken,
-        )
-        if hand_set:
-            # What the API server defaults comes back when the program's apply drops it: a
-            # creator's field only because the API server gave it the defaults with its create.
-            schema = running.schema(body)
-            hand_set = [field for field in hand_set if not kept_fields.defaulted(schema, field.path, field.value)]
-        where = {
-            **{"entry": cluster.key, "role": role, "kind": kind, "name": name, "namespace": cluster.namespace},
-            "kubeconfig": running.kubeconfig_file,
-        }
-        found = [kept_fields.advice(field, **where) for field in hand_set]
-        found += [
-            _with_key(line)
-            for line in unlike(role, body, live)
-            if not any(_within(line, field.shown) for field in hand_set)
+        differences += [
+            f"{kind} {name}: {line}"
+            for line in _said_of(cluster, role, body, live, running, unlike=unlike, taken=taken)
         ]
-        differences += [f"{kind} {name}: {line}" for line in dict.fromkeys(found)]
     return differences
+
+
+def _said_of(
+    cluster: WorkloadCluster,
+    role: str,
+    body: dict[str, Any],
+    live: dict[str, Any],
+    running: Live,
+    *,
+    unlike: Callable[[str, dict[str, Any], dict[str, Any]], list[str]],
+    taken: tuple[tuple[str, tuple[str, ...]], ...],
+) -> list[str]:
+    """What _unlike says of one running object: each hand-set field with its ways out, then each
+    other field `unlike` finds; or, where kubectl's work on it is recorded at another version than
+    it is read at, each such record alone, for none of its hand work can be read until then."""
+    kind, name = body["kind"], body["metadata"]["name"]
+    elsewhere = kept_fields.at_other_versions(live)
+    if elsewhere:
+        return [
+            kept_fields.version_advice(
+                index,
+                entry,
+                read_at=live["apiVersion"],
+                kind=kind,
+                name=name,
+                namespace=cluster.namespace,
+                kubeconfig=running.kubeconfig_file,
+            )
+            for index, entry in elsewhere
+        ]
+    recorded = (live.get("metadata", {}).get("annotations") or {}).get(LAST_APPLIED)
+    hand_set = kept_fields.held(
+        live,
+        _walked(body, live),
+        skipped=NOT_DECLARED.get(kind, ()),
+        applied=json.loads(recorded) if recorded else None,
+        taken=taken,
+    )
+    if hand_set:
+        # What the API server defaults comes back when the program's apply drops it: a
+        # creator's field only because the API server gave it the defaults with its create.
+        schema = running.schema(body)
+        hand_set = [field for field in hand_set if not kept_fields.defaulted(schema, field.path, field.value)]
+    where = {
+        **{"entry": cluster.key, "role": role, "kind": kind, "name": name, "namespace": cluster.namespace},
+        "kubeconfig": running.kubeconfig_file,
+    }
+    found = [kept_fields.advice(field, **where) for field in hand_set]
+    found += [
+        _with_key(line)
+        for line in unlike(role, body, live)
+        if not any(_within(line, field.shown) for field in hand_set)
+    ]
+    return list(dict.fromkeys(found))
 
 
 def _walked(body: Mapping[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
