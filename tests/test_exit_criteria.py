@@ -448,10 +448,20 @@ def test_pending_means_unschedulable_not_a_pod_pulling_its_image(world: World) -
     assert exit_criteria.unschedulable(waiting)
 
 
-def test_a_transient_api_error_mid_run_is_asked_again_within_the_steps_bound(world: World, tmp_path: Path) -> None:
+# What kubectl says while a restarted API server does not serve the CRDs' kinds yet.
+UNSERVED = (
+    'error: the server doesn\'t have a resource type "machinedeployments"',
+    "Error from server (NotFound): the server could not find the requested resource (get machines.cluster.x-k8s.io)",
+)
+
+
+@pytest.mark.parametrize("error", [REFUSED, *UNSERVED])
+def test_a_transient_api_error_mid_run_is_asked_again_within_the_steps_bound(
+    world: World, tmp_path: Path, error: str
+) -> None:
     sample = f"mgmt get {','.join(exit_criteria.CAPI_KINDS)}"
     # From the namespace's making on: what was read before it is the refusal's to fail.
-    world.hooks = {"lab1 apply": lambda: world.answers.update({sample: [(1, REFUSED)] * 3})}
+    world.hooks = {"lab1 apply": lambda: world.answers.update({sample: [(1, error)] * 3})}
     world.answers = {"lab1 patch job": [(1, REFUSED)]}
     assert typed(tmp_path, "--margin", "30") == exit_criteria.PASSED
     assert verdicts(written(tmp_path)) == ALL_PASSED

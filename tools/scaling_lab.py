@@ -73,8 +73,12 @@ _SUFFIX = {
 }
 # What a request answers while the API server restarts, its etcd elects, or the network blinks:
 # worth asking again within a step's bound. Anything else (NotFound, Forbidden, a bad flag) is not.
+# A restarted API server (k3s restarted on the VM) answers before it serves the CRDs' kinds again:
+# kubectl then finds no such resource type, or a 404 for the kind itself, for kinds the run has
+# already read.
 TRANSIENT = re.compile(
     r"connection refused|The connection to the server \S+ was refused|connection reset"
+    r"|the server doesn't have a resource type|the server could not find the requested resource"
     r"|Unable to connect to the server|i/o timeout|TLS handshake timeout|context deadline exceeded"
     r"|Client\.Timeout|http2: client connection lost|no route to host|\bEOF\b"
     r"|ServiceUnavailable|InternalError|TooManyRequests|\(Timeout\)|etcdserver|leader changed"
