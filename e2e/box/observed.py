@@ -52,7 +52,7 @@ class Marks:
 HOST_KEY_ALGORITHM = "kex: host key algorithm: "
 
 
-def _k3s_restarts(calls: list[str]) -> list[str]:
+def k3s_restarts(calls: list[str]) -> list[str]:
     """The guest's `systemctl restart k3s` calls (calls.log), whoever made them: a host script or
     the k3s installer; a call killed before it ended is none."""
     restart = json.dumps({"argv": ["systemctl", "restart", "k3s"]})[1:-1]
@@ -110,7 +110,7 @@ def _observed(box: Box, run_it: Callable[[], EngineRun]) -> dict[str, Any]:
         "ssh_connections": [line for line in ssh if "Connection from" in line],
         "ssh_sessions": [line for line in ssh if "Accepted publickey" in line],
         "host_key_algorithms": _host_key_algorithms(ssh),
-        "k3s_restarts": _k3s_restarts(calls),
+        "k3s_restarts": k3s_restarts(calls),
         "installs": box.guest_log("installer.log")[marks.installs :],
         "chart_requests": box.charts.requests[marks.charts :],
         "pve_writes": [

@@ -9,8 +9,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from e2e.engine.control_plane import ControlPlane
+from e2e.engine.kube_api import Api, UnreachableError
 
 # A step reads and writes through the API (e2e/engine/kube_api.py), a few requests; four boxes
 # side by side share two cores. A real controller's watch answers sooner; what the tests check is
@@ -30,15 +32,21 @@ def looping(
 ) -> Iterator[None]:
     """`step` as `user` on `cluster` every `interval` seconds for the block; an object of a shape
     it does not know (a KeyError or ValueError) is said in `errors` as `cannot <doing>: ...`, never
-    skipped in silence."""
+    skipped in silence. While the API server is not ready no pass runs, and a pass it stops
+    answering ends there: a controller's watch, cut off while its API server restarts, acts again
+    once it lists anew, never on what a restarted server answers before it serves the CRDs' kinds
+    (k3s restarted on the VM)."""
     stop = threading.Event()
+    kubeconfig = cluster.kubeconfig_of(user)
 
     def loop() -> None:
         while not stop.wait(interval):
-            if not cluster.kubeconfig_of(user).exists():
+            if not kubeconfig.exists() or not _ready(kubeconfig):
                 continue
             try:
                 step()
+            except UnreachableError:
+                continue
             except (KeyError, ValueError) as unknown:
                 errors.append(f"cannot {doing}: {unknown!r}")
 
@@ -49,3 +57,13 @@ def looping(
     finally:
         stop.set()
         thread.join(timeout=30)
+
+
+def _ready(kubeconfig: Path) -> bool:
+    """Whether the API server serves the CRDs' kinds: the one readiness check that says so, which
+    costs it nothing (the whole /readyz asks etcd too)."""
+    try:
+        code, _ = Api.from_kubeconfig(kubeconfig).call("GET", "/readyz/poststarthook/crd-informer-synced")
+    except UnreachableError:
+        return False
+    return code == 200

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.engine.control_plane import KUBELET_USER, ControlPlane
-from e2e.engine.kube_api import MERGE_PATCH, Api, ApiError
+from e2e.engine.kube_api import MERGE_PATCH, Api, ApiError, UnreachableError
 from e2e.standins.cluster import pod_process, pod_status
 from e2e.standins.cluster.controller_loop import looping
 
@@ -277,6 +277,8 @@ def running(
                 _register_node(api, node)
                 registered.append(True)
             _step(api, runner)
+        except UnreachableError:
+            raise  # its next pass tries again (controller_loop)
         except OSError as unreachable:
             runner.errors.append(f"cannot run pods: {unreachable!r}")
 
