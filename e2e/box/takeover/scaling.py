@@ -94,7 +94,7 @@ def workers(lab: OwnersLab) -> dict[str, Any]:
 def refusals(lab: OwnersLab) -> dict[str, Any]:
     """The command typed on a lab it must not run on, each time with nothing made: min-size 1 on
     the MachineDeployment (kubectl's edit, then put back), and the owner's things on a worker
-    (OWNERS_THINGS), which it names, each for its reason, and leaves running; then they go."""
+    (_owners_things), which it names, each for its reason, and leaves running; then they go."""
     out: dict[str, Any] = {"min_size": [lab.laptop(f"{ANNOTATE_WORKERS} {MIN_SIZE_ANNOTATION}=1")]}
     out["min_size"] += [lab.laptop(EXIT_CRITERIA), lab.laptop(f"{ANNOTATE_WORKERS} {MIN_SIZE_ANNOTATION}={MIN_SIZE}")]
     lab1 = lab.box.cluster.kubectl_as
@@ -134,34 +134,32 @@ def _owners_pods(lab: OwnersLab) -> dict[str, dict[str, str]]:
     }
 
 
-def _lay_out_owners_things(lab: OwnersLab, worker: str) -> None:
-    """The owner's things on `worker`, each made as an owner makes it (bare pods, Deployments the
-    real controllers run, a budget the real disruption controller counts), pinned there by name,
-    as the scheduler would have placed them; the worker annotated scale-down-disabled; every pod
-    Running (the kubelet stand-in), then the finished one's container ended as a kubelet reports a
-    container that exited 0, which no stand-in here runs."""
-    lab1 = lab.box.cluster.kubectl_as
+def _owners_things(worker: str, operator_uid: str) -> list[dict[str, Any]]:
+    """BLOCKERS' and NOT_BLOCKERS' pods, each made as an owner makes it (a bare pod, a Deployment,
+    a pod the ConfigMap `owners-operator` of `operator_uid` controls, a budget), pinned on `worker`
+    by name, as the scheduler would have placed them; all but the first and the node-bound one
+    tolerate the control plane's taint, so that only their own reason keeps the worker."""
     everywhere = [{"operator": "Exists"}]
-
-    def spec(**more: Any) -> dict[str, Any]:
-        return {"nodeName": worker, "containers": [{"name": "app", "image": PAUSE}], **more}
 
     def meta(name: str, namespace: str = "default", **more: Any) -> dict[str, Any]:
         return {"name": name, "namespace": namespace, "labels": {OWNERS_LABEL: "yes", "app": name}, **more}
+
+    def pod_spec(**more: Any) -> dict[str, Any]:
+        return {"nodeName": worker, "containers": [{"name": "app", "image": PAUSE}], **more}
 
     def pod(name: str, annotations: dict[str, str] | None = None, **more: Any) -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": meta(name, annotations=annotations or {}),
-            "spec": spec(**more),
+            "spec": pod_spec(**more),
         }
 
     def deployment(
         name: str, namespace: str = "default", annotations: dict[str, str] | None = None, **more: Any
     ) -> dict[str, Any]:
-        template = {"metadata": meta(name, namespace, annotations=annotations or {}), "spec": spec(**more)}
-        del template["metadata"]["name"], template["metadata"]["namespace"]
+        labels = meta(name)["labels"]
+        template = {"metadata": {"labels": labels, "annotations": annotations or {}}, "spec": pod_spec(**more)}
         return {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -169,17 +167,14 @@ def _lay_out_owners_things(lab: OwnersLab, worker: str) -> None:
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": template},
         }
 
-    operator = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("owners-operator")}
-    lab1(lab.lab1_kubeconfig, "apply", "-f", "-", stdin=json.dumps(operator)).check_returncode()
-    uid = lab1(lab.lab1_kubeconfig, "get", "configmap", "owners-operator", "-o", "jsonpath={.metadata.uid}").stdout
-    owned = pod("owners-operated", tolerations=everywhere)
-    owned["metadata"]["ownerReferences"] = [
-        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owners-operator", "uid": uid, "controller": True}
+    operated = pod("owners-operated", tolerations=everywhere)
+    operated["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owners-operator", "uid": operator_uid, "controller": True}
     ]
-    workers_only = {"key": CONTROL_PLANE_ROLE, "operator": "DoesNotExist"}
-    things = [
+    workers_only = {"matchExpressions": [{"key": CONTROL_PLANE_ROLE, "operator": "DoesNotExist"}]}
+    return [
         pod(OWNERS_POD),
-        owned,
+        operated,
         deployment("owners-unsafe", annotations={SAFE_TO_EVICT: "false"}, tolerations=everywhere),
         deployment("owners-scratch", tolerations=everywhere, volumes=[{"name": "scratch", "emptyDir": {}}]),
         deployment("owners-budgeted", tolerations=everywhere),
@@ -194,9 +189,7 @@ def _lay_out_owners_things(lab: OwnersLab, worker: str) -> None:
             tolerations=everywhere,
             affinity={
                 "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [workers_only]}]
-                    }
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [workers_only]}
                 }
             },
         ),
@@ -204,17 +197,25 @@ def _lay_out_owners_things(lab: OwnersLab, worker: str) -> None:
         pod("owners-evictable", annotations={SAFE_TO_EVICT: "true"}),
         deployment("owners-system", "kube-system", tolerations=everywhere),
     ]
-    lab1(
-        lab.lab1_kubeconfig, "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": things})
-    ).check_returncode()
+
+
+def _lay_out_owners_things(lab: OwnersLab, worker: str) -> None:
+    """_owners_things on `worker`, the worker annotated scale-down-disabled, every pod Running
+    (the kubelet stand-in), then the finished one's container ended as a kubelet reports one that
+    exited 0, which no stand-in here runs."""
+    lab1 = lab.box.cluster.kubectl_as
+    operator = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "owners-operator", "namespace": "default", "labels": {OWNERS_LABEL: "yes"}},
+    }
+    lab1(lab.lab1_kubeconfig, "apply", "-f", "-", stdin=json.dumps(operator)).check_returncode()
+    uid = lab1(lab.lab1_kubeconfig, "get", "configmap", "owners-operator", "-o", "jsonpath={.metadata.uid}").stdout
+    things = {"apiVersion": "v1", "kind": "List", "items": _owners_things(worker, uid)}
+    lab1(lab.lab1_kubeconfig, "apply", "-f", "-", stdin=json.dumps(things)).check_returncode()
     lab1(lab.lab1_kubeconfig, "annotate", "node", worker, f"{SCALE_DOWN_DISABLED}=true").check_returncode()
-    until(
-        "the owner's things running",
-        lambda: (
-            list(_owners_pods(lab).values())
-            == [{"node": worker, "phase": "Running"}] * (len(BLOCKERS) + len(NOT_BLOCKERS))
-        ),
-    )
+    running = [{"node": worker, "phase": "Running"}] * (len(BLOCKERS) + len(NOT_BLOCKERS))
+    until("the owner's things running", lambda: list(_owners_pods(lab).values()) == running)
     ended = {"phase": "Succeeded", "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}]}
     ended["containerStatuses"] = [
         {
@@ -222,8 +223,7 @@ def _lay_out_owners_things(lab: OwnersLab, worker: str) -> None:
             "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
         }
     ]
-    lab1(
-        lab.lab1_kubeconfig,
+    finished = (
         "patch",
         "pod",
         "owners-done",
@@ -231,7 +231,8 @@ def _lay_out_owners_things(lab: OwnersLab, worker: str) -> None:
         "--type=merge",
         "-p",
         json.dumps({"status": ended}),
-    ).check_returncode()
+    )
+    lab1(lab.lab1_kubeconfig, *finished).check_returncode()
 
 
 def _take_away_owners_things(lab: OwnersLab, worker: str) -> None:
