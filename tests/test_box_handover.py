@@ -1,8 +1,9 @@
 """The HelmChart hand-over (components/scripts/helmchart_handover.sh) against a real
 kube-apiserver and etcd with k3s's real helm-controller running (issue 67), in a network namespace
-of the test's own, with the playbook's HelmCharts and Helm release Secrets in place: what the
-script asked the API server, in which order, and what helm-controller did about it, are read from
-the server's audit log. Selected with `pytest -m engine`.
+of the test's own, with the playbook's HelmCharts in place and their releases installed by
+helm-controller's Jobs, whose pods run klipper-helm's `entry` with Helm v4.1.4 as the lab's k3s
+runs them: what the script asked the API server, in which order, and what helm-controller did about
+it, are read from the server's audit log. Selected with `pytest -m engine`.
 """
 
 from __future__ import annotations
@@ -145,11 +146,37 @@ def test_a_restarted_helm_controller_changes_nothing(handover: Any) -> None:
     assert handover["releases_after"] == handover["releases_before"]
 
 
-def test_a_chart_deleted_with_its_finalizer_on_gets_a_helm_delete_job(handover: Any) -> None:
+def test_each_release_is_installed_by_its_charts_job_as_the_labs_k3s_installs_it(handover: Any) -> None:
+    """Each install Job's pod ran klipper-helm's `entry` to its end (helm-controller's Job, its
+    arguments, environment and volumes), which fetched the chart from the HelmChart's `repo` URL
+    and installed it with Helm v4.1.4: revision 1, deployed, the HelmChart's version and values,
+    applied server-side (`apply_method: ssa`, which Helm v3 never records)."""
+    assert "failed" not in handover, handover.get("failed")
+    assert handover["pod_errors"] == []
+    assert handover["chart_unknown"] == []
+    for name in playbook_lab.HANDED_OVER:
+        namespace, repo, version, values = playbook_lab.PLAYBOOK_CHARTS[name]
+        pod = handover["installed"][name]
+        assert pod["phase"] == "Succeeded", pod
+        assert pod["state"]["terminated"]["exitCode"] == 0, pod
+        assert pod["state"]["terminated"]["message"] == "Installing helm chart\n", pod
+        record = handover["releases"][f"sh.helm.release.v1.{name}.v1"]
+        assert (record["name"], record["namespace"], record["version"]) == (name, namespace, 1)
+        assert record["info"]["status"] == "deployed"
+        assert record["chart"]["metadata"]["version"] == version
+        assert record.get("config", {}) == values
+        assert record["apply_method"] == "ssa"
+        path = repo.split("://", 1)[1].partition("/")[2]
+        assert f"{'/' + path if path else ''}/{name}-{version}.tgz" in handover["chart_requests"]
+
+
+def test_a_chart_deleted_with_its_finalizer_on_loses_its_release(handover: Any) -> None:
     """The control: what the script's finalizer step exists to avoid, shown on the real
-    helm-controller: a managed chart deleted with its finalizer on gets a helm-delete Job (which
-    would uninstall the release), and stays until that Job is done."""
+    helm-controller and its Jobs: a managed chart, installed, then deleted with its finalizer on,
+    gets a helm-delete Job, whose pod uninstalls the release, and only then goes."""
     control = handover["control"]
+    assert control["installed"] == [f"sh.helm.release.v1.{scenario.CONTROL_CHART}.v1"]
     assert ["create", "jobs", f"helm-delete-{scenario.CONTROL_CHART}"] in control["writes"]
     assert control["job_args"] == ["delete"]
-    assert control["chart_left"] == {"deleting": True, "finalizers": [playbook_lab.HELM_CONTROLLER_FINALIZER]}
+    assert control["releases_left"] == []
+    assert f"configmap/{scenario.CONTROL_CHART}-rendered" not in control["rendered_left"]

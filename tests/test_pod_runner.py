@@ -68,17 +68,27 @@ def test_a_command_other_than_the_images_binary_is_refused(tmp_path: Path) -> No
 
 def test_an_unknown_volume_is_refused(tmp_path: Path) -> None:
     pod = _pod(volumeMounts=[{"name": "data", "mountPath": "/data"}])
-    pod["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
-    with pytest.raises(pod_process.PodError, match="knows secret and projected volumes"):
+    pod["spec"]["volumes"] = [{"name": "data", "hostPath": {"path": "/data"}}]
+    with pytest.raises(pod_process.PodError, match="knows emptyDir, secret, configMap and projected volumes"):
         pod_process.volumes(None, pod, pod["spec"]["containers"][0], tmp_path)  # type: ignore[arg-type]
 
 
-def test_an_overlay_is_laid_only_where_a_mount_point_is_missing(tmp_path: Path) -> None:
-    missing = "/etc/lab-mgmt-test-never-made/kubernetes"
+def test_the_pod_runs_in_a_root_of_its_own_where_its_mounts_are_made(tmp_path: Path) -> None:
+    """A mount point the machine lacks (/config) is made in the Pod's root, an overlay of the
+    machine's tree whose writes stay in the Pod's folder; a file is mounted on a file; only what
+    the kubelet mounts read-only is remounted so; the process starts in that root."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "log").touch()
+    root = tmp_path / "rootfs"
     script = pod_process._mount_script(
-        [(tmp_path / "a", missing), (tmp_path / "b", "/usr")], tmp_path, "10.88.0.2", "p"
+        [(tmp_path / "a", "/config", True), (tmp_path / "log", "/dev/termination-log", False)],
+        tmp_path,
+        "10.88.0.2",
+        "p",
     )
-    assert script.count("mount -t overlay") == 1
-    assert "lowerdir=/etc," in script
-    assert f"mount --bind {tmp_path / 'a'} {missing}" in script
-    assert f"mount --bind {tmp_path / 'b'} /usr" in script
+    assert f"lowerdir=/,upperdir={tmp_path / 'rootfs-layer' / 'upper'}" in script
+    assert f"mkdir -p {root}/config\nmount --bind {tmp_path / 'a'} {root}/config" in script
+    assert f"mount -o remount,bind,ro {root}/config" in script
+    assert f"touch {root}/dev/termination-log" in script
+    assert f"remount,bind,ro {root}/dev/termination-log" not in script
+    assert script.splitlines()[-1].startswith(f"exec chroot {root} ")

@@ -658,6 +658,53 @@ build_helm_controller() {
   printf 'LAB_MGMT_HELM_CONTROLLER_BIN=%s\n' "$out"
 }
 
+# The image of helm-controller's Jobs in the lab's k3s (k3s PR #14476, beside helm-controller v0.17.7):
+# klipper-helm v0.13.3-build20260727, whose `entry` script runs the HelmChart's install with Helm
+# v4.1.4 (its Dockerfile's HELM_VERSION, commit 05fa3797). The image is stood for by its two files:
+# `entry` from the archive of the tag, and helm built from the module at that version as the
+# Dockerfile builds it (its go-mod-overrides applied, the same -X stamps). Its two Helm plugins
+# (helm-set-status, helm-mapkubeapis) come by commit from GitHub, which the proxy does not serve;
+# `entry` calls them only to upgrade or repair a release, which the box's installs never reach.
+KLIPPER_HELM_VERSION=0.13.3-build20260727
+KLIPPER_HELM_HELM_VERSION=4.1.4
+
+build_klipper_helm() {
+  local archive="klipper-helm-v$KLIPPER_HELM_VERSION.tar.gz" module=helm.sh/helm/v4
+  local out="$cache/klipper-helm-v$KLIPPER_HELM_VERSION/bin" src="$cache/src/klipper-helm-v$KLIPPER_HELM_VERSION"
+  local started=$SECONDS dir k8s
+  if [ -x "$out/helm" ] && [ -x "$out/entry" ]; then
+    say "klipper-helm v$KLIPPER_HELM_VERSION (helm v$KLIPPER_HELM_HELM_VERSION): cached"
+  elif ! have_archives "$archive"; then
+    say "klipper-helm v$KLIPPER_HELM_VERSION: missing $archive (put it in $vendor or set LAB_MGMT_VENDOR)"
+    return 1
+  elif ! dir="$(module_dir "$module@v$KLIPPER_HELM_HELM_VERSION")"; then
+    say "klipper-helm v$KLIPPER_HELM_VERSION: helm v$KLIPPER_HELM_HELM_VERSION is not served by $GOPROXY"
+    return 1
+  else
+    rm -rf "$src" && mkdir -p "$src" "$out"
+    unpack "$archive" "$src/klipper-helm"
+    cp -a "$dir" "$src/helm" && chmod -R u+w "$src/helm"
+    say "klipper-helm v$KLIPPER_HELM_VERSION: building helm v$KLIPPER_HELM_HELM_VERSION"
+    # The archive's own script applies its overrides, as the Dockerfile runs it.
+    (cd "$src/helm" &&
+      sh "$src/klipper-helm/scripts/go-mod-overrides.sh" "$src/klipper-helm/go-mod-overrides" >&2 &&
+      k8s="$(go list -f '{{.Version}}' -m k8s.io/client-go | tr -d v)" &&
+      go build -trimpath -ldflags "-w -s \
+        -X $module/internal/version.version=v$KLIPPER_HELM_HELM_VERSION \
+        -X $module/internal/version.gitTreeState=clean \
+        -X $module/pkg/lint/rules.k8sVersionMajor=$((${k8s%%.*} + 1)) \
+        -X $module/pkg/lint/rules.k8sVersionMinor=$(cut -d. -f2 <<<"$k8s") \
+        -X $module/pkg/chartutil.k8sVersionMajor=$((${k8s%%.*} + 1)) \
+        -X $module/pkg/chartutil.k8sVersionMinor=$(cut -d. -f2 <<<"$k8s")" \
+        -o "$(partial_of "$out/helm")" ./cmd/helm)
+    install -m 0755 "$src/klipper-helm/entry" "$(partial_of "$out/entry")"
+    finish "$out/entry" "$started"
+    finish "$out/helm" "$started"
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_KLIPPER_HELM_BIN=%s\n' "$out"
+}
+
 # cert-manager's four binaries (issue 68), for the chart v1.21.2 the program pins: the proxy serves
 # cert-manager's root module but not the modules of its cmd/ (`<x>-binary`, each with a `replace`
 # of the root to ../../), which exist only in git, and the stored history's tags stop at v1.21.1;
@@ -740,6 +787,7 @@ beside_lane() {
   fi
   if wants helm-controller; then
     locked helm-controller build_helm_controller
+    locked klipper-helm build_klipper_helm
   fi
   if wants cert-manager; then
     locked cert-manager build_cert_manager

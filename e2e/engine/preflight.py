@@ -28,6 +28,9 @@ COMMANDS = {
     "ssh-keygen": "openssh-client",
     "openssl": "openssl",
     "curl": "curl",
+    # klipper-helm's `entry`, which the pod runner runs for helm-controller's Jobs, reads Helm's
+    # answers with jq, as the image's Alpine jq does.
+    "jq": "jq",
 }
 # What the box's VMs take from the machine (e2e/standins/guest/guest.py): without them a VM boots
 # without sshd or without its user's sudo rule.

@@ -1,19 +1,26 @@
 """The playbook's lab handed over: its HelmCharts on a real API server with k3s's real
 helm-controller running (e2e/controllers/helm_controller.py), which makes for each chart what it
 makes on the owner's k3s (the install Job, its pod through the real job controller, the Job's
-helpers), then components/scripts/helmchart_handover.sh as docs/adoption.md runs it: cut off
-between the first chart's finalizer removal and its delete, then typed again, twice
-(tests/test_box_handover.py). Then helm-controller restarted, as a restarted k3s restarts it; and
-last, the control: a chart of the same kind deleted with helm-controller's finalizer on, which is
-what the script must never do.
+helpers); each Job's pod runs klipper-helm's `entry` with Helm v4.1.4 as the lab's k3s runs it
+(the pod runner), which installs the release from the chart repository at the HelmChart's `repo`
+URL (the chart repository stand-in under its internet name). Then
+components/scripts/helmchart_handover.sh as docs/adoption.md runs it: cut off between the first
+chart's finalizer removal and its delete, then typed again, twice (tests/test_box_handover.py).
+Then helm-controller restarted, as a restarted k3s restarts it; and last, the control: a chart of
+the same kind deleted with helm-controller's finalizer on, which is what the script must never
+do: its release is uninstalled.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import subprocess
 import sys
 import time
+import traceback
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +30,16 @@ from e2e.box.workload.lab1_reads import until
 from e2e.controllers import helm_controller
 from e2e.engine import control_plane
 from e2e.engine.cli import REPO
-from e2e.standins.cluster import helm_controller_standin, playbook_lab
+from e2e.standins.cluster import chart_repo_standin, helm_controller_standin, playbook_lab, pod_process, pod_runner
 
 # What k3s's controller manager runs, of what the hand-over meets: the job controller makes each
-# install Job's pod, and the garbage collector takes the pod when helm-controller deletes its Job.
-CONTROLLERS = ("serviceaccount-token-controller", "job-controller", "garbage-collector-controller")
+# install Job's pod, and the garbage collector takes the pod when helm-controller deletes its Job;
+# the pod's service account volume projects the `kube-root-ca.crt` ConfigMap that the publisher
+# makes in each namespace.
+CONTROLLERS = (
+    *("serviceaccount-token-controller", "job-controller", "garbage-collector-controller"),
+    "root-ca-certificate-publisher-controller",
+)
 # The kinds helm-controller makes for a chart (chart.go OnChange), and the Jobs' pods.
 MADE_KINDS = "secrets,configmaps,serviceaccounts,jobs,pods,clusterrolebindings"
 # A chart of the playbook's kind, there only to be deleted with its finalizer on.
@@ -35,6 +47,58 @@ CONTROL_CHART = "finalizer-control"
 # How long the restarted helm-controller is watched doing nothing: it lists every HelmChart and
 # handles each within a second of starting.
 RESTARTED_WATCH_SECONDS = 10
+# The label helm-controller gives its Jobs' pods (chart.go LabelChartName), by which the pod runner
+# runs them.
+CHART_LABEL = "helmcharts.helm.cattle.io/chart"
+# The public chart repositories' port.
+HTTPS = 443
+
+
+def _internet_repositories() -> tuple[dict[str, list[chart_repo_standin.Chart]], list[str]]:
+    """The chart repositories at the HelmCharts' `repo` URLs (path -> a chart of each chart's name
+    and version: the control's beside cert-manager's), and their host names."""
+    repositories: dict[str, list[chart_repo_standin.Chart]] = {}
+    hosts = []
+    for name, (_, repo, version, _) in playbook_lab.PLAYBOOK_CHARTS.items():
+        url = urllib.parse.urlsplit(repo)
+        hosts.append(url.hostname or "")
+        names = [name, CONTROL_CHART] if name == "cert-manager" else [name]
+        repositories[url.path.strip("/")] = [chart_repo_standin.Chart(chart, version) for chart in names]
+    return repositories, hosts
+
+
+def _release_records(cluster: control_plane.ControlPlane, namespace: str = "") -> dict[str, dict[str, Any]]:
+    """Each Helm release Secret's name -> the release record it keeps (gzipped JSON in base64)."""
+    scope = ["-n", namespace] if namespace else ["-A"]
+    listed = json.loads(cluster.kubectl("get", "secret", *scope, "-l", "owner=helm", "-o", "json").stdout)["items"]
+    return {
+        item["metadata"]["name"]: json.loads(
+            gzip.decompress(base64.b64decode(base64.b64decode(item["data"]["release"])))
+        )
+        for item in listed
+    }
+
+
+def _installed(cluster: control_plane.ControlPlane, charts: list[str]) -> dict[str, Any] | None:
+    """Once each of `charts` has its install Job Complete: the Jobs' pods (phase and container
+    state) by chart."""
+    jobs = json.loads(cluster.kubectl("get", "jobs", "-n", "kube-system", "-o", "json").stdout)["items"]
+    complete = {
+        job["metadata"]["labels"].get(CHART_LABEL)
+        for job in jobs
+        if any(c["type"] == "Complete" and c["status"] == "True" for c in job.get("status", {}).get("conditions", []))
+    }
+    if not set(charts) <= complete:
+        return None
+    pods = json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l", CHART_LABEL, "-o", "json").stdout)
+    return {
+        pod["metadata"]["labels"][CHART_LABEL]: {
+            "phase": pod["status"].get("phase"),
+            "state": (pod["status"].get("containerStatuses") or [{}])[0].get("state", {}),
+        }
+        for pod in pods["items"]
+        if pod["metadata"]["labels"][CHART_LABEL] in charts
+    }
 
 
 def _k3s_on_path(directory: Path, kubectl: Path, kubeconfig: Path, *, cut_at_delete: bool) -> dict[str, str]:
@@ -141,11 +205,14 @@ def _writes_by(cluster: control_plane.ControlPlane, mark: int, user: str) -> lis
 
 
 def _deleted_with_its_finalizer(cluster: control_plane.ControlPlane) -> dict[str, Any]:
-    """The control: a chart helm-controller manages, deleted with its finalizer on, as the script
-    must never do: what helm-controller makes of the delete."""
+    """The control: a chart helm-controller manages, installed, then deleted with its finalizer on,
+    as the script must never do: what helm-controller makes of the delete (a helm-delete Job, whose
+    pod uninstalls the release), and what is left of the release once the chart is gone."""
     chart = playbook_lab.helmchart("cert-manager").replace("cert-manager", CONTROL_CHART)
     cluster.kubectl("apply", "-f", "-", stdin=chart)
     until(f"helm-controller made {CONTROL_CHART}'s install Job", lambda: _all_made(cluster, [CONTROL_CHART]))
+    until(f"{CONTROL_CHART}'s install Job done", lambda: _installed(cluster, [CONTROL_CHART]))
+    installed = sorted(_release_records(cluster, CONTROL_CHART))
     mark = len(cluster.audit())
     cluster.kubectl("delete", "helmchart", CONTROL_CHART, "-n", "kube-system", "--wait=false")
     deleting = until(
@@ -157,13 +224,15 @@ def _deleted_with_its_finalizer(cluster: control_plane.ControlPlane) -> dict[str
             or "null"
         ),
     )
-    left = json.loads(cluster.kubectl("get", "helmchart", CONTROL_CHART, "-n", "kube-system", "-o", "json").stdout)
+    until(
+        f"{CONTROL_CHART} gone once its helm-delete Job is done",
+        lambda: not cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "name").stdout.strip(),
+    )
     return {
         "job_args": deleting["spec"]["template"]["spec"]["containers"][0].get("args", []),
-        "chart_left": {
-            "deleting": "deletionTimestamp" in left["metadata"],
-            "finalizers": left["metadata"].get("finalizers", []),
-        },
+        "installed": installed,
+        "releases_left": sorted(_release_records(cluster, CONTROL_CHART)),
+        "rendered_left": cluster.kubectl("get", "configmaps", "-n", CONTROL_CHART, "-o", "name").stdout.split(),
         "writes": _writes_by(cluster, mark, control_plane.HELM_CONTROLLER_USER),
     }
 
@@ -173,34 +242,60 @@ def helmchart_handover(root: str) -> dict[str, Any]:
     script twice; helm-controller restarted; the control."""
     base = Path(root)
     out: dict[str, Any] = {}
-    with control_plane.running(base / "control-plane", VM_ADDRESS, controllers=CONTROLLERS) as cluster:
-        manifests = base / "manifests"
-        with helm_controller.running(cluster, base / "helm-controller") as controller:
-            out["controller_args"] = controller.args
-            playbook_lab.lay_out(cluster, manifests, _playbook_capmox_data(), helm_controller_runs=True)
-            out["made"] = until(
-                "helm-controller made each chart's Job, its pod and its helpers",
-                lambda: _all_made(cluster, playbook_lab.HANDED_OVER),
-            )
-            out["charts_before"] = json.loads(
-                cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "json").stdout
-            )["items"]
-            out["releases_before"] = _releases(cluster)
-            mark = len(cluster.audit())
-            # Cut off between the first chart's finalizer removal and its delete, then typed
-            # again, and once more: the second run finishes, the third finds nothing to do.
-            out["cut"] = _handover(cluster, base, manifests, cut_at_delete=True)
-            out["runs"] = [_handover(cluster, base, manifests) for _ in range(2)]
-            until("helm-controller removed what it made for the handed-over charts", lambda: not _made_for(cluster))
-            out["controller_writes"] = _writes_by(cluster, mark, control_plane.HELM_CONTROLLER_USER)
-            out["collector_writes"] = _writes_by(cluster, mark, control_plane.CONTROLLER_USER)
-        mark = len(cluster.audit())
-        with helm_controller.running(cluster, base / "helm-controller"):
-            time.sleep(RESTARTED_WATCH_SECONDS)
-            out["restarted_writes"] = _writes_by(cluster, mark, control_plane.HELM_CONTROLLER_USER)
-            out["charts_left"] = cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "name").stdout.split()
-            out["releases_after"] = _releases(cluster)
-            out["manifests_left"] = sorted(p.name for p in manifests.iterdir())
-            out["handed_over_files"] = sorted(p.name for p in (base / "manifests-handed-over").iterdir())
-            out["control"] = _deleted_with_its_finalizer(cluster)
+    repositories, hosts = _internet_repositories()
+    with (
+        control_plane.running(base / "control-plane", VM_ADDRESS, controllers=CONTROLLERS) as cluster,
+        # Every address of the test's own network namespace: the pods reach it at HOST_SIDE_IP.
+        chart_repo_standin.serve(repositories, base, address=("0.0.0.0", HTTPS), hostnames=hosts) as charts,  # noqa: S104
+        pod_runner.running(
+            cluster,
+            "kube-system",
+            "",
+            base / "pods",
+            selector=CHART_LABEL,
+            internet=pod_process.Internet(dict.fromkeys(hosts, pod_process.HOST_SIDE_IP), (charts.certificate,)),
+        ) as pods,
+    ):
+        try:
+            _handed_over(cluster, base, out)
+        except Exception:  # what happened so far, and the pods' side of it, are the tests' to read
+            out["failed"] = traceback.format_exc()
+        out |= {"pod_errors": pods.errors, "pod_logs": pods.logs(), "chart_requests": charts.requests}
+        out["chart_unknown"] = charts.unknown
     return out
+
+
+def _handed_over(cluster: control_plane.ControlPlane, base: Path, out: dict[str, Any]) -> None:
+    """The lab laid out and installed by helm-controller's Jobs; the script cut off, then typed
+    twice; helm-controller restarted; the control."""
+    manifests = base / "manifests"
+    with helm_controller.running(cluster, base / "helm-controller") as controller:
+        out["controller_args"] = controller.args
+        playbook_lab.lay_out(cluster, manifests, _playbook_capmox_data(), helm_controller_runs=True)
+        out["made"] = until(
+            "helm-controller made each chart's Job, its pod and its helpers",
+            lambda: _all_made(cluster, playbook_lab.HANDED_OVER),
+        )
+        out["installed"] = until("each chart's install Job done", lambda: _installed(cluster, playbook_lab.HANDED_OVER))
+        out["releases"] = _release_records(cluster)
+        out["charts_before"] = json.loads(
+            cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "json").stdout
+        )["items"]
+        out["releases_before"] = _releases(cluster)
+        mark = len(cluster.audit())
+        # Cut off between the first chart's finalizer removal and its delete, then typed
+        # again, and once more: the second run finishes, the third finds nothing to do.
+        out["cut"] = _handover(cluster, base, manifests, cut_at_delete=True)
+        out["runs"] = [_handover(cluster, base, manifests) for _ in range(2)]
+        until("helm-controller removed what it made for the handed-over charts", lambda: not _made_for(cluster))
+        out["controller_writes"] = _writes_by(cluster, mark, control_plane.HELM_CONTROLLER_USER)
+        out["collector_writes"] = _writes_by(cluster, mark, control_plane.CONTROLLER_USER)
+    mark = len(cluster.audit())
+    with helm_controller.running(cluster, base / "helm-controller"):
+        time.sleep(RESTARTED_WATCH_SECONDS)
+        out["restarted_writes"] = _writes_by(cluster, mark, control_plane.HELM_CONTROLLER_USER)
+        out["charts_left"] = cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "name").stdout.split()
+        out["releases_after"] = _releases(cluster)
+        out["manifests_left"] = sorted(p.name for p in manifests.iterdir())
+        out["handed_over_files"] = sorted(p.name for p in (base / "manifests-handed-over").iterdir())
+        out["control"] = _deleted_with_its_finalizer(cluster)

@@ -183,15 +183,21 @@ def serve(
     repositories: Mapping[str, Sequence[Chart | VendoredChart]],
     directory: Path,
     assets: Mapping[str, bytes] | None = None,
+    *,
+    address: tuple[str, int] = ("127.0.0.1", 0),
+    hostnames: Sequence[str] = (),
 ) -> Iterator[ChartRepoStandIn]:
-    """The repositories (path -> charts) at https://127.0.0.1:<ephemeral port>/<path>, and any
-    other files at the paths `assets` names (a release's assets: capmox_release_assets)."""
-    address = "127.0.0.1"
-    key, cert = https_server.self_signed_certificate(directory, "chart-repo-standin", address)
+    """The repositories (path -> charts; '' for one at the root) at https://127.0.0.1:<ephemeral
+    port>/<path>, and any other files at the paths `assets` names (a release's assets:
+    capmox_release_assets). At another `address` (the public repositories' port 443), with a
+    certificate for `hostnames` too: the names the repositories have on the internet, which the
+    box's DNS answers with it; their paths must not overlap (the Host header is not read)."""
+    key, cert = https_server.self_signed_certificate(directory, "chart-repo-standin", address[0], hostnames)
     files: dict[str, bytes] = dict(assets or {})
     for path, charts in repositories.items():
-        files[f"/{path}/index.yaml"] = _index(charts)
-        files.update({f"/{path}/{chart.archive_name}": chart.archive() for chart in charts})
+        prefix = f"/{path}" if path else ""
+        files[f"{prefix}/index.yaml"] = _index(charts)
+        files.update({f"{prefix}/{chart.archive_name}": chart.archive() for chart in charts})
     standin: ChartRepoStandIn
 
     class Handler(BaseHTTPRequestHandler):
@@ -218,12 +224,12 @@ def serve(
             """Requests are recorded above; nothing goes to stderr."""
 
     with ExitStack() as listening:
-        port = listening.enter_context(https_server.serving(Handler, (address, 0), key, cert)).server_address[1]
+        port = listening.enter_context(https_server.serving(Handler, address, key, cert)).server_address[1]
 
         def listen() -> None:
-            listening.enter_context(https_server.serving(Handler, (address, port), key, cert))
+            listening.enter_context(https_server.serving(Handler, (address[0], port), key, cert))
 
-        standin = ChartRepoStandIn(f"https://{address}:{port}", cert, listening, listen)
+        standin = ChartRepoStandIn(f"https://{address[0]}:{port}", cert, listening, listen)
         yield standin
 
 

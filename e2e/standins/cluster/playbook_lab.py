@@ -302,7 +302,8 @@ def lay_out(
     lab, where their webhooks refuse every provider CR until then. The provider CRs become Ready
     when an operator (e2e/standins/cluster/operator_standin.py) reconciles them. With
     `helm_controller_runs`, the real helm-controller (e2e/controllers/helm_controller.py) runs on
-    `cluster`: the HelmChart CRD is its own, and it makes what it makes of each chart itself."""
+    `cluster`, and its Jobs' pods run (e2e/box/management/handover.py): the HelmChart CRD is its
+    own, it makes what it makes of each chart itself, and its Jobs install the releases."""
     crds = [*([] if helm_controller_runs else [HELMCHART_CRD]), *(provider_crd(kind) for kind in PROVIDERS)]
     cluster.kubectl("apply", "-f", "-", stdin="---\n".join(crds))
     cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
@@ -314,18 +315,24 @@ def lay_out(
     if not helm_controller_runs:
         charts = [yaml.safe_load(helmchart(name)) for name in PLAYBOOK_CHARTS]
         helm_controller_standin.leave_installed(cluster, charts, INSTALL_STARTED, INSTALLED)
+        _lay_out_releases(cluster, chart_templates or {})
+    _wait_injected(cluster)
+    cluster.kubectl("apply", "-f", "-", stdin=capi_providers_yaml(capmox_data))
+    cluster.kubectl("apply", "-f", "-", stdin=INSPECTOR_RBAC)
+    cluster.kubectl("apply", "-f", "-", stdin=workload_kubeconfig_secret("lab1", lab1_kubeconfig))
+
+
+def _lay_out_releases(cluster: ControlPlane, chart_templates: Mapping[str, tuple[str, ...]]) -> None:
+    """Each release as helm-controller's install Job leaves it, written by hand where no Job runs:
+    its record and what its chart renders."""
     for name in HANDED_OVER:
         namespace, _, version, _ = PLAYBOOK_CHARTS[name]
-        chart = chart_repo_standin.Chart(name, version, templates=(chart_templates or {}).get(name, ()))
+        chart = chart_repo_standin.Chart(name, version, templates=chart_templates.get(name, ()))
         # helm creates its objects without kubectl's last-applied annotation.
         cluster.kubectl("create", "-f", "-", stdin=release_secret(chart))
         for template in chart.template_files().values():
             rendered = chart_repo_standin.rendered(name, namespace, chart, template)
             cluster.kubectl("create", "-f", "-", stdin=_helm_installed(rendered, name, namespace))
-    _wait_injected(cluster)
-    cluster.kubectl("apply", "-f", "-", stdin=capi_providers_yaml(capmox_data))
-    cluster.kubectl("apply", "-f", "-", stdin=INSPECTOR_RBAC)
-    cluster.kubectl("apply", "-f", "-", stdin=workload_kubeconfig_secret("lab1", lab1_kubeconfig))
 
 
 def snapshot(cluster: ControlPlane, kinds: list[str] = SNAPSHOT_KINDS) -> dict[str, list[str]]:

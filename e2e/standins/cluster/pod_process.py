@@ -1,22 +1,33 @@
 """How the pod runner (pod_runner.py) starts a Pod's container as a process, as a kubelet and a
-container runtime would, where no image can run: the binary built here from the same upstream
-source stands for the image (IMAGES; any other image is refused, naming it), started with exactly
-the container's command and args, its env (values and the fieldRefs a kubelet resolves, plus the
+container runtime would, where no image can run: what was built here from the same upstream
+source stands for the image (IMAGES; any other image is refused, naming it): its binary, and for an
+image with an entrypoint (klipper-helm's `entry`, a script) the files beside it, laid at their
+paths in the image. It is started with exactly the container's command (or the image's entrypoint)
+and args, its env (values and the fieldRefs a kubelet resolves, the image's HOME, plus the
 KUBERNETES_SERVICE_HOST/PORT it adds, pointing at the API server), and its volumes materialized in
 a folder of the Pod's own and bind-mounted at their mountPaths:
 
-- a Secret volume: the Secret's keys as files (the kubeconfig Secret's `value` at /etc/kubernetes/value);
-- the projected service account volume the API server's ServiceAccount admission adds: a token
-  for the Pod's serviceAccountName from the TokenRequest API, bound to the Pod, as the kubelet asks
-  for it; the ConfigMap `kube-root-ca.crt` (published by kube-controller-manager); the namespace.
+- a Secret or ConfigMap volume: its keys as files (the kubeconfig Secret's `value` at
+  /etc/kubernetes/value); an emptyDir: an empty folder, the only one mounted writable;
+- a projected volume: the service account token the API server's ServiceAccount admission adds
+  (from the TokenRequest API, bound to the Pod, as the kubelet asks for it), the ConfigMap
+  `kube-root-ca.crt` (published by kube-controller-manager), Secrets' keys (helm-controller's
+  values), the namespace;
+- what the kubelet gives every container: the Pod's /etc/hosts (with the names that stand for
+  the internet's, Internet), its termination message file (read back into the container's
+  terminated state), and for a Pod that reaches the internet's stand-ins, the CAs that sign them
+  in /etc/ssl/certs, as the image trusts the public ones.
 
-The process runs in a mount namespace of its own (`unshare --mount --propagation private`), so
-the absolute mount paths are the Pod's alone; a missing mount point's nearest existing folder gets
-a private overlay there, so nothing is written on the machine's own tree. It runs in a network
-namespace of its own too, as a Pod has: a veth pair joins it to the test's namespace, with the
-Pod's IP (POD_SUBNET) on its side, so two Pods of one Deployment can both listen on the same port
-during a rollout; and a UTS namespace, whose hostname is the Pod's name (the identity a leader
-election records). They need root: the runner refuses to start otherwise, saying why.
+The process runs in a mount namespace of its own (`unshare --mount --propagation private`), in a
+root of its own: the machine's tree under an overlay whose writes stay in the Pod's folder
+(/proc, /sys and /dev's mounts bound in, /dev under an overlay too), where the absolute mount paths
+are the Pod's alone and a mount point the machine lacks (/config) is made; a symlink on a mount
+path is followed as that root has it (/var/run is /run there), so nothing is written on the
+machine's own tree. It runs in a network namespace of its own too, as a Pod has: a veth pair joins
+it to the test's namespace, with the Pod's IP (POD_SUBNET) on its side, so two Pods of one
+Deployment can both listen on the same port during a rollout; and a UTS namespace, whose hostname
+is the Pod's name (the identity a leader election records). They need root: the runner refuses to
+start otherwise, saying why.
 """
 
 from __future__ import annotations
@@ -44,11 +55,34 @@ class Image:
     """Where the image holds the binary; its WORKDIR is `/`."""
     tag: str
     """The only tag the built binary stands for."""
+    entrypoint: str = ""
+    """The image's ENTRYPOINT, found on its PATH, where it has one: then the binary and `beside`
+    are laid at their paths in the image, over the folder they are in (an overlay)."""
+    beside: tuple[str, ...] = ()
+    """The other built files the image holds in the binary's folder."""
+    home: str = ""
+    """The image user's home, which the container runtime sets as HOME (where the program reads it)."""
+    workdir: str = ""
+    """The image's WORKDIR, where it has one besides /: the process starts there."""
 
 
 IMAGES = {
     "registry.k8s.io/autoscaling/cluster-autoscaler": Image(
         "LAB_MGMT_AUTOSCALER_BIN", "cluster-autoscaler", "/cluster-autoscaler", "v1.35.2"
+    ),
+    # helm-controller's Jobs as the lab's k3s runs them: `entry` (a bash script, run by the
+    # machine's bash, with its jq and coreutils for Alpine's) and Helm v4.1.4 in /usr/bin, as the
+    # image user klipper-helm's (build-engine.sh build_klipper_helm). The process runs as root, not
+    # as uid 1000: nothing the script does depends on it.
+    "rancher/klipper-helm": Image(
+        "LAB_MGMT_KLIPPER_HELM_BIN",
+        "entry",
+        "/usr/bin/entry",
+        "v0.13.3-build20260727",
+        entrypoint="entry",
+        beside=("helm",),
+        home="/home/klipper-helm",
+        workdir="/home/klipper-helm",
     ),
 }
 # The image's own environment (distroless's PATH), which the runtime sets before the container's.
@@ -106,12 +140,16 @@ def _field(pod: dict[str, Any], path: str, pod_ip: str) -> str:
     return str(fields[path])
 
 
-def environment(pod: dict[str, Any], container: dict[str, Any], api_host: str, api_port: int, pod_ip: str) -> list[str]:
-    """NAME=value, the image's PATH and the kubelet's additions first, then the container's own."""
+def environment(
+    pod: dict[str, Any], container: dict[str, Any], api_host: str, api_port: int, pod_ip: str, *, home: str = ""
+) -> list[str]:
+    """NAME=value, the image's PATH and HOME and the kubelet's additions first, then the
+    container's own."""
     if container.get("envFrom"):
         raise PodError(f"container {container['name']}: the runner does not resolve envFrom")
     env = {
         "PATH": IMAGE_PATH,
+        **({"HOME": home} if home else {}),
         "HOSTNAME": pod["metadata"]["name"],
         "KUBERNETES_SERVICE_HOST": api_host,
         "KUBERNETES_SERVICE_PORT": str(api_port),
@@ -174,31 +212,56 @@ def _keys(data: dict[str, str], items: list[dict[str, str]] | None, encoded: boo
     return {item["path"]: decoded[item["key"]] for item in items}
 
 
+def _secret_files(api: Api, namespace: str, source: dict[str, Any], name_key: str) -> dict[str, bytes]:
+    """A Secret's keys as files (its `items` only, where given); an optional Secret that is not
+    there gives none, as the kubelet mounts it."""
+    name = source[name_key]
+    code, secret = api.call("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+    if code == 404 and source.get("optional"):
+        return {}
+    if code != 200:
+        raise PodError(f"Secret {name}: {code} {secret.get('message', '')}")
+    return _keys(secret.get("data", {}), source.get("items"), True, f"Secret {name}")
+
+
+def _config_map_files(api: Api, namespace: str, source: dict[str, Any]) -> dict[str, bytes]:
+    name = source["name"]
+    config_map = api.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+    return _keys(config_map.get("data", {}), source.get("items"), False, f"ConfigMap {name}")
+
+
 def _volume(api: Api, pod: dict[str, Any], volume: dict[str, Any], folder: Path) -> bool:
-    """The volume's files written into `folder`, as the kubelet's volume plugins write them;
-    whether any changed."""
+    """The volume's files written into `folder`, as the kubelet's volume plugins write them
+    (an emptyDir: the folder, empty); whether any changed."""
     namespace = pod["metadata"]["namespace"]
+    if set(volume) == {"name", "emptyDir"}:
+        folder.mkdir(parents=True, exist_ok=True)
+        return False
     if set(volume) == {"name", "secret"}:
-        name = volume["secret"]["secretName"]
-        secret = api.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
-        files = _keys(secret.get("data", {}), volume["secret"].get("items"), True, f"Secret {name}")
+        files = _secret_files(api, namespace, volume["secret"], "secretName")
         return _write(folder, files, volume["secret"].get("defaultMode", 0o644))
+    if set(volume) == {"name", "configMap"}:
+        files = _config_map_files(api, namespace, volume["configMap"])
+        return _write(folder, files, volume["configMap"].get("defaultMode", 0o644))
     if set(volume) == {"name", "projected"}:
         files = {}
         for source in volume["projected"]["sources"]:
             if "serviceAccountToken" in source:
                 files[source["serviceAccountToken"]["path"]] = _token(api, pod, source["serviceAccountToken"])
             elif "configMap" in source:
-                name = source["configMap"]["name"]
-                config_map = api.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
-                files |= _keys(config_map.get("data", {}), source["configMap"].get("items"), False, f"ConfigMap {name}")
+                files |= _config_map_files(api, namespace, source["configMap"])
+            elif "secret" in source:
+                files |= _secret_files(api, namespace, source["secret"], "name")
             elif "downwardAPI" in source:
                 for item in source["downwardAPI"]["items"]:
                     files[item["path"]] = _field(pod, item["fieldRef"]["fieldPath"], "").encode()
             else:
                 raise PodError(f"volume {volume['name']}: the runner does not project {sorted(source)}")
         return _write(folder, files, volume["projected"].get("defaultMode", 0o644))
-    raise PodError(f"volume {volume['name']}: the runner knows secret and projected volumes, not {sorted(volume)}")
+    raise PodError(
+        f"volume {volume['name']}: the runner knows emptyDir, secret, configMap and projected volumes, "
+        f"not {sorted(volume)}"
+    )
 
 
 def refresh_secrets(api: Api, pod: dict[str, Any], pod_dir: Path) -> list[str]:
@@ -213,42 +276,146 @@ def refresh_secrets(api: Api, pod: dict[str, Any], pod_dir: Path) -> list[str]:
     return changed
 
 
-def volumes(api: Api, pod: dict[str, Any], container: dict[str, Any], pod_dir: Path) -> list[tuple[Path, str]]:
-    """(folder, mountPath) of each of the container's volume mounts, the folder filled in."""
+# What the runner mounts: (what, where, read-only), `what` a folder or a file.
+Mount = tuple[Path, str, bool]
+
+
+def volumes(api: Api, pod: dict[str, Any], container: dict[str, Any], pod_dir: Path) -> list[Mount]:
+    """Each of the container's volume mounts, the folder filled in: read-only where the kubelet
+    mounts it so (every volume but an emptyDir, and any mount that asks)."""
     by_name = {volume["name"]: volume for volume in pod["spec"].get("volumes", [])}
     mounts = []
     for mount in container.get("volumeMounts", []):
         if mount.get("subPath") or mount.get("subPathExpr"):
             raise PodError(f"container {container['name']}: the runner does not mount subPaths")
         folder = pod_dir / "volumes" / mount["name"]
+        volume = by_name[mount["name"]]
         if not folder.exists():
-            _volume(api, pod, by_name[mount["name"]], folder)
-        mounts.append((folder, mount["mountPath"]))
+            _volume(api, pod, volume, folder)
+        mounts.append((folder, mount["mountPath"], "emptyDir" not in volume or bool(mount.get("readOnly"))))
     return mounts
 
 
-def _mount_script(mounts: list[tuple[Path, str]], pod_dir: Path, pod_ip: str, hostname: str) -> str:
-    """What runs first in the Pod's namespaces: the overlays and bind mounts, then the Pod's side of
-    the network once the runner has put its veth there; then the container's process."""
-    lines = ["set -eu"]
-    overlaid: set[Path] = set()
-    for index, (folder, target) in enumerate(mounts):
-        existing = Path(target)
-        while not existing.exists():
-            existing = existing.parent
-        existing = existing.resolve()
-        if not Path(target).exists() and existing not in overlaid:
-            if existing == Path("/"):
-                raise PodError(f"mount path {target}: no folder below / to lay an overlay on")
-            upper, work = pod_dir / f"overlay-{index}" / "upper", pod_dir / f"overlay-{index}" / "work"
-            upper.mkdir(parents=True, exist_ok=True)
-            work.mkdir(parents=True, exist_ok=True)
-            options = f"lowerdir={existing},upperdir={upper},workdir={work}"
-            lines.append(f"mount -t overlay overlay -o {shlex.quote(options)} {shlex.quote(str(existing))}")
-            overlaid.add(existing)
-        quoted = shlex.quote(target)
-        lines += [f"mkdir -p {quoted}", f"mount --bind {shlex.quote(str(folder))} {quoted}"]
-        lines.append(f"mount -o remount,bind,ro {quoted}")
+@dataclass(frozen=True)
+class Internet:
+    """What stands for the internet to a Pod: host names (as DNS answers them) -> the address of
+    the stand-in serving them, and the CA certificates that sign the stand-ins' certificates,
+    which the image trusts as it trusts the public CAs (its /etc/ssl/certs)."""
+
+    hosts: dict[str, str]
+    trusted: tuple[Path, ...]
+
+
+# Where the kubelet puts a container's termination message file unless its spec says otherwise.
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def pod_files(
+    pod: dict[str, Any], container: dict[str, Any], pod_dir: Path, pod_ip: str, internet: Internet | None
+) -> list[Mount]:
+    """What the kubelet and the runtime give every container besides its volumes: the Pod's
+    /etc/hosts (localhost, the Pod's own name at its IP, and `internet`'s names), its termination
+    message file (read back by termination_message), and the image's trusted CAs."""
+    files = pod_dir / "pod-files"
+    files.mkdir(parents=True, exist_ok=True)
+    names = [f"{address}\t{name}" for name, address in sorted((internet.hosts if internet else {}).items())]
+    hosts = ["127.0.0.1\tlocalhost", f"{pod_ip}\t{pod['metadata']['name']}", *names]
+    (files / "hosts").write_text("\n".join(hosts) + "\n")
+    (files / "termination-log").touch()
+    mounts = [
+        (files / "hosts", "/etc/hosts", True),
+        (files / "termination-log", container.get("terminationMessagePath", TERMINATION_LOG), False),
+    ]
+    if internet:
+        certs = files / "certs"
+        certs.mkdir(exist_ok=True)
+        for index, ca in enumerate(internet.trusted):
+            (certs / f"internet-{index}.pem").write_bytes(ca.read_bytes())
+        mounts.append((certs, "/etc/ssl/certs", True))
+    return mounts
+
+
+def termination_message(pod_dir: Path) -> str:
+    """What the container wrote to its termination message file, as the kubelet reports it."""
+    written = pod_dir / "pod-files" / "termination-log"
+    return written.read_text(errors="replace") if written.exists() else ""
+
+
+def _image_files(image: Image, pod_dir: Path, root: str) -> list[str]:
+    """The mount lines that lay an image's binary and the files beside it at their paths in the
+    image, over the folder they are in (an image with an entrypoint, which finds them on PATH)."""
+    if not image.entrypoint:
+        return []
+    folder = Path(image.path).parent
+    mount = _overlay(str(folder), pod_dir / "image-layer", root + str(folder))
+    built = built_bin(image.bin_variable, image.binary)
+    for name in (image.binary, *image.beside):
+        (pod_dir / "image-layer" / "upper" / name).unlink(missing_ok=True)
+        (pod_dir / "image-layer" / "upper" / name).symlink_to(built / name)
+    return [mount]
+
+
+# What runs in the Pod's root: from the image's WORKDIR ($0), the container's environment alone
+# and its command.
+IN_ROOT = 'cd "$0" && exec env -i "$@"'
+
+
+def _in_root(target: str) -> str:
+    """`target` with each symlink on its way followed as the Pod's root has it (the machine's
+    tree, an absolute link read from that root), so that a mount point made through one stays in
+    the root: /var/run/secrets is /run/secrets there, never the machine's."""
+    path = Path("/")
+    for part in Path(target).parts[1:]:
+        path /= part
+        for _ in range(40):
+            if not path.is_symlink():
+                break
+            path = Path(os.path.normpath(path.parent / os.readlink(path)))
+        else:
+            raise PodError(f"mount path {target}: too many symbolic links")
+    return str(path)
+
+
+def _overlay(lower: str, layer: Path, at: str) -> str:
+    """The line that mounts `lower` at `at` under an overlay whose writes go to `layer`."""
+    upper, work = layer / "upper", layer / "work"
+    upper.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+    return f"mount -t overlay overlay -o {shlex.quote(options)} {shlex.quote(at)}"
+
+
+def _mount_script(
+    mounts: list[Mount],
+    pod_dir: Path,
+    pod_ip: str,
+    hostname: str,
+    *,
+    image_files: list[str] | None = None,
+    workdir: str = "/",
+) -> str:
+    """What runs first in the Pod's namespaces: its root (the machine's tree under an overlay of
+    the Pod's own, so that a mount point the machine lacks, /config, is made there and nothing is
+    written on the machine's tree; /proc, /sys and /dev's mounts bound into it, /dev under an
+    overlay too, for the termination message file), the image's files and the bind mounts in it;
+    the Pod's side of the network once the runner has put its veth there; then the container's
+    process, in that root."""
+    root = str(pod_dir / "rootfs")
+    Path(root).mkdir(parents=True, exist_ok=True)
+    lines = [
+        "set -eu",
+        _overlay("/", pod_dir / "rootfs-layer", root),
+        *(f"mount --rbind /{name} {shlex.quote(f'{root}/{name}')}" for name in ("proc", "sys")),
+        _overlay("/dev", pod_dir / "dev-layer", f"{root}/dev"),
+        *(f"mount --rbind /dev/{name} {shlex.quote(f'{root}/dev/{name}')}" for name in ("pts", "shm")),
+        *(image_files or []),
+    ]
+    for source, target, read_only in mounts:
+        quoted = shlex.quote(root + _in_root(target))
+        made = f"mkdir -p {quoted}" if source.is_dir() else f"[ -e {quoted} ] || touch {quoted}"
+        lines += [made, f"mount --bind {shlex.quote(str(source))} {quoted}"]
+        if read_only:
+            lines.append(f"mount -o remount,bind,ro {quoted}")
     lines += [
         f"echo {shlex.quote(hostname)} >/proc/sys/kernel/hostname",
         "ip link set lo up",
@@ -257,8 +424,8 @@ def _mount_script(mounts: list[tuple[Path, str]], pod_dir: Path, pod_ip: str, ho
         "done",
         f"ip addr add {pod_ip}/32 dev eth0 && ip link set eth0 up",
         f"ip route add {HOST_SIDE_IP}/32 dev eth0 && ip route add default via {HOST_SIDE_IP} dev eth0",
-        f"cd {shlex.quote(str(pod_dir / 'root'))}",
-        'exec env -i "$@"',
+        f"mkdir -p {shlex.quote(root + workdir)}",
+        f'exec chroot {shlex.quote(root)} sh -c {shlex.quote(IN_ROOT)} {shlex.quote(workdir)} "$@"',
     ]
     return "\n".join(lines)
 
@@ -284,30 +451,47 @@ def _join_network(process: subprocess.Popen[bytes], veth: str, pod_ip: str) -> N
 
 
 def start(
-    api: Api, pod: dict[str, Any], pod_dir: Path, *, network: tuple[str, str], log: Path, api_address: tuple[str, int]
+    api: Api,
+    pod: dict[str, Any],
+    pod_dir: Path,
+    *,
+    network: tuple[str, str],
+    log: Path,
+    api_address: tuple[str, int],
+    internet: Internet | None = None,
 ) -> Started:
     """The Pod's one container started as a process, joined to the Pod's network (its IP, and the
-    name of its veth on the test's side)."""
+    name of its veth on the test's side), reaching `internet`'s stand-ins by their names."""
     pod_ip, veth = network
     containers = pod["spec"]["containers"]
     if len(containers) != 1 or pod["spec"].get("initContainers"):
         raise PodError(f"pod {pod['metadata']['name']}: the runner runs one container and no init container")
     container = containers[0]
     image = image_of(container)
-    argv = [*(container.get("command") or [image.path]), *container.get("args", [])]
-    # The command as the image's WORKDIR (/) resolves it: the binary, under the path it is given.
+    argv = [*(container.get("command") or [image.entrypoint or image.path]), *container.get("args", [])]
+    if image.entrypoint and container.get("command"):
+        raise PodError(
+            f"container {container['name']}: the runner starts {image.binary} by its image's entrypoint only"
+        )
+    # The command as the image's WORKDIR (/) resolves it: the binary, under the path it is given,
+    # from a folder that stands for that WORKDIR (pod_dir/root). An image with an entrypoint finds
+    # it on its PATH, where _image_files lays it, from its own WORKDIR.
     root = pod_dir / "root"
     root.mkdir(parents=True, exist_ok=True)
-    if os.path.normpath(os.path.join("/", argv[0])) != image.path:
-        raise PodError(f"container {container['name']}: command {argv[0]} is not the image's {image.path}")
-    binary = built_bin(image.bin_variable, image.binary) / image.binary
-    if argv[0].startswith("/"):
-        argv[0] = str(binary)
-    else:
-        (root / image.path.lstrip("/")).unlink(missing_ok=True)
-        (root / image.path.lstrip("/")).symlink_to(binary)
-    env = environment(pod, container, *api_address, pod_ip)
-    script = _mount_script(volumes(api, pod, container, pod_dir), pod_dir, pod_ip, pod["metadata"]["name"])
+    if not image.entrypoint:
+        if os.path.normpath(os.path.join("/", argv[0])) != image.path:
+            raise PodError(f"container {container['name']}: command {argv[0]} is not the image's {image.path}")
+        binary = built_bin(image.bin_variable, image.binary) / image.binary
+        if argv[0].startswith("/"):
+            argv[0] = str(binary)
+        else:
+            (root / image.path.lstrip("/")).unlink(missing_ok=True)
+            (root / image.path.lstrip("/")).symlink_to(binary)
+    env = environment(pod, container, *api_address, pod_ip, home=image.home)
+    mounts = [*volumes(api, pod, container, pod_dir), *pod_files(pod, container, pod_dir, pod_ip, internet)]
+    image_files = _image_files(image, pod_dir, str(pod_dir / "rootfs"))
+    workdir = image.workdir or str(root)
+    script = _mount_script(mounts, pod_dir, pod_ip, pod["metadata"]["name"], image_files=image_files, workdir=workdir)
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with log.open("ab") as output:
         process = subprocess.Popen(

@@ -1,6 +1,7 @@
 """A stand-in for the one piece of a kubelet the management cluster needs: running the Pods of one
 Deployment (cluster-autoscaler's, which the real kube-controller-manager makes from the chart's
-Deployment) as processes, since no image can run here. For each Pod of the Deployment it:
+Deployment), or those a label selects (helm-controller's Jobs', which the real job controller
+makes), as processes, since no image can run here. For each such Pod it:
 
 - binds it to the runner's node (registering that Node first, as a kubelet does);
 - starts its container as a process (pod_process.py: the binary built here for the image, exactly
@@ -8,8 +9,10 @@ Deployment) as processes, since no image can run here. For each Pod of the Deplo
   TokenRequest API, in mount and network namespaces of its own), its output in a log file of its
   own under the runner's folder (`<namespace>_<pod>/<container>-<restart>.log`);
 - reports it Running and Ready while the process lives; when the process exits, the container
-  terminated (exit code, reason), restartCount up, CrashLoopBackOff, and a restart after the
-  kubelet's backoff (10 s doubling to 5 minutes; `backoff_seconds` sets the first);
+  terminated (exit code, reason, its termination message), restartCount up, CrashLoopBackOff, and
+  a restart after the kubelet's backoff (10 s doubling to 5 minutes; `backoff_seconds` sets the
+  first); or, as the Pod's restartPolicy says (a Job's: OnFailure, Never), the Pod Succeeded
+  once its process exits 0 (Failed, under Never, once it fails), never started again;
 - every `secret_sync_seconds` (the kubelet's sync is about a minute), writes the Pod's Secret
   volumes again from their Secrets, so a running process sees a changed Secret's files (whether it
   reads them again is its own business: cluster-autoscaler does not, #4784);
@@ -62,6 +65,8 @@ class _Pod:
     next_start: float = 0.0
     failed: str = ""
     synced: float = 0.0
+    ended: str = ""
+    """The phase of a Pod whose container ended for good (Succeeded or Failed)."""
 
 
 @dataclass
@@ -78,6 +83,7 @@ class PodRunner:
     errors: list[str] = field(default_factory=list)
     pods: dict[str, _Pod] = field(default_factory=dict, repr=False)
     selector: str = ""
+    internet: pod_process.Internet | None = None
 
     def logs(self) -> dict[str, str]:
         """Each process's output by its log file's path under the runner's folder."""
@@ -108,7 +114,8 @@ def _register_node(api: Api, node: str) -> None:
 
 
 def _selector(api: Api, runner: PodRunner) -> str:
-    """The Deployment's selector (immutable in apps/v1), once the Deployment exists; else ''."""
+    """The runner's selector, or the Deployment's (immutable in apps/v1) once the Deployment
+    exists; else ''."""
     if not runner.selector:
         code, deployment = api.call(
             "GET", f"/apis/apps/v1/namespaces/{runner.namespace}/deployments/{runner.deployment}"
@@ -126,14 +133,18 @@ def _selector(api: Api, runner: PodRunner) -> str:
 
 def _patch_status(api: Api, runner: PodRunner, pod: _Pod, spec: dict[str, Any]) -> None:
     container = spec["containers"][0]
-    if pod.started is not None:
+    phase = "Running"
+    if pod.ended:
+        assert pod.last is not None
+        state, phase = pod_status.terminated(container, pod.last, pod.restarts), pod.ended
+    elif pod.started is not None:
         state = pod_status.running(container, pod.started.started_at, pod.restarts, pod.last)
     elif pod.failed:
         state = pod_status.waiting(container, "CreateContainerError", pod.failed, pod.restarts, pod.last)
     else:
         message = f"back-off restarting failed container {container['name']} in pod {pod.name}"
         state = pod_status.waiting(container, "CrashLoopBackOff", message, pod.restarts, pod.last)
-    status = pod_status.status([state], pod.start_time, pod.ip, pod_process.HOST_SIDE_IP)
+    status = pod_status.status([state], pod.start_time, pod.ip, pod_process.HOST_SIDE_IP, phase)
     path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
     code, answer = api.call("PATCH", path, {"status": status}, content_type=MERGE_PATCH)
     if code != 200:
@@ -158,7 +169,9 @@ def _start(api: Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> None
     veth = pod_process.new_veth_name()
     address = (runner.cluster.address, runner.cluster.port)
     try:
-        pod.started = pod_process.start(api, item, pod.folder, network=(pod.ip, veth), log=log, api_address=address)
+        pod.started = pod_process.start(
+            api, item, pod.folder, network=(pod.ip, veth), log=log, api_address=address, internet=runner.internet
+        )
     except (pod_process.PodError, ApiError) as error:
         pod.failed = str(error)
         runner.errors.append(f"pod {pod.name}: {error}")
@@ -166,21 +179,28 @@ def _start(api: Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> None
     runner._record("started", pod, pid=pod.started.process.pid, log=str(log.relative_to(runner.folder)))
 
 
-def _exited(runner: PodRunner, pod: _Pod) -> None:
-    """The process ended by itself: the container terminated, restarted after the backoff."""
+def _exited(runner: PodRunner, pod: _Pod, restart_policy: str) -> None:
+    """The process ended by itself: the container terminated, with its termination message; as
+    the Pod's restartPolicy says, restarted after the backoff (Always; OnFailure after a failure)
+    or ended for good, the Pod Succeeded or Failed (a Job's)."""
     assert pod.started is not None
     started, pod.started = pod.started, None
     # A runtime reports a signal's death as 128 + the signal.
     code = started.process.returncode if started.process.returncode >= 0 else 128 - started.process.returncode
+    message = pod_process.termination_message(pod.folder)
     pod.last = {
         "exitCode": code,
         "reason": "Completed" if code == 0 else "Error",
         "startedAt": started.started_at,
         "finishedAt": pod_status.now(),
+        **({"message": message} if message else {}),
     }
+    runner._record("exited", pod, exit_code=code)
+    if restart_policy == "Never" or (restart_policy == "OnFailure" and code == 0):
+        pod.ended = "Succeeded" if code == 0 else "Failed"
+        return
     pod.next_start = time.monotonic() + min(runner.backoff_seconds * 2**pod.restarts, BACKOFF_CAP_SECONDS)
     pod.restarts += 1
-    runner._record("exited", pod, exit_code=code)
 
 
 def _delete(api: Api, runner: PodRunner, item: dict[str, Any]) -> None:
@@ -211,9 +231,9 @@ def _tend(api: Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> None:
         item = api.get(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}")
     changed = False
     if pod.started is not None and pod.started.process.poll() is not None:
-        _exited(runner, pod)
+        _exited(runner, pod, spec.get("restartPolicy", "Always"))
         changed = True
-    if pod.started is None and not pod.failed and time.monotonic() >= pod.next_start:
+    if pod.started is None and not pod.failed and not pod.ended and time.monotonic() >= pod.next_start:
         _start(api, runner, pod, item)
         changed = True
     if changed:
@@ -258,9 +278,12 @@ def running(
     poll_seconds: float = POLL_SECONDS,
     backoff_seconds: float = BACKOFF_SECONDS,
     secret_sync_seconds: float = SECRET_SYNC_SECONDS,
+    selector: str = "",
+    internet: pod_process.Internet | None = None,
 ) -> Iterator[PodRunner]:
-    """Runs the Pods of `deployment` in `namespace` on `cluster` as processes for the block, from
-    the node `node`; every process still running is stopped afterwards."""
+    """Runs the Pods of `deployment` in `namespace` on `cluster` as processes for the block (or,
+    with `selector`, the Pods it selects there: a controller's Jobs'), from the node `node`,
+    reaching `internet`'s stand-ins; every process still running is stopped afterwards."""
     if os.geteuid() != 0:
         raise RuntimeError(
             "the pod runner mounts a Pod's volumes at their absolute paths in a mount namespace of the "
@@ -268,6 +291,7 @@ def running(
         )
     folder.mkdir(parents=True, exist_ok=True)
     runner = PodRunner(cluster, namespace, deployment, node, folder, backoff_seconds, secret_sync_seconds)
+    runner.selector, runner.internet = selector, internet
     registered: list[bool] = []
 
     def step() -> None:

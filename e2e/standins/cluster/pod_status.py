@@ -52,19 +52,41 @@ def waiting(
     }
 
 
+def terminated(container: dict[str, Any], ended: dict[str, Any], restarts: int) -> dict[str, Any]:
+    """A container's status once it has ended for good (a Job's pod: restartPolicy OnFailure or
+    Never, its process done): terminated as `ended` says (exitCode, reason, startedAt, finishedAt,
+    and the message a kubelet reads from its terminationMessagePath)."""
+    return {
+        **{"name": container["name"], "image": container["image"], "imageID": ""},
+        **{"ready": False, "started": False, "restartCount": restarts, "state": {"terminated": ended}},
+    }
+
+
 def status(
-    containers: list[dict[str, Any]], started: str, pod_ip: str | None = None, host_ip: str | None = None
+    containers: list[dict[str, Any]],
+    started: str,
+    pod_ip: str | None = None,
+    host_ip: str | None = None,
+    phase: str = "Running",
 ) -> dict[str, Any]:
-    """The Pod's status: Running, and Ready when every container is."""
+    """The Pod's status in `phase` (Running; Succeeded or Failed once its containers ended for
+    good), Ready when every container is; an ended Pod's readiness says why, as the kubelet's
+    status manager words it (PodCompleted)."""
     ready = all(container["ready"] for container in containers)
     stamp = now()
+    ended = {"reason": "PodCompleted"} if phase in ("Succeeded", "Failed") else {}
     conditions = [
-        {"type": kind, "status": "True" if ready or kind in CONDITIONS[:2] else "False", "lastTransitionTime": stamp}
+        {
+            "type": kind,
+            "status": "True" if ready or kind in CONDITIONS[:2] else "False",
+            "lastTransitionTime": stamp,
+            **({} if ready or kind in CONDITIONS[:2] else ended),
+        }
         for kind in CONDITIONS
     ]
     addresses = {"podIP": pod_ip, "podIPs": [{"ip": pod_ip}]} if pod_ip else {}
     return {
-        "phase": "Running",
+        "phase": phase,
         "startTime": started,
         "conditions": conditions,
         "containerStatuses": containers,
