@@ -92,3 +92,13 @@ def test_the_pod_runs_in_a_root_of_its_own_where_its_mounts_are_made(tmp_path: P
     assert f"touch {root}/dev/termination-log" in script
     assert f"remount,bind,ro {root}/dev/termination-log" not in script
     assert script.splitlines()[-1].startswith(f"exec chroot {root} ")
+
+
+def test_a_mount_path_through_a_symlink_is_made_in_the_pods_root(tmp_path: Path) -> None:
+    """The service account's /var/run/secrets/... on a machine whose /var/run links to /run: the
+    mount point is made at the root's /run, never through the link into the machine's /run."""
+    link = tmp_path / "var-run"
+    link.symlink_to("/run")
+    target = f"{link}/secrets/kubernetes.io/serviceaccount"
+    script = pod_process._mount_script([(tmp_path, target, True)], tmp_path, "10.88.0.2", "p")
+    assert f"mkdir -p {tmp_path / 'rootfs'}/run/secrets/kubernetes.io/serviceaccount\n" in script
