@@ -180,3 +180,20 @@ def test_a_chart_deleted_with_its_finalizer_on_loses_its_release(handover: Any) 
     assert control["job_args"] == ["delete"]
     assert control["releases_left"] == []
     assert f"configmap/{scenario.CONTROL_CHART}-rendered" not in control["rendered_left"]
+
+
+def test_the_programs_helm_upgrades_the_releases_helm_v4_made(handover: Any) -> None:
+    """docs/adoption.md step 4: the program's Release upgrades each handed-over release with the
+    Helm inside the kubernetes plugin (v3.20.2; its CLI here), on the record Helm v4.1.4 wrote
+    (with `apply_method`, which v3 does not know): it reads it, upgrades to revision 2 and
+    supersedes revision 1, and the object the release rendered stays the same object."""
+    for name, upgraded in zip(playbook_lab.HANDED_OVER, handover["upgraded"], strict=True):
+        assert upgraded["status"]["rc"] == 0, upgraded["status"]
+        assert '"status":"deployed"' in upgraded["status"]["stdout"].replace(" ", ""), upgraded["status"]
+        assert upgraded["upgrade"]["rc"] == 0, upgraded["upgrade"]
+        records = upgraded["records"]
+        assert {key: record["info"]["status"] for key, record in records.items()} == {
+            f"sh.helm.release.v1.{name}.v1": "superseded",
+            f"sh.helm.release.v1.{name}.v2": "deployed",
+        }
+        assert upgraded["rendered_kept"] is True

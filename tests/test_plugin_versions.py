@@ -47,6 +47,12 @@ def helm_controller_version() -> str:
     return version
 
 
+def klipper_helm_version() -> str:
+    versions: list[str] = re.findall(r"^KLIPPER_HELM_VERSION=(\S+)$", BUILD_SCRIPT.read_text(), re.MULTILINE)
+    [version] = versions
+    return version
+
+
 # A stand-in `go` for the engine build: it answers the module queries the script makes, and links a
 # binary slowly (2 s), logging where, so that two runs of the script overlap.
 STANDIN_GO = r"""#!/usr/bin/env bash
@@ -81,8 +87,12 @@ def test_two_engine_builds_sharing_the_cache_take_turns(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cli = cache / "pulumi-v3.274.0" / "bin"
     cli.mkdir(parents=True)
-    (cli / "pulumi").write_text("#!/bin/sh\n")
-    (cli / "pulumi").chmod(0o755)
+    # The image of helm-controller's Jobs, built before (its build is not the one that races).
+    klipper = cache / f"klipper-helm-v{klipper_helm_version()}" / "bin"
+    klipper.mkdir(parents=True)
+    for binary in (cli / "pulumi", klipper / "entry", klipper / "helm"):
+        binary.write_text("#!/bin/sh\n")
+        binary.chmod(0o755)
     links = tmp_path / "links"
     env = {
         **os.environ,
@@ -105,7 +115,11 @@ def test_two_engine_builds_sharing_the_cache_take_turns(tmp_path: Path) -> None:
     assert [run.returncode for run in runs] == [0, 0], said
     built = cache / f"helm-controller-v{helm_controller_version()}" / "bin"
     for out, _ in said:
-        assert sorted(out.splitlines()) == [f"LAB_MGMT_ENGINE_BIN={cli}", f"LAB_MGMT_HELM_CONTROLLER_BIN={built}"]
+        assert sorted(out.splitlines()) == [
+            f"LAB_MGMT_ENGINE_BIN={cli}",
+            f"LAB_MGMT_HELM_CONTROLLER_BIN={built}",
+            f"LAB_MGMT_KLIPPER_HELM_BIN={klipper}",
+        ]
     assert links.read_text().count("\n") == 1
     assert os.access(built / "helm-controller", os.X_OK)
     assert sorted("built in" in err for _, err in said) == [False, True]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from e2e.standins.cluster import pod_process
+from e2e.standins.cluster import pod_process, pod_volumes
 
 IMAGE = "registry.k8s.io/autoscaling/cluster-autoscaler"
 
@@ -26,9 +26,9 @@ def _pod(**container: Any) -> dict[str, Any]:
 
 
 def test_an_unknown_image_or_tag_is_refused_naming_it() -> None:
-    with pytest.raises(pod_process.PodError, match=r"no binary stands for image nginx:1"):
+    with pytest.raises(pod_volumes.PodError, match=r"no binary stands for image nginx:1"):
         pod_process.image_of({"image": "nginx:1"})
-    with pytest.raises(pod_process.PodError, match=r"built here is .*:v1\.35\.2"):
+    with pytest.raises(pod_volumes.PodError, match=r"built here is .*:v1\.35\.2"):
         pod_process.image_of({"image": f"{IMAGE}:v1.35.0"})
     assert pod_process.image_of({"image": f"{IMAGE}:v1.35.2"}).binary == "cluster-autoscaler"
 
@@ -56,21 +56,21 @@ def test_the_env_is_the_containers_with_what_a_kubelet_adds() -> None:
     ],
 )
 def test_env_it_cannot_resolve_is_refused(entry: dict[str, Any]) -> None:
-    with pytest.raises(pod_process.PodError):
+    with pytest.raises(pod_volumes.PodError):
         pod_process.environment(_pod(), {"name": "ca", "env": [entry]}, "h", 1, "ip")
 
 
 def test_a_command_other_than_the_images_binary_is_refused(tmp_path: Path) -> None:
     pod = _pod(command=["/bin/sh", "-c", "true"])
-    with pytest.raises(pod_process.PodError, match="not the image's /cluster-autoscaler"):
+    with pytest.raises(pod_volumes.PodError, match="not the image's /cluster-autoscaler"):
         pod_process.start(None, pod, tmp_path, network=("10.88.0.2", "v"), log=tmp_path / "l", api_address=("h", 1))  # type: ignore[arg-type]
 
 
 def test_an_unknown_volume_is_refused(tmp_path: Path) -> None:
     pod = _pod(volumeMounts=[{"name": "data", "mountPath": "/data"}])
     pod["spec"]["volumes"] = [{"name": "data", "hostPath": {"path": "/data"}}]
-    with pytest.raises(pod_process.PodError, match="knows emptyDir, secret, configMap and projected volumes"):
-        pod_process.volumes(None, pod, pod["spec"]["containers"][0], tmp_path)  # type: ignore[arg-type]
+    with pytest.raises(pod_volumes.PodError, match="knows emptyDir, secret, configMap and projected volumes"):
+        pod_volumes.volumes(None, pod, pod["spec"]["containers"][0], tmp_path)  # type: ignore[arg-type]
 
 
 def test_the_pod_runs_in_a_root_of_its_own_where_its_mounts_are_made(tmp_path: Path) -> None:

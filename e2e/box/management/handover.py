@@ -26,11 +26,18 @@ from typing import Any
 
 from e2e.box.cluster_part import _requests_since
 from e2e.box.scenarios import CAPMOX_SECRET, CAPMOX_TOKEN, PROXMOX_ADDRESS, PROXMOX_PORT, VM_ADDRESS, WRITES
-from e2e.box.workload.lab1_reads import until
+from e2e.box.workload.lab1_reads import built_tool, ran, until
 from e2e.controllers import helm_controller
 from e2e.engine import control_plane
 from e2e.engine.cli import REPO
-from e2e.standins.cluster import chart_repo_standin, helm_controller_standin, playbook_lab, pod_process, pod_runner
+from e2e.standins.cluster import (
+    chart_repo_standin,
+    helm_controller_standin,
+    playbook_lab,
+    pod_process,
+    pod_runner,
+    pod_volumes,
+)
 
 # What k3s's controller manager runs, of what the hand-over meets: the job controller makes each
 # install Job's pod, and the garbage collector takes the pod when helm-controller deletes its Job;
@@ -65,6 +72,29 @@ def _internet_repositories() -> tuple[dict[str, list[chart_repo_standin.Chart]],
         names = [name, CONTROL_CHART] if name == "cert-manager" else [name]
         repositories[url.path.strip("/")] = [chart_repo_standin.Chart(chart, version) for chart in names]
     return repositories, hosts
+
+
+def _upgraded_by_the_programs_helm(cluster: control_plane.ControlPlane, base: Path, name: str) -> dict[str, Any]:
+    """What the program does next to a handed-over release (docs/adoption.md step 4: its Release
+    upgrades it), by the Helm it runs (v3.20.2, inside the kubernetes plugin: its CLI here) on the
+    release Helm v4 made: `helm upgrade` with the same chart, version and values. Its status
+    before, the upgrade, and the record and rendered object after."""
+    namespace, _, version, _ = playbook_lab.PLAYBOOK_CHARTS[name]
+    archive = base / f"{name}-{version}.tgz"
+    archive.write_bytes(chart_repo_standin.Chart(name, version).archive())
+    rendered = f"configmap/{name}-rendered"
+
+    def helm(*args: str) -> dict[str, Any]:
+        return ran(built_tool("LAB_MGMT_HELM_BIN", "helm", base, f"--kubeconfig={cluster.kubeconfig}", *args))
+
+    before = cluster.kubectl("get", rendered, "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
+    out: dict[str, Any] = {"status": helm("status", name, "-n", namespace, "-o", "json")}
+    out["upgrade"] = helm("upgrade", name, str(archive), "-n", namespace, "--reuse-values")
+    out["records"] = _release_records(cluster, namespace)
+    out["rendered_kept"] = (
+        before == cluster.kubectl("get", rendered, "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
+    )
+    return out
 
 
 def _release_records(cluster: control_plane.ControlPlane, namespace: str = "") -> dict[str, dict[str, Any]]:
@@ -253,7 +283,7 @@ def helmchart_handover(root: str) -> dict[str, Any]:
             "",
             base / "pods",
             selector=CHART_LABEL,
-            internet=pod_process.Internet(dict.fromkeys(hosts, pod_process.HOST_SIDE_IP), (charts.certificate,)),
+            internet=pod_volumes.Internet(dict.fromkeys(hosts, pod_process.HOST_SIDE_IP), (charts.certificate,)),
         ) as pods,
     ):
         try:
@@ -267,7 +297,7 @@ def helmchart_handover(root: str) -> dict[str, Any]:
 
 def _handed_over(cluster: control_plane.ControlPlane, base: Path, out: dict[str, Any]) -> None:
     """The lab laid out and installed by helm-controller's Jobs; the script cut off, then typed
-    twice; helm-controller restarted; the control."""
+    twice; helm-controller restarted; the control; the releases upgraded by the program's Helm."""
     manifests = base / "manifests"
     with helm_controller.running(cluster, base / "helm-controller") as controller:
         out["controller_args"] = controller.args
@@ -299,3 +329,4 @@ def _handed_over(cluster: control_plane.ControlPlane, base: Path, out: dict[str,
         out["manifests_left"] = sorted(p.name for p in manifests.iterdir())
         out["handed_over_files"] = sorted(p.name for p in (base / "manifests-handed-over").iterdir())
         out["control"] = _deleted_with_its_finalizer(cluster)
+    out["upgraded"] = [_upgraded_by_the_programs_helm(cluster, base, name) for name in playbook_lab.HANDED_OVER]

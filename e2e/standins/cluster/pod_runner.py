@@ -39,7 +39,7 @@ from typing import Any
 
 from e2e.engine.control_plane import KUBELET_USER, ControlPlane
 from e2e.engine.kube_api import MERGE_PATCH, Api, ApiError, UnreachableError
-from e2e.standins.cluster import pod_process, pod_status
+from e2e.standins.cluster import pod_process, pod_status, pod_volumes
 from e2e.standins.cluster.controller_loop import looping
 
 # A kubelet starts a pod in seconds; a pass a second lists the node's pods half as often as one
@@ -83,7 +83,7 @@ class PodRunner:
     errors: list[str] = field(default_factory=list)
     pods: dict[str, _Pod] = field(default_factory=dict, repr=False)
     selector: str = ""
-    internet: pod_process.Internet | None = None
+    internet: pod_volumes.Internet | None = None
 
     def logs(self) -> dict[str, str]:
         """Each process's output by its log file's path under the runner's folder."""
@@ -110,7 +110,7 @@ def _register_node(api: Api, node: str) -> None:
         }
         code, answer = api.call("POST", "/api/v1/nodes", body)
         if code not in (201, 409):
-            raise pod_process.PodError(f"cannot register node {node}: {code} {answer.get('message', '')}")
+            raise pod_volumes.PodError(f"cannot register node {node}: {code} {answer.get('message', '')}")
 
 
 def _selector(api: Api, runner: PodRunner) -> str:
@@ -123,10 +123,10 @@ def _selector(api: Api, runner: PodRunner) -> str:
         if code == 404:
             return ""
         if code != 200:
-            raise pod_process.PodError(f"deployment {runner.deployment}: {code} {deployment.get('message', '')}")
+            raise pod_volumes.PodError(f"deployment {runner.deployment}: {code} {deployment.get('message', '')}")
         selector = deployment["spec"]["selector"]
         if set(selector) != {"matchLabels"}:
-            raise pod_process.PodError(f"deployment {runner.deployment}: selector {selector} is not matchLabels alone")
+            raise pod_volumes.PodError(f"deployment {runner.deployment}: selector {selector} is not matchLabels alone")
         runner.selector = ",".join(f"{key}={value}" for key, value in sorted(selector["matchLabels"].items()))
     return runner.selector
 
@@ -172,7 +172,7 @@ def _start(api: Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> None
         pod.started = pod_process.start(
             api, item, pod.folder, network=(pod.ip, veth), log=log, api_address=address, internet=runner.internet
         )
-    except (pod_process.PodError, ApiError) as error:
+    except (pod_volumes.PodError, ApiError) as error:
         pod.failed = str(error)
         runner.errors.append(f"pod {pod.name}: {error}")
         return
@@ -187,7 +187,7 @@ def _exited(runner: PodRunner, pod: _Pod, restart_policy: str) -> None:
     started, pod.started = pod.started, None
     # A runtime reports a signal's death as 128 + the signal.
     code = started.process.returncode if started.process.returncode >= 0 else 128 - started.process.returncode
-    message = pod_process.termination_message(pod.folder)
+    message = pod_volumes.termination_message(pod.folder)
     pod.last = {
         "exitCode": code,
         "reason": "Completed" if code == 0 else "Error",
@@ -241,7 +241,7 @@ def _tend(api: Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> None:
         pod.synced = time.monotonic()
     elif pod.started is not None and time.monotonic() - pod.synced >= runner.secret_sync_seconds:
         pod.synced = time.monotonic()
-        volumes = pod_process.refresh_secrets(api, item, pod.folder)
+        volumes = pod_volumes.refresh_secrets(api, item, pod.folder)
         if volumes:
             runner._record("synced", pod, volumes=volumes)
 
@@ -279,7 +279,7 @@ def running(
     backoff_seconds: float = BACKOFF_SECONDS,
     secret_sync_seconds: float = SECRET_SYNC_SECONDS,
     selector: str = "",
-    internet: pod_process.Internet | None = None,
+    internet: pod_volumes.Internet | None = None,
 ) -> Iterator[PodRunner]:
     """Runs the Pods of `deployment` in `namespace` on `cluster` as processes for the block (or,
     with `selector`, the Pods it selects there: a controller's Jobs'), from the node `node`,
