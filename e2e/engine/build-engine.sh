@@ -25,7 +25,10 @@
 #                                      archive, with Cluster API's (LAB_MGMT_CAPMOX_BIN)
 #   ... helm-controller                also k3s's helm-controller at the version the pinned k3s
 #                                      embeds, from the Go module proxy
-#                                      (LAB_MGMT_HELM_CONTROLLER_BIN)
+#                                      (LAB_MGMT_HELM_CONTROLLER_BIN), and its Jobs' image,
+#                                      klipper-helm's `entry` from its upstream archive in
+#                                      $LAB_MGMT_VENDOR with Helm v4 from the module proxy
+#                                      (LAB_MGMT_KLIPPER_HELM_BIN)
 #   ... cert-manager                   also cert-manager's controller, webhook, cainjector and
 #                                      startupapicheck, from the upstream archives in
 #                                      $LAB_MGMT_VENDOR (LAB_MGMT_CERT_MANAGER_BIN)
