@@ -344,8 +344,10 @@ def manager_processes() -> list[str]:
 
 
 def _inside(pid: int, namespace: str, *command: str) -> str:
-    """What `command` prints in the process's own namespace (`--mount`, `--uts`)."""
-    done = subprocess.run(["nsenter", "-t", str(pid), namespace, *command], capture_output=True, text=True, check=True)
+    """What `command` prints in the process's own namespace (`--mount`, `--uts`); in its mount
+    namespace, from its own root (the pod runner's root of the Pod, where its mounts are)."""
+    entered = [namespace, "--root"] if namespace == "--mount" else [namespace]
+    done = subprocess.run(["nsenter", "-t", str(pid), *entered, *command], capture_output=True, text=True, check=True)
     return done.stdout
 
 
