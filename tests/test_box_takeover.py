@@ -327,7 +327,7 @@ def test_a_wrong_memory_annotation_fails_scale_from_zero_on_a_lab_whose_autoscal
     """Issue 66: with the workers' memory annotation at 32Mi (the demand asks 64Mi), an autoscaler
     that has seen the passing run's workers would plan from their template and scale; the command
     restarts it at 0 first, so scale-from-zero is planned from the annotations, fails at its bound
-    (30 s, no margin), the next two are not run, and nothing of the command's stays."""
+    (45 s, no margin), the next two are not run, and nothing of the command's stays."""
     wrong = takeover["scaling"]["wrong_memory"]
     assert (wrong["wrong"]["rc"], wrong["put_back"]["rc"]) == (0, 0), wrong
     typed = wrong["typed"]
@@ -383,7 +383,7 @@ def test_a_worker_that_never_joins_fails_scale_from_zero_within_its_bound_and_th
     takeover: Any,
 ) -> None:
     """The workers' template gone from the node: the first clone fails, scale-from-zero fails
-    within max-node-provision-time and three scans (30 s, no margin), the next two are not run,
+    within max-node-provision-time and three scans (45 s, no margin), the next two are not run,
     and nothing of the command's stays; lab1 is at 0 again once the autoscaler gave the worker up
     (the scenario waits for it)."""
     failed = takeover["scaling"]["never_joins"]

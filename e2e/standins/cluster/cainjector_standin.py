@@ -26,7 +26,7 @@ from typing import Any
 
 from e2e.engine.control_plane import INJECTOR_USER, ControlPlane
 from e2e.engine.kube_api import Api, ApiError
-from e2e.standins.cluster.controller_loop import looping
+from e2e.standins.cluster.controller_loop import looping, refused
 
 INJECT_CA_FROM = "cert-manager.io/inject-ca-from"
 ADMISSION = "admissionregistration.k8s.io/v1"
@@ -66,8 +66,8 @@ def _inject(cluster: ControlPlane, standin: CainjectorStandIn, seen: dict[str, f
     api = Api.from_kubeconfig(cluster.kubeconfig_of(INJECTOR_USER))
     try:
         listed = [item for resource in KINDS.values() for item in api.items(ADMISSION, resource) or []]
-    except ApiError as refused:
-        standin.errors.append(str(refused))
+    except ApiError as error:
+        refused(standin.errors, error)
         return
     for item in listed:
         meta = item["metadata"]
@@ -94,8 +94,8 @@ def _inject(cluster: ControlPlane, standin: CainjectorStandIn, seen: dict[str, f
         ]
         try:
             api.json_patch(item, patch)
-        except ApiError as refused:
-            standin.errors.append(str(refused))
+        except ApiError as error:
+            refused(standin.errors, error)
             continue
         standin.injected.append({"kind": item["kind"], "name": meta["name"], "at": time.time()})
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from e2e.engine.control_plane import ControlPlane
-from e2e.engine.kube_api import Api, UnreachableError
+from e2e.engine.kube_api import Api, ApiError, UnreachableError
 
 # A step reads and writes through the API (e2e/engine/kube_api.py), a few requests; four boxes
 # side by side share two cores. A real controller's watch answers sooner; what the tests check is
@@ -57,6 +57,15 @@ def looping(
     finally:
         stop.set()
         thread.join(timeout=30)
+
+
+def refused(errors: list[str], error: ApiError) -> None:
+    """An answer a pass did not expect, said in `errors`; an API server gone mid-pass (k3s
+    restarted on the VM) is no answer: it ends the pass, and `looping` tries again once the server
+    serves, as a cut-off watch lists anew."""
+    if isinstance(error, UnreachableError):
+        raise error
+    errors.append(str(error))
 
 
 def _ready(kubeconfig: Path) -> bool:

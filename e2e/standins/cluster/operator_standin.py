@@ -40,7 +40,7 @@ from typing import Any
 from e2e.engine.control_plane import OPERATOR_USER, ControlPlane
 from e2e.engine.kube_api import Api, ApiError
 from e2e.standins.cluster import pod_status, provider_crds
-from e2e.standins.cluster.controller_loop import looping
+from e2e.standins.cluster.controller_loop import looping, refused
 
 CRDS_ESTABLISHED_SECONDS = 60
 # What kubectl's wait says of an object whose status.conditions is null.
@@ -91,8 +91,8 @@ def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, 
     api = Api.from_kubeconfig(cluster.kubeconfig_of(OPERATOR_USER))
     try:
         listed = _provider_crs(api, standin.resources)
-    except ApiError as refused:
-        standin.errors.append(str(refused))
+    except ApiError as error:
+        refused(standin.errors, error)
         return
     # None: the operator chart has not installed its CRDs yet, nor runs an operator. The CoreProvider
     # first: cluster-api-operator requeues every other provider until the core provider is
@@ -127,8 +127,8 @@ def _reconcile(cluster: ControlPlane, standin: OperatorStandIn, seen: dict[str, 
         }
         try:
             api.merge_patch(item, {"status": ready}, subresource="status")
-        except ApiError as refused:
-            standin.errors.append(str(refused))
+        except ApiError as error:
+            refused(standin.errors, error)
             continue
         core_installed = core_installed or item["kind"] == "CoreProvider"
         standin.reconciled.append(
@@ -211,8 +211,8 @@ def _run_pods(cluster: ControlPlane, namespace: str, standin: OperatorStandIn) -
     try:
         pending = [pod for pod in api.items("v1", "pods", namespace) or [] if pod["status"].get("phase") == "Pending"]
         nodes = [node["metadata"]["name"] for node in api.items("v1", "nodes") or []] if pending else []
-    except ApiError as refused:
-        standin.errors.append(str(refused))
+    except ApiError as error:
+        refused(standin.errors, error)
         return
     if pending and len(nodes) != 1:
         standin.errors.append(f"cannot schedule onto nodes {nodes}: the stand-in runs the Pods of one node")
@@ -227,8 +227,8 @@ def _run_pods(cluster: ControlPlane, namespace: str, standin: OperatorStandIn) -
                     "POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", pod_status.binding(name, nodes[0])
                 )
             api.merge_patch(pod, {"status": status}, subresource="status")
-        except ApiError as refused:
-            standin.errors.append(str(refused))
+        except ApiError as error:
+            refused(standin.errors, error)
             continue
         standin.pods_run.append(f"{namespace}/{name}")
 
