@@ -370,14 +370,17 @@ CILIUM_RELEASE = DEPLOYED_RELEASES.format(namespaces="namespaces/kube-system/", 
 EVERY_RELEASE = DEPLOYED_RELEASES.format(namespaces="", name="")
 
 
-def _deployed(kubeconfig: str, path: str, cluster: str = "the management cluster") -> list[dict[str, Any]]:
-    """The deployed releases that `path` lists, decoded: Helm stores each as base64 of its gzipped
+def release_record(secret: dict[str, Any]) -> dict[str, Any]:
+    """The release record a Helm release Secret keeps: Helm stores it as base64 of its gzipped
     JSON, and the Secret's data is base64 again."""
+    record: dict[str, Any] = json.loads(gzip.decompress(base64.b64decode(base64.b64decode(secret["data"]["release"]))))
+    return record
+
+
+def _deployed(kubeconfig: str, path: str, cluster: str = "the management cluster") -> list[dict[str, Any]]:
+    """The deployed releases that `path` lists, decoded (release_record)."""
     listed = hand_made_clusters.read_object(kubeconfig, path, cluster=cluster) or {}
-    return [
-        json.loads(gzip.decompress(base64.b64decode(base64.b64decode(item["data"]["release"]))))
-        for item in listed.get("items") or []
-    ]
+    return [release_record(item) for item in listed.get("items") or []]
 
 
 def refuse_dropped_cilium_values(cluster: WorkloadCluster, kubeconfig: str) -> None:

@@ -13,8 +13,6 @@ do: its release is uninstalled.
 
 from __future__ import annotations
 
-import base64
-import gzip
 import json
 import subprocess
 import sys
@@ -24,6 +22,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from components.cluster_takeover import release_record
 from e2e.box.cluster_part import _requests_since
 from e2e.box.scenarios import CAPMOX_SECRET, CAPMOX_TOKEN, PROXMOX_ADDRESS, PROXMOX_PORT, VM_ADDRESS, WRITES
 from e2e.box.workload.lab1_reads import built_tool, ran, until
@@ -98,15 +97,10 @@ def _upgraded_by_the_programs_helm(cluster: control_plane.ControlPlane, base: Pa
 
 
 def _release_records(cluster: control_plane.ControlPlane, namespace: str = "") -> dict[str, dict[str, Any]]:
-    """Each Helm release Secret's name -> the release record it keeps (gzipped JSON in base64)."""
+    """Each Helm release Secret's name -> the release record it keeps."""
     scope = ["-n", namespace] if namespace else ["-A"]
     listed = json.loads(cluster.kubectl("get", "secret", *scope, "-l", "owner=helm", "-o", "json").stdout)["items"]
-    return {
-        item["metadata"]["name"]: json.loads(
-            gzip.decompress(base64.b64decode(base64.b64decode(item["data"]["release"])))
-        )
-        for item in listed
-    }
+    return {item["metadata"]["name"]: release_record(item) for item in listed}
 
 
 def _installed(cluster: control_plane.ControlPlane, charts: list[str]) -> dict[str, Any] | None:

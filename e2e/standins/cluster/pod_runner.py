@@ -290,8 +290,17 @@ def running(
             "process's own and gives it a network namespace with a veth pair: that needs root"
         )
     folder.mkdir(parents=True, exist_ok=True)
-    runner = PodRunner(cluster, namespace, deployment, node, folder, backoff_seconds, secret_sync_seconds)
-    runner.selector, runner.internet = selector, internet
+    runner = PodRunner(
+        cluster,
+        namespace,
+        deployment,
+        node,
+        folder,
+        backoff_seconds,
+        secret_sync_seconds,
+        selector=selector,
+        internet=internet,
+    )
     registered: list[bool] = []
 
     def step() -> None:
