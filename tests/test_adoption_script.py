@@ -127,7 +127,7 @@ default                nightly-helm-install-report-4kzq2           0a5
 
 def test_the_pod_lists_of_steps_1_and_6_leave_k3s_s_install_pods_out(tmp_path: Path) -> None:
     """Step 3 makes k3s's helm-controller delete its Completed `helm-install-<chart>` pods
-    (e2e/standins/cluster/helm_controller_standin.py): both lists leave them out the same way, or
+    (e2e/box/management/k3s_charts.py): both lists leave them out the same way, or
     step 6's diff prints them. Each line's pipeline run in bash on what kubectl prints."""
     listings = [(block.step, line) for block in JOURNEY for line in block.lines if " get pods -A " in line]
     assert [step.split(".")[0] for step, _ in listings] == ["1", "6"]

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from e2e.box import scenarios
 from e2e.box.management import handover as scenario
+from e2e.box.management import k3s_charts
 from e2e.engine.netns import in_new_netns
-from e2e.standins.cluster import helm_controller_standin, playbook_lab
+from e2e.standins.cluster import playbook_lab
 
 pytestmark = pytest.mark.engine
 
@@ -92,21 +92,14 @@ def test_a_second_run_changes_nothing_and_says_so(handover: Any) -> None:
         assert f"{name}: not present" in second["stdout"]
 
 
-def test_helm_controller_makes_for_each_chart_what_the_stand_in_lays_out_elsewhere(handover: Any) -> None:
-    """The other boxes' playbook lab is laid out by helm_controller_standin.leave_installed: the
-    real helm-controller makes the same objects, named and marked as the stand-in has them (the
-    objectset owner and hash that its removal goes by), and the job controller the Job's pod."""
+def test_helm_controller_makes_for_each_chart_its_helpers_its_job_and_the_jobs_pod(handover: Any) -> None:
+    """What the journey's step 3 expects helm-controller to take away with each chart
+    (k3s_charts.made_for_a_chart), each marked with the chart as its objectset owner, which that
+    removal goes by; and the Job's pod, which the job controller made."""
     for name in playbook_lab.HANDED_OVER:
-        chart = yaml.safe_load(playbook_lab.helmchart(name))
-        expected = {
-            (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o["metadata"]
-            for o in helm_controller_standin.made(chart)
-        }
-        real = {(o["kind"], o["namespace"], o["name"]): o for o in handover["made"][name] if o["kind"] != "Pod"}
-        assert set(real) == set(expected), name
-        for key, metadata in expected.items():
-            assert metadata["labels"].items() <= real[key]["labels"].items(), key
-            assert metadata["annotations"].items() <= real[key]["annotations"].items(), key
+        made = [o for o in handover["made"][name] if o["kind"] != "Pod"]
+        assert sorted((f"{o['kind'].lower()}s", o["name"]) for o in made) == sorted(k3s_charts.made_for_a_chart(name))
+        assert {o["annotations"].get(k3s_charts.OWNER_NAME_KEY) for o in made} == {name}
         [pod] = [o for o in handover["made"][name] if o["kind"] == "Pod"]
         assert pod["owners"] == [f"helm-install-{name}"]
 
@@ -118,17 +111,7 @@ def test_helm_controller_runs_no_helm_delete_and_takes_away_what_it_made(handove
     control below shows the helm-delete Job such a delete gets."""
     writes = handover["controller_writes"]
     assert [w for w in writes if w[0] == "create" and w[1] == "jobs"] == []
-    expected = sorted(
-        (resource, name.format(chart=chart))
-        for chart in playbook_lab.HANDED_OVER
-        for resource, name in (
-            ("secrets", "chart-values-{chart}"),
-            ("configmaps", "chart-content-{chart}"),
-            ("serviceaccounts", "helm-{chart}"),
-            ("clusterrolebindings", "helm-kube-system-{chart}"),
-            ("jobs", "helm-install-{chart}"),
-        )
-    )
+    expected = sorted(made for chart in playbook_lab.HANDED_OVER for made in k3s_charts.made_for_a_chart(chart))
     assert sorted((w[1], w[2]) for w in writes if w[0] == "delete") == expected
     # Each pod of the Jobs, once or more: the garbage collector asks again while the job
     # controller takes its tracking finalizer off.

@@ -16,6 +16,7 @@ import pytest
 
 from components.readonly_access import ACCOUNT
 from components.settings.workload import MAX_SIZE_ANNOTATION
+from e2e.box.management import k3s_charts
 from e2e.box.takeover import day_after, doc_script, inspector, owners_lab, scaling
 from e2e.box.workload import lab1_box, lab1_state
 from e2e.engine.control_plane import CLUSTER_API_USER, PROVIDERS_USER
@@ -153,22 +154,20 @@ def test_the_stand_ins_knew_every_request(takeover: Any) -> None:
 
 
 def test_step_3_took_k3s_s_install_jobs_and_their_helpers_with_the_helmcharts(takeover: Any) -> None:
-    """As k3s's helm-controller does when a HelmChart goes (its stand-in,
-    e2e/standins/cluster/helm_controller_standin.py): for each chart, what it made to install it;
-    the garbage collector then took the Jobs' Completed pods, which step 6's pod lists leave out as
-    step 1's do, so its diff prints nothing (every line passed above)."""
-    made = [
-        f"{kind}/{namespace}/{name}"
-        for chart in playbook_lab.HANDED_OVER
-        for kind, namespace, name in (
-            ("Secret", "kube-system", f"chart-values-{chart}"),
-            ("ConfigMap", "kube-system", f"chart-content-{chart}"),
-            ("ServiceAccount", "kube-system", f"helm-{chart}"),
-            ("ClusterRoleBinding", "", f"helm-kube-system-{chart}"),
-            ("Job", "kube-system", f"helm-install-{chart}"),
-        )
-    ]
-    assert sorted(takeover["helm_controller_removed"]) == sorted(made)
+    """As k3s's real helm-controller does when a HelmChart goes (e2e/box/management/k3s_charts.py):
+    for each chart, it deleted what it made to install it, and made no helm-delete Job (the
+    uninstall the hand-over exists to avoid); the garbage collector then took the Jobs' Completed
+    pods, which step 6's pod lists leave out as step 1's do, so its diff prints nothing (every line
+    passed above). Nothing it made is left."""
+    seen = takeover["helm_controller"]
+    expected = sorted(made for chart in playbook_lab.HANDED_OVER for made in k3s_charts.made_for_a_chart(chart))
+    assert sorted((resource, name) for verb, resource, name in seen["writes"] if verb == "delete") == expected
+    assert [write for write in seen["writes"] if write[0] != "delete"] == []
+    pods = {
+        name.rsplit("-", 1)[0] for verb, resource, name in seen["collected"] if (verb, resource) == ("delete", "pods")
+    }
+    assert pods == {f"helm-install-{chart}" for chart in playbook_lab.HANDED_OVER}
+    assert seen["left"] == {}
 
 
 def _account(name: str) -> str:

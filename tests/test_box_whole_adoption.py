@@ -379,3 +379,11 @@ def test_the_owners_reboot_after_the_vm_run_keeps_the_host_key_and_the_last_prev
     assert preview["rc"] == 0, preview["output"][-6000:]
     assert preview["ssh_sessions"] == []
     assert preview["pve_writes"] == []
+
+
+def test_the_stand_ins_knew_every_request_and_k3s_s_jobs_installed_the_charts(adoption: Any) -> None:
+    """Every stand-in of the box answered what it was asked, and the playbook's charts were
+    installed by k3s's helm-controller and its Jobs (e2e/box/management/k3s_charts.py)."""
+    problems = {key: value for key, value in adoption.items() if key.endswith(("_unknown", "_errors")) and value}
+    assert problems == {}
+    assert {"k3s_job_pod_errors", "k3s_chart_unknown"} <= set(adoption)

@@ -406,7 +406,7 @@ def adoption_in_the_box(root: str, site: str) -> dict[str, Any]:
     base = Path(root)
     with box.running(base, SITES[site], as_shipped=True) as lab, node_shell.serving(lab.pve, base / "node") as node:
         started = time.monotonic()
-        playbook_left(lab, base)
+        k3s_charts = playbook_left(lab, base)
         keyboard.laptop_as_the_owners(lab.engine, lab.site.address, _host_key_file(lab))
         result: dict[str, Any] = {"setup_seconds": round(time.monotonic() - started, 1), "steps": lab.steps}
         result["adoption"] = _adopted(lab, base, node)
@@ -415,4 +415,4 @@ def adoption_in_the_box(root: str, site: str) -> dict[str, Any]:
             result["k3s_differs"] = _k3s_differs(lab)
             if site == CONVERGED_AT:
                 result["convergence"] = _converged(lab)
-        return {**result, **observed.standin_problems(lab)}
+        return {**result, **observed.standin_problems(lab), **k3s_charts.problems()}

@@ -15,13 +15,15 @@ from e2e.box.cluster_part import (
     _operator_webhooks,
     _webhook_standins,
 )
-from e2e.box.management.handover import _handover, _playbook_capmox_data
+from e2e.box.management import k3s_charts
+from e2e.box.management.handover import CONTROLLERS, _handover, _playbook_capmox_data
 from e2e.box.scenarios import (
     VM_ADDRESS,
     _lab_secrets,
     _readme_first_run,
     _step,
 )
+from e2e.controllers import helm_controller
 from e2e.engine import control_plane
 from e2e.engine.cli import Engine
 from e2e.standins.cluster import chart_repo_standin, playbook_lab
@@ -56,10 +58,17 @@ def adoption_of_an_incomplete_lab(root: str) -> dict[str, Any]:
     IPAMProvider): the preview must stop, creating nothing in its place."""
     base = Path(root)
     with (
-        control_plane.running(base / "control-plane", VM_ADDRESS) as cluster,
+        control_plane.running(base / "control-plane", VM_ADDRESS, controllers=CONTROLLERS) as cluster,
         _operator_webhooks(cluster, base) as (webhook, injector),
+        k3s_charts.serving(cluster, base, CHART_TEMPLATES) as machinery,
+        helm_controller.running(cluster, base / "helm-controller"),
     ):
-        playbook_lab.lay_out(cluster, base / "manifests", _playbook_capmox_data(), chart_templates=CHART_TEMPLATES)
+        playbook_lab.lay_out(
+            cluster,
+            base / "manifests",
+            _playbook_capmox_data(),
+            installed=lambda: machinery.until_installed(playbook_lab.HANDED_OVER),
+        )
         cluster.kubectl(
             "delete", f"ipamprovider.{playbook_lab.PROVIDER_GROUP}", "in-cluster", "-n", "capi-ipam-in-cluster-system"
         )
@@ -67,4 +76,4 @@ def adoption_of_an_incomplete_lab(root: str) -> dict[str, Any]:
         with chart_repo_standin.serve(CHART_REPOS, base) as charts:
             engine, steps = _adopting(base, charts, cluster)
             preview = _engine_run(engine, cluster, "preview")
-        return {"steps": steps, "preview": preview, **_webhook_standins(webhook, injector)}
+        return {"steps": steps, "preview": preview, **_webhook_standins(webhook, injector), **machinery.problems()}

@@ -18,25 +18,17 @@ import subprocess
 import sys
 import time
 import traceback
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from components.cluster_takeover import release_record
 from e2e.box.cluster_part import _requests_since
+from e2e.box.management import k3s_charts
 from e2e.box.scenarios import CAPMOX_SECRET, CAPMOX_TOKEN, PROXMOX_ADDRESS, PROXMOX_PORT, VM_ADDRESS, WRITES
 from e2e.box.workload.lab1_reads import built_tool, ran, until
 from e2e.controllers import helm_controller
 from e2e.engine import control_plane
 from e2e.engine.cli import REPO
-from e2e.standins.cluster import (
-    chart_repo_standin,
-    helm_controller_standin,
-    playbook_lab,
-    pod_process,
-    pod_runner,
-    pod_volumes,
-)
+from e2e.standins.cluster import chart_repo_standin, playbook_lab
 
 # What k3s's controller manager runs, of what the hand-over meets: the job controller makes each
 # install Job's pod, and the garbage collector takes the pod when helm-controller deletes its Job;
@@ -46,38 +38,19 @@ CONTROLLERS = (
     *("serviceaccount-token-controller", "job-controller", "garbage-collector-controller"),
     "root-ca-certificate-publisher-controller",
 )
-# The kinds helm-controller makes for a chart (chart.go OnChange), and the Jobs' pods.
-MADE_KINDS = "secrets,configmaps,serviceaccounts,jobs,pods,clusterrolebindings"
 # A chart of the playbook's kind, there only to be deleted with its finalizer on.
 CONTROL_CHART = "finalizer-control"
 # How long the restarted helm-controller is watched doing nothing: it lists every HelmChart and
 # handles each within a second of starting.
 RESTARTED_WATCH_SECONDS = 10
-# The label helm-controller gives its Jobs' pods (chart.go LabelChartName), by which the pod runner
-# runs them.
-CHART_LABEL = "helmcharts.helm.cattle.io/chart"
-# The public chart repositories' port.
-HTTPS = 443
 
 
-def _internet_repositories() -> tuple[dict[str, list[chart_repo_standin.Chart]], list[str]]:
-    """The chart repositories at the HelmCharts' `repo` URLs (path -> a chart of each chart's name
-    and version: the control's beside cert-manager's), and their host names."""
-    repositories: dict[str, list[chart_repo_standin.Chart]] = {}
-    hosts = []
-    for name, (_, repo, version, _) in playbook_lab.PLAYBOOK_CHARTS.items():
-        url = urllib.parse.urlsplit(repo)
-        hosts.append(url.hostname or "")
-        names = [name, CONTROL_CHART] if name == "cert-manager" else [name]
-        repositories[url.path.strip("/")] = [chart_repo_standin.Chart(chart, version) for chart in names]
-    return repositories, hosts
-
-
-def _upgraded_by_the_programs_helm(cluster: control_plane.ControlPlane, base: Path, name: str) -> dict[str, Any]:
+def _upgraded_by_the_programs_helm(machinery: k3s_charts.K3sCharts, base: Path, name: str) -> dict[str, Any]:
     """What the program does next to a handed-over release (docs/adoption.md step 4: its Release
     upgrades it), by the Helm it runs (v3.20.2, inside the kubernetes plugin: its CLI here) on the
     release Helm v4 made: `helm upgrade` with the same chart, version and values. Its status
     before, the upgrade, and the record and rendered object after."""
+    cluster = machinery.cluster
     namespace, _, version, _ = playbook_lab.PLAYBOOK_CHARTS[name]
     archive = base / f"{name}-{version}.tgz"
     archive.write_bytes(chart_repo_standin.Chart(name, version).archive())
@@ -89,40 +62,11 @@ def _upgraded_by_the_programs_helm(cluster: control_plane.ControlPlane, base: Pa
     before = cluster.kubectl("get", rendered, "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
     out: dict[str, Any] = {"status": helm("status", name, "-n", namespace, "-o", "json")}
     out["upgrade"] = helm("upgrade", name, str(archive), "-n", namespace, "--reuse-values")
-    out["records"] = _release_records(cluster, namespace)
+    out["records"] = machinery.releases(namespace)
     out["rendered_kept"] = (
         before == cluster.kubectl("get", rendered, "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
     )
     return out
-
-
-def _release_records(cluster: control_plane.ControlPlane, namespace: str = "") -> dict[str, dict[str, Any]]:
-    """Each Helm release Secret's name -> the release record it keeps."""
-    scope = ["-n", namespace] if namespace else ["-A"]
-    listed = json.loads(cluster.kubectl("get", "secret", *scope, "-l", "owner=helm", "-o", "json").stdout)["items"]
-    return {item["metadata"]["name"]: release_record(item) for item in listed}
-
-
-def _installed(cluster: control_plane.ControlPlane, charts: list[str]) -> dict[str, Any] | None:
-    """Once each of `charts` has its install Job Complete: the Jobs' pods (phase and container
-    state) by chart."""
-    jobs = json.loads(cluster.kubectl("get", "jobs", "-n", "kube-system", "-o", "json").stdout)["items"]
-    complete = {
-        job["metadata"]["labels"].get(CHART_LABEL)
-        for job in jobs
-        if any(c["type"] == "Complete" and c["status"] == "True" for c in job.get("status", {}).get("conditions", []))
-    }
-    if not set(charts) <= complete:
-        return None
-    pods = json.loads(cluster.kubectl("get", "pods", "-n", "kube-system", "-l", CHART_LABEL, "-o", "json").stdout)
-    return {
-        pod["metadata"]["labels"][CHART_LABEL]: {
-            "phase": pod["status"].get("phase"),
-            "state": (pod["status"].get("containerStatuses") or [{}])[0].get("state", {}),
-        }
-        for pod in pods["items"]
-        if pod["metadata"]["labels"][CHART_LABEL] in charts
-    }
 
 
 def _k3s_on_path(directory: Path, kubectl: Path, kubeconfig: Path, *, cut_at_delete: bool) -> dict[str, str]:
@@ -191,52 +135,21 @@ def _releases(cluster: control_plane.ControlPlane) -> list[tuple[str, str, str]]
     )
 
 
-def _made_for(cluster: control_plane.ControlPlane) -> dict[str, list[dict[str, Any]]]:
-    """HelmChart name -> what names it its owner (wrangler's objectset annotations), and the pods
-    of its Jobs, each as kind, namespace, name, labels and annotations."""
-    listed = json.loads(cluster.kubectl("get", MADE_KINDS, "-A", "-o", "json").stdout)["items"]
-    made: dict[str, list[dict[str, Any]]] = {}
-    for item in listed:
-        meta = item["metadata"]
-        owner = (meta.get("annotations") or {}).get(helm_controller_standin.OWNER_NAME_KEY)
-        chart = owner or (meta.get("labels") or {}).get("helmcharts.helm.cattle.io/chart")
-        if chart is None:
-            continue
-        made.setdefault(chart, []).append(
-            {
-                "kind": item["kind"],
-                "namespace": meta.get("namespace", ""),
-                "name": meta["name"],
-                "labels": meta.get("labels") or {},
-                "annotations": meta.get("annotations") or {},
-                "owners": [o["name"] for o in meta.get("ownerReferences", [])],
-            }
-        )
-    return made
-
-
-def _all_made(cluster: control_plane.ControlPlane, charts: list[str]) -> dict[str, list[dict[str, Any]]] | None:
-    """What helm-controller made for each of `charts` once all of it is there: five objects, and
-    the install Job's pod the job controller made."""
-    made = _made_for(cluster)
-    whole = all(len(made.get(chart, [])) == len(helm_controller_standin.MADE_FOR_A_CHART) + 1 for chart in charts)
-    return made if whole else None
-
-
 def _writes_by(cluster: control_plane.ControlPlane, mark: int, user: str) -> list[list[Any]]:
     """[verb, resource, name] of each write `user` made after the audit log's `mark`."""
     return [request[:3] for request in _requests_since(cluster, mark, user) if request[0] in WRITES]
 
 
-def _deleted_with_its_finalizer(cluster: control_plane.ControlPlane) -> dict[str, Any]:
+def _deleted_with_its_finalizer(machinery: k3s_charts.K3sCharts) -> dict[str, Any]:
     """The control: a chart helm-controller manages, installed, then deleted with its finalizer on,
     as the script must never do: what helm-controller makes of the delete (a helm-delete Job, whose
     pod uninstalls the release), and what is left of the release once the chart is gone."""
+    cluster = machinery.cluster
     chart = playbook_lab.helmchart("cert-manager").replace("cert-manager", CONTROL_CHART)
     cluster.kubectl("apply", "-f", "-", stdin=chart)
-    until(f"helm-controller made {CONTROL_CHART}'s install Job", lambda: _all_made(cluster, [CONTROL_CHART]))
-    until(f"{CONTROL_CHART}'s install Job done", lambda: _installed(cluster, [CONTROL_CHART]))
-    installed = sorted(_release_records(cluster, CONTROL_CHART))
+    until(f"helm-controller made {CONTROL_CHART}'s install Job", lambda: machinery.all_made([CONTROL_CHART]))
+    until(f"{CONTROL_CHART}'s install Job done", lambda: machinery.installed([CONTROL_CHART]))
+    installed = sorted(machinery.releases(CONTROL_CHART))
     mark = len(cluster.audit())
     cluster.kubectl("delete", "helmchart", CONTROL_CHART, "-n", "kube-system", "--wait=false")
     deleting = until(
@@ -255,7 +168,7 @@ def _deleted_with_its_finalizer(cluster: control_plane.ControlPlane) -> dict[str
     return {
         "job_args": deleting["spec"]["template"]["spec"]["containers"][0].get("args", []),
         "installed": installed,
-        "releases_left": sorted(_release_records(cluster, CONTROL_CHART)),
+        "releases_left": sorted(machinery.releases(CONTROL_CHART)),
         "rendered_left": cluster.kubectl("get", "configmaps", "-n", CONTROL_CHART, "-o", "name").stdout.split(),
         "writes": _writes_by(cluster, mark, control_plane.HELM_CONTROLLER_USER),
     }
@@ -266,42 +179,38 @@ def helmchart_handover(root: str) -> dict[str, Any]:
     script twice; helm-controller restarted; the control."""
     base = Path(root)
     out: dict[str, Any] = {}
-    repositories, hosts = _internet_repositories()
     with (
         control_plane.running(base / "control-plane", VM_ADDRESS, controllers=CONTROLLERS) as cluster,
-        # Every address of the test's own network namespace: the pods reach it at HOST_SIDE_IP.
-        chart_repo_standin.serve(repositories, base, address=("0.0.0.0", HTTPS), hostnames=hosts) as charts,  # noqa: S104
-        pod_runner.running(
-            cluster,
-            "kube-system",
-            "",
-            base / "pods",
-            selector=CHART_LABEL,
-            internet=pod_volumes.Internet(dict.fromkeys(hosts, pod_process.HOST_SIDE_IP), (charts.certificate,)),
-        ) as pods,
+        k3s_charts.serving(cluster, base, {}, more={"cert-manager": [CONTROL_CHART]}) as machinery,
     ):
         try:
-            _handed_over(cluster, base, out)
+            _handed_over(machinery, base, out)
         except Exception:  # what happened so far, and the pods' side of it, are the tests' to read
             out["failed"] = traceback.format_exc()
-        out |= {"pod_errors": pods.errors, "pod_logs": pods.logs(), "chart_requests": charts.requests}
-        out["chart_unknown"] = charts.unknown
+        out |= {"pod_errors": machinery.pods.errors, "pod_logs": machinery.pods.logs()}
+        out |= {"chart_requests": machinery.charts.requests, "chart_unknown": machinery.charts.unknown}
     return out
 
 
-def _handed_over(cluster: control_plane.ControlPlane, base: Path, out: dict[str, Any]) -> None:
+def _handed_over(machinery: k3s_charts.K3sCharts, base: Path, out: dict[str, Any]) -> None:
     """The lab laid out and installed by helm-controller's Jobs; the script cut off, then typed
     twice; helm-controller restarted; the control; the releases upgraded by the program's Helm."""
-    manifests = base / "manifests"
+    cluster, manifests = machinery.cluster, base / "manifests"
     with helm_controller.running(cluster, base / "helm-controller") as controller:
         out["controller_args"] = controller.args
-        playbook_lab.lay_out(cluster, manifests, _playbook_capmox_data(), helm_controller_runs=True)
-        out["made"] = until(
-            "helm-controller made each chart's Job, its pod and its helpers",
-            lambda: _all_made(cluster, playbook_lab.HANDED_OVER),
+        playbook_lab.lay_out(
+            cluster,
+            manifests,
+            _playbook_capmox_data(),
+            installed=lambda: out.update(
+                made=until(
+                    "helm-controller made each chart's Job, its pod and its helpers",
+                    lambda: machinery.all_made(playbook_lab.HANDED_OVER),
+                ),
+                installed=until("each chart's install Job done", lambda: machinery.installed(playbook_lab.HANDED_OVER)),
+            ),
         )
-        out["installed"] = until("each chart's install Job done", lambda: _installed(cluster, playbook_lab.HANDED_OVER))
-        out["releases"] = _release_records(cluster)
+        out["releases"] = machinery.releases()
         out["charts_before"] = json.loads(
             cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "json").stdout
         )["items"]
@@ -311,7 +220,7 @@ def _handed_over(cluster: control_plane.ControlPlane, base: Path, out: dict[str,
         # again, and once more: the second run finishes, the third finds nothing to do.
         out["cut"] = _handover(cluster, base, manifests, cut_at_delete=True)
         out["runs"] = [_handover(cluster, base, manifests) for _ in range(2)]
-        until("helm-controller removed what it made for the handed-over charts", lambda: not _made_for(cluster))
+        until("helm-controller removed what it made for the handed-over charts", lambda: not machinery.made_for())
         out["controller_writes"] = _writes_by(cluster, mark, control_plane.HELM_CONTROLLER_USER)
         out["collector_writes"] = _writes_by(cluster, mark, control_plane.CONTROLLER_USER)
     mark = len(cluster.audit())
@@ -322,5 +231,5 @@ def _handed_over(cluster: control_plane.ControlPlane, base: Path, out: dict[str,
         out["releases_after"] = _releases(cluster)
         out["manifests_left"] = sorted(p.name for p in manifests.iterdir())
         out["handed_over_files"] = sorted(p.name for p in (base / "manifests-handed-over").iterdir())
-        out["control"] = _deleted_with_its_finalizer(cluster)
-    out["upgraded"] = [_upgraded_by_the_programs_helm(cluster, base, name) for name in playbook_lab.HANDED_OVER]
+        out["control"] = _deleted_with_its_finalizer(machinery)
+    out["upgraded"] = [_upgraded_by_the_programs_helm(machinery, base, name) for name in playbook_lab.HANDED_OVER]

@@ -3,12 +3,11 @@ adopt: the VM made on the node as `qm create`/`qm resize`/`qm start` leave it (n
 API, so the Proxmox VE stand-in recorded none of it), running as a guest; on it qemu-guest-agent,
 /etc/rancher/k3s/config.yaml as an Ansible template renders it (a header comment, other
 indentation and quoting, the same meaning), k3s at the stack's k3sVersion from the release's
-installer, and on its API server what e2e/standins/cluster/playbook_lab.py lays out (HelmCharts
-and their manifest files, what k3s's helm-controller left of installing them, the two Helm
-releases, the provider objects, capmox-variables, the inspector's capi-readonly), the operator's
-release with the Deployment its chart runs, as `helm install` left them; and, as on the owner's
-k3s, what helm-controller made for a HelmChart goes when the HelmChart goes
-(e2e/standins/cluster/helm_controller_standin.py).
+installer, and on its API server what e2e/standins/cluster/playbook_lab.py lays out (the
+HelmCharts and their manifest files, the provider objects, capmox-variables, the inspector's
+capi-readonly); the HelmCharts installed as the owner's k3s installed them, by its real
+helm-controller and its Jobs (e2e/box/management/k3s_charts.py), which run on beside the guest's
+k3s for the box's life, rather than inside it: a restart of k3s leaves them running.
 """
 
 from __future__ import annotations
@@ -19,13 +18,17 @@ from typing import Any
 from urllib.parse import quote
 
 from e2e.box import box, scenarios
-from e2e.box.management import handover
-from e2e.standins.cluster import helm_controller_standin, playbook_lab
+from e2e.box.management import handover, k3s_charts
+from e2e.controllers import helm_controller
+from e2e.standins.cluster import playbook_lab
 
 # The image the playbook's get_url left on the node (the spec), which `qm create` imported.
 PLAYBOOK_IMAGE = "local:iso/noble-server-cloudimg-amd64.img"
 PLAYBOOK_IMAGE_SIZE = 3 << 30
 MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
+# The VM's name in the spec's `qm create` line, which cloud-init makes its host name: the node k3s
+# registers, where the install Jobs' pods run.
+PLAYBOOK_VM_NAME = "lab-mgmt"
 
 
 def ansible_config(address: str) -> str:
@@ -44,7 +47,7 @@ def _qm_create(public_key: str, site: box.Site) -> dict[str, str]:
     """The spec's `qm create 201 ...` line, at `site`, as its options reach Proxmox VE (net0's bare
     `virtio` is the `model` property, which Proxmox gives a MAC)."""
     return {
-        "name": "lab-mgmt",
+        "name": PLAYBOOK_VM_NAME,
         "cores": "2",
         "memory": "4096",
         "net0": "model=virtio,bridge=vmbr0,tag=4",
@@ -87,10 +90,10 @@ def _wait_for_api_server(lab: box.Box, bound: float = 180) -> None:
         time.sleep(2)
 
 
-def playbook_left(lab: box.Box, base: Path) -> helm_controller_standin.HelmControllerStandIn:
+def playbook_left(lab: box.Box, base: Path) -> k3s_charts.K3sCharts:
     """The lab as the playbook left it (the spec's "What the playbook left on the running lab"),
-    and helm-controller's stand-in on it, with the operator's and the CA injector's stand-ins (until
-    the VM reboots: after step 3 no HelmChart is left for it)."""
+    made by k3s's helm-controller and its Jobs, with the operator's and the CA injector's stand-ins;
+    helm-controller and what runs its Jobs go on for the box's life."""
     public_key = _key(lab).with_suffix(".pub").read_text().strip()
     image = {"content": "iso", "format": "raw", "size": PLAYBOOK_IMAGE_SIZE}
     lab.pve.made_on_node(lab.site.vmid, _qm_create(public_key, lab.site), {PLAYBOOK_IMAGE: image})
@@ -114,8 +117,16 @@ def playbook_left(lab: box.Box, base: Path) -> helm_controller_standin.HelmContr
     )
     _wait_for_api_server(lab)
     manifests = base / "playbook-manifests"
-    playbook_lab.lay_out(lab.cluster, manifests, handover._playbook_capmox_data(), chart_templates=box.CHART_TEMPLATES)
-    helm_controller = lab.operating.enter_context(helm_controller_standin.running(lab.cluster))
+    machinery = lab.operating.enter_context(
+        k3s_charts.serving(lab.cluster, base, box.CHART_TEMPLATES, node=PLAYBOOK_VM_NAME)
+    )
+    lab.operating.enter_context(helm_controller.running(lab.cluster, base / "helm-controller"))
+    playbook_lab.lay_out(
+        lab.cluster,
+        manifests,
+        handover._playbook_capmox_data(),
+        installed=lambda: machinery.until_installed(playbook_lab.HANDED_OVER),
+    )
     for manifest in sorted(manifests.iterdir()):
         _on_guest(
             lab, f"sudo install -d {MANIFESTS} && sudo tee {MANIFESTS}/{manifest.name} >/dev/null", manifest.read_text()
@@ -130,4 +141,4 @@ def playbook_left(lab: box.Box, base: Path) -> helm_controller_standin.HelmContr
         "--timeout=120s",
         timeout=150,
     )
-    return helm_controller
+    return machinery

@@ -21,10 +21,11 @@ from typing import Any
 
 from components.settings.workload import MAX_SIZE_ANNOTATION
 from e2e.box import observed
-from e2e.box.management import box_adoption
+from e2e.box.management import box_adoption, k3s_charts
 from e2e.box.takeover import day_after, doc_script, inspector, owners_lab, scaling
 from e2e.box.workload import lab1_state, workload_box
 from e2e.controllers import cluster_api
+from e2e.engine import control_plane
 
 # The owner's values for the page's placeholders beside the VM's (the site's): the node's storage
 # that takes backups, Cilium's chart version W1's `helm list` shows, the autoscaler W1's `helm
@@ -86,6 +87,24 @@ def _typed(lab: owners_lab.OwnersLab) -> list[dict[str, Any]]:
     return typed
 
 
+def _helm_controller_in_step_3(lab: owners_lab.OwnersLab, typed: list[dict[str, Any]]) -> dict[str, Any]:
+    """What k3s's helm-controller wrote, of the kinds it makes for a chart, from step 3's first
+    line to step 4's (each as verb, resource, name), what the garbage collector deleted then, and
+    what it had made that is left."""
+    marks = {entry["step"].split(".")[0]: entry["audit_mark"] for entry in reversed(typed)}
+    kinds = tuple(k3s_charts.MADE_KINDS.split(","))
+    found = lab1_state.writes(lab.box.cluster, marks["3"], kinds, until=marks.get("4"))
+
+    def by(user: str) -> list[list[str]]:
+        return [[write["verb"], write["resource"], write["name"]] for write in found if write["user"] == user]
+
+    return {
+        "writes": by(control_plane.HELM_CONTROLLER_USER),
+        "collected": by(control_plane.CONTROLLER_USER),
+        "left": lab.k3s_charts.made_for(),
+    }
+
+
 # A bound the owner raises by hand after the takeover, where docs/troubleshooting.md says not to.
 HAND_EDIT = f"{scaling.ANNOTATE_WORKERS} {MAX_SIZE_ANNOTATION}=5"
 
@@ -128,6 +147,7 @@ def owners_takeover(root: str) -> dict[str, Any]:
             w6 = next((entry["audit_mark"] for entry in out["typed"] if entry["step"].startswith("W6")), None)
             out["writes_before_w6"] = lab1_state.writes(lab.box.cluster, start, until=w6)
             out["writes_from_w6"] = lab1_state.writes(lab.box.cluster, w6, until=typed_until) if w6 is not None else []
+            out["helm_controller"] = _helm_controller_in_step_3(lab, out["typed"])
             out["backups"] = lab.node_shell.backups
             out["node_unknown"] = lab.node_shell.unknown
             out["seconds"] = round(time.monotonic() - began, 1)
@@ -140,11 +160,8 @@ def owners_takeover(root: str) -> dict[str, Any]:
                 out["day_after"]["seconds"] = round(time.monotonic() - mark, 1)
         except Exception:  # what happened so far is the test's to read
             out["failed"] = traceback.format_exc()
-        out |= {**observed.standin_problems(lab.box), "lab1_problems": lab.parts.problems()}
-        out |= {
-            "helm_controller_removed": lab.helm_controller.removed,
-            "helm_controller_errors": lab.helm_controller.errors,
-        }
+        out |= {**observed.standin_problems(lab.box), **lab.k3s_charts.problems()}
+        out |= {"lab1_problems": lab.parts.problems()}
         core = cluster_api.core(lab.parts.managers)
         if out.get("failed") and core is not None:
             out["manager_log_tail"] = core.log_tail(30)

@@ -2,9 +2,8 @@
 (e2e/box/workload/lab1_box.py), at the lab's values:
 
 - the management cluster as the Ansible playbook left it: VM 201 made on the node, k3s, the
-  HelmCharts with the Completed install Jobs k3s's helm-controller ran for them, the providers,
-  `capmox-variables` and the inspector's RBAC (playbook_vm.py), and what helm-controller does when
-  a HelmChart goes (e2e/standins/cluster/helm_controller_standin.py);
+  HelmCharts, installed by k3s's real helm-controller and its Jobs, the providers,
+  `capmox-variables` and the inspector's RBAC (playbook_vm.py; e2e/box/management/k3s_charts.py);
 - lab1 made with `clusterctl generate cluster lab1` from the owner's clusterctl.yaml with two
   workers and applied client-side, Cilium installed into it with `helm install`
   (workload/clusterctl_lab1.py), brought up by the real Cluster API manager and the workload
@@ -40,11 +39,11 @@ import yaml
 
 from e2e.box import box as whole_box
 from e2e.box.management import box_adoption, playbook_vm
+from e2e.box.management.k3s_charts import K3sCharts
 from e2e.box.takeover import inspector, keyboard
 from e2e.box.workload import clusterctl_lab1, lab1_box
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster.chart_repo_standin import ChartRepoStandIn
-from e2e.standins.cluster.helm_controller_standin import HelmControllerStandIn
 from e2e.standins.proxmox import node_shell
 
 # The owner's clusterctl.yaml at the lab's values, with the workers lab1 runs today: more than one,
@@ -113,7 +112,7 @@ class OwnersLab:
     parts: lab1_box.Lab1Parts
     node_shell: node_shell.NodeShell
     lab1_kubeconfig: Path
-    helm_controller: HelmControllerStandIn
+    k3s_charts: K3sCharts
     made: dict[str, Any] = field(default_factory=dict)
     """What the owner's steps did and the state they left (clusterctl_lab1's record)."""
     variables: dict[str, str] = field(default_factory=dict)
@@ -168,9 +167,9 @@ def _laptop_files(lab: OwnersLab) -> None:
 @contextmanager
 def running(base: Path) -> Iterator[OwnersLab]:
     with lab1_box.running(base, as_shipped=True) as (box, parts), node_shell.serving(box.pve, base / "node") as node:
-        helm_controller = playbook_vm.playbook_left(box, base)
+        k3s_charts = playbook_vm.playbook_left(box, base)
         # clusterctl_lab1 leaves lab1's admin kubeconfig there, read from its Secret.
-        lab = OwnersLab(box, parts, node, base / "lab1.kubeconfig", helm_controller)
+        lab = OwnersLab(box, parts, node, base / "lab1.kubeconfig", k3s_charts)
         marks: list[str] = []
         clusterctl_lab1.left_by_the_owner(
             _Management(base, box.cluster, box.charts), base, SITE, lab.made, mark=marks.append

@@ -36,7 +36,7 @@ from e2e.controllers import deployed
 from e2e.controllers.manager import RunningManager
 from e2e.engine.cli import PROJECT, REPO, STACK, Engine, declare_workload_clusters
 from e2e.engine.control_plane import ControlPlane
-from e2e.standins.cluster import chart_repo_standin, pod_runner
+from e2e.standins.cluster import chart_repo_standin, pod_process, pod_runner
 from e2e.standins.workload import providers
 from e2e.standins.workload.vm_guest import WorkloadGuests
 
@@ -64,12 +64,6 @@ class Lab1Parts:
         return {"workload": self.standins.record.errors, "autoscaler_runner": self.runner.errors}
 
 
-def _forward_to_pods() -> None:
-    """The autoscaler's Pod reaches the VM's API server through the box, and the VM answers through
-    its default route, the box; a network namespace starts with forwarding off."""
-    Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
-
-
 def _configure(
     engine: Engine, charts: chart_repo_standin.ChartRepoStandIn, *, as_shipped: bool
 ) -> list[dict[str, Any]]:
@@ -91,7 +85,7 @@ def _configure(
 def running(base: Path, *, as_shipped: bool = False) -> Iterator[tuple[whole_box.Box, Lab1Parts]]:
     """The box with lab1's machinery; `as_shipped`, the stack file's lab1 and ciliumVersion stay
     as Pulumi.lab.yaml ships them (the owner's takeover, e2e/box/takeover/)."""
-    _forward_to_pods()
+    pod_process.route_through_the_box()
     with ExitStack() as stack:
         managers: list[RunningManager] = []
         managers_stack = ExitStack()

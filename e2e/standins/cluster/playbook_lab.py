@@ -1,12 +1,11 @@
 """The Kubernetes side of the lab as the Ansible playbook left it (the spec's "What the playbook
 left on the running lab"), laid out on the box's real API server: k3s's HelmCharts with
 helm-controller's finalizer and their manifest files (the playbook's two charts: the owner's k3s
-disables traefik), what helm-controller left of installing each (the Completed
-`helm-install-<chart>` Job, its Succeeded pod and the Job's helpers: helm_controller_standin.py),
-the two Helm releases as `helm install` stores them (release record, and the one object each
-stand-in chart renders), the provider objects applied client-side from capi-providers.yaml, the
-inspector's RBAC and the workload cluster lab1's kubeconfig Secret; and inside lab1 (a second API
-server), the inspector's RBAC.
+disables traefik), which k3s's real helm-controller and its Jobs install (the Completed
+`helm-install-<chart>` Job, its Succeeded pod and the Job's helpers, the two Helm releases as
+Helm v4 records them: e2e/box/management/k3s_charts.py), the provider objects applied client-side
+from capi-providers.yaml, the inspector's RBAC and the workload cluster lab1's kubeconfig Secret;
+and inside lab1 (a second API server), the inspector's RBAC.
 
 `snapshot` reads back every object the playbook made, with its UID and resourceVersion, so a test
 can tell whether anything was re-created or written.
@@ -15,10 +14,9 @@ can tell whether anything was re-created or written.
 from __future__ import annotations
 
 import base64
-import gzip
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +24,8 @@ import yaml
 
 from e2e.engine.cli import REPO
 from e2e.engine.control_plane import ControlPlane
-from e2e.standins.cluster import cainjector_standin, chart_repo_standin, helm_controller_standin
+from e2e.standins.cluster import cainjector_standin
 
-HELMCHART_CRD = """apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: helmcharts.helm.cattle.io
-spec:
-  group: helm.cattle.io
-  names: {kind: HelmChart, listKind: HelmChartList, plural: helmcharts, singular: helmchart}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-"""
 # helm-controller's finalizer: while it is on, deleting the HelmChart waits for the controller,
 # which would run `helm delete` for a chart it still manages.
 HELM_CONTROLLER_FINALIZER = "wrangler.cattle.io/on-helm-chart-remove"
@@ -57,9 +40,6 @@ PLAYBOOK_CHARTS: dict[str, tuple[str, str, str, dict[str, Any]]] = {
     ),
 }
 HANDED_OVER = list(PLAYBOOK_CHARTS)
-# When k3s installed them: its install Jobs ran, and the releases were recorded.
-INSTALL_STARTED, INSTALLED = "2026-03-14T09:26:41Z", "2026-03-14T09:26:53Z"
-
 PROVIDER_GROUP = "operator.cluster.x-k8s.io"
 # Kind -> (namespace, name, the stack setting that pins its version).
 PROVIDERS = {
@@ -113,53 +93,6 @@ def helmchart(name: str) -> str:
                 "createNamespace": True,
                 "valuesContent": yaml.safe_dump(values) if values else "",
             },
-        }
-    )
-
-
-def release_secret(chart: chart_repo_standin.Chart) -> str:
-    """What `helm install` (run by helm-controller's job) keeps of the release of `chart`: the
-    release record, gzipped JSON in base64, in a Secret of type helm.sh/release.v1."""
-    name = chart.name
-    namespace, _, _, values = PLAYBOOK_CHARTS[name]
-    manifest = "---\n".join(
-        f"# Source: {name}/{path}\n{chart_repo_standin.rendered(name, namespace, chart, template)}"
-        for path, template in chart.template_files().items()
-    )
-    record = {
-        "name": name,
-        "namespace": namespace,
-        "version": 1,
-        "info": {
-            "first_deployed": INSTALLED,
-            "last_deployed": INSTALLED,
-            "deleted": "",
-            "description": "Install complete",
-            "status": "deployed",
-        },
-        "chart": {
-            "metadata": chart.metadata(),
-            "templates": [
-                {"name": path, "data": base64.b64encode(template.encode()).decode()}
-                for path, template in chart.template_files().items()
-            ],
-            "values": {},
-        },
-        "config": values,
-        "manifest": f"---\n{manifest}",
-    }
-    stored = base64.b64encode(gzip.compress(json.dumps(record).encode())).decode()
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {
-                "name": f"sh.helm.release.v1.{name}.v1",
-                "namespace": namespace,
-                "labels": {"owner": "helm", "name": name, "status": "deployed", "version": "1"},
-            },
-            "type": "helm.sh/release.v1",
-            "data": {"release": base64.b64encode(stored.encode()).decode()},
         }
     )
 
@@ -274,65 +207,34 @@ def workload_kubeconfig_secret(name: str, kubeconfig: str) -> str:
     )
 
 
-def _helm_installed(obj: str, release: str, namespace: str) -> str:
-    """An object as `helm install` creates it: with the ownership label and annotations that a
-    later `helm upgrade` requires of an object it takes over."""
-    loaded = yaml.safe_load(obj)
-    metadata = loaded["metadata"]
-    metadata.setdefault("labels", {})["app.kubernetes.io/managed-by"] = "Helm"
-    metadata.setdefault("annotations", {}).update(
-        {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace}
-    )
-    return str(yaml.safe_dump(loaded))
-
-
 def lay_out(
     cluster: ControlPlane,
     manifests: Path,
     capmox_data: dict[str, str],
     lab1_kubeconfig: str = NO_CLUSTER_KUBECONFIG,
-    chart_templates: Mapping[str, tuple[str, ...]] | None = None,
     *,
-    helm_controller_runs: bool = False,
+    installed: Callable[[], object],
 ) -> None:
-    """The playbook's end state on `cluster`, with the HelmChart files in `manifests`; each
-    release installed from its chart with the stand-in's ConfigMap and `chart_templates` (by
-    chart). The provider objects are applied once the webhook configurations among those have
-    their CA bundle (which a CA injector, e2e/standins/cluster/cainjector_standin.py, must give them), as on the
-    lab, where their webhooks refuse every provider CR until then. The provider CRs become Ready
-    when an operator (e2e/standins/cluster/operator_standin.py) reconciles them. With
-    `helm_controller_runs`, the real helm-controller (e2e/controllers/helm_controller.py) runs on
-    `cluster`, and its Jobs' pods run (e2e/box/management/handover.py): the HelmChart CRD is its
-    own, it makes what it makes of each chart itself, and its Jobs install the releases."""
-    crds = [*([] if helm_controller_runs else [HELMCHART_CRD]), *(provider_crd(kind) for kind in PROVIDERS)]
-    cluster.kubectl("apply", "-f", "-", stdin="---\n".join(crds))
+    """The playbook's end state on `cluster`, where k3s's real helm-controller runs
+    (e2e/controllers/helm_controller.py) and its Jobs' pods run (e2e/box/management/k3s_charts.py):
+    the HelmCharts, with their files in `manifests`, from which helm-controller and its Jobs make
+    the rest, until `installed` returns. The provider objects are applied once the webhook
+    configurations of the operator's release have their CA bundle (which a CA injector,
+    e2e/standins/cluster/cainjector_standin.py, must give them), as on the lab, where their webhooks
+    refuse every provider CR until then. The provider CRs become Ready when an operator
+    (e2e/standins/cluster/operator_standin.py) reconciles them."""
+    cluster.kubectl("apply", "-f", "-", stdin="---\n".join(provider_crd(kind) for kind in PROVIDERS))
     cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     manifests.mkdir(parents=True)
     for name, (namespace, _, _, _) in PLAYBOOK_CHARTS.items():
         cluster.kubectl("create", "namespace", namespace)
         cluster.kubectl("apply", "-f", "-", stdin=helmchart(name))
         (manifests / f"{name}.yaml").write_text(helmchart(name))
-    if not helm_controller_runs:
-        charts = [yaml.safe_load(helmchart(name)) for name in PLAYBOOK_CHARTS]
-        helm_controller_standin.leave_installed(cluster, charts, INSTALL_STARTED, INSTALLED)
-        _lay_out_releases(cluster, chart_templates or {})
+    installed()
     _wait_injected(cluster)
     cluster.kubectl("apply", "-f", "-", stdin=capi_providers_yaml(capmox_data))
     cluster.kubectl("apply", "-f", "-", stdin=INSPECTOR_RBAC)
     cluster.kubectl("apply", "-f", "-", stdin=workload_kubeconfig_secret("lab1", lab1_kubeconfig))
-
-
-def _lay_out_releases(cluster: ControlPlane, chart_templates: Mapping[str, tuple[str, ...]]) -> None:
-    """Each release as helm-controller's install Job leaves it, written by hand where no Job runs:
-    its record and what its chart renders."""
-    for name in HANDED_OVER:
-        namespace, _, version, _ = PLAYBOOK_CHARTS[name]
-        chart = chart_repo_standin.Chart(name, version, templates=chart_templates.get(name, ()))
-        # helm creates its objects without kubectl's last-applied annotation.
-        cluster.kubectl("create", "-f", "-", stdin=release_secret(chart))
-        for template in chart.template_files().values():
-            rendered = chart_repo_standin.rendered(name, namespace, chart, template)
-            cluster.kubectl("create", "-f", "-", stdin=_helm_installed(rendered, name, namespace))
 
 
 def snapshot(cluster: ControlPlane, kinds: list[str] = SNAPSHOT_KINDS) -> dict[str, list[str]]:

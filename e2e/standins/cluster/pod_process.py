@@ -84,6 +84,20 @@ _POD_NUMBERS = itertools.count(2)
 _VETH_NUMBERS = itertools.count()
 
 
+def route_through_the_box() -> str:
+    """What the box's side of the pods' network needs before any Pod starts: forwarding on (a
+    network namespace starts with it off), so that a Pod reaches the VMs' API servers through the
+    box and they answer through their default route, the box; and HOST_SIDE_IP held by the
+    loopback too, so that a stand-in serving the Pods binds it before any veth exists. Returns it."""
+    Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
+    done = subprocess.run(
+        ["ip", "addr", "replace", f"{HOST_SIDE_IP}/32", "dev", "lo"], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise PodError(f"cannot hold {HOST_SIDE_IP} on the loopback: {done.stderr.strip()}")
+    return HOST_SIDE_IP
+
+
 def new_pod_ip() -> str:
     number = next(_POD_NUMBERS)
     if number > 254:

@@ -42,10 +42,11 @@ HEARTBEAT_SECONDS = 10
 # pulumi-kubernetes deletes in the foreground, and only the collector lifts that finalizer, so
 # without it a deleted object (the CAPMOX Secret a token rotation replaces) stays, and the run waits.
 # And the built-in `view`, `edit` and `admin` roles filled in from their aggregated parts: the
-# owner's inspector's role is bound to `view`.
+# owner's inspector's role is bound to `view`. And the job controller, which makes the pods of
+# helm-controller's install Jobs (e2e/box/management/k3s_charts.py).
 CONTROLLERS = (
     *("serviceaccount-token-controller", "serviceaccount-controller", "clusterrole-aggregation-controller"),
-    *("deployment-controller", "replicaset-controller", "garbage-collector-controller"),
+    *("deployment-controller", "replicaset-controller", "garbage-collector-controller", "job-controller"),
     "root-ca-certificate-publisher-controller",
 )
 
