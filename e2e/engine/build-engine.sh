@@ -23,6 +23,10 @@
 #                                      bin/) from the Go module proxy (LAB_MGMT_HELM_BIN,
 #                                      LAB_MGMT_IPAM_BIN); CAPMOX's manager from its upstream
 #                                      archive, with Cluster API's (LAB_MGMT_CAPMOX_BIN)
+#                                      and the sources of the charts of cluster-api-operator and
+#                                      cert-manager from the Go module proxy
+#                                      (LAB_MGMT_OPERATOR_SOURCE, LAB_MGMT_CERT_MANAGER_CHART_SOURCE),
+#                                      which e2e/controllers/upstream_charts.py rebuilds
 #   ... helm-controller                also k3s's helm-controller at the version the pinned k3s
 #                                      embeds, from the Go module proxy
 #                                      (LAB_MGMT_HELM_CONTROLLER_BIN), and its Jobs' image,
@@ -600,6 +604,45 @@ build_ipam() {
   printf 'LAB_MGMT_IPAM_BIN=%s\n' "$out"
 }
 
+# The sources of the two charts the program's Releases install, at the versions they pin
+# (Pulumi.lab.yaml), which e2e/controllers/upstream_charts.py rebuilds as each project's Makefile
+# releases them: what those targets read, copied out of the modules the proxy serves, with the
+# LICENSE. cert-manager's chart is in its root module (its cmd/ binaries are not: build_cert_manager).
+stack_pin() {
+  sed -n "s/^ *lab-mgmt:$1: *//p" "$repo/Pulumi.lab.yaml"
+}
+
+# $1: the cache's name for them, $2: module@version, $3: what to copy out of the module.
+fetch_sources() {
+  local home="$cache/$1" dir copy path
+  if [ -d "$home/source" ]; then
+    say "$1 sources: cached"
+  else
+    dir="$(module_dir "$2")" || return 1
+    copy="$(partial_of "$home/source")"
+    mkdir -p "$home"
+    for path in $3 LICENSE; do
+      mkdir -p "$copy/$(dirname "$path")"
+      cp -r "$dir/$path" "$copy/$path"
+    done
+    chmod -R u+w "$copy"
+    mv "$copy" "$home/source"
+    say "$1 sources: copied from $2"
+  fi
+  printf '%s\n' "$home/source"
+}
+
+fetch_chart_sources() {
+  local operator cert_manager source
+  operator="$(stack_pin capiOperatorVersion)" cert_manager="$(stack_pin certManagerVersion)"
+  source="$(fetch_sources "cluster-api-operator-v$operator" "sigs.k8s.io/cluster-api-operator@v$operator" \
+    "hack/charts/cluster-api-operator config")" || return 1
+  printf 'LAB_MGMT_OPERATOR_SOURCE=%s\n' "$source"
+  source="$(fetch_sources "cert-manager-chart-v${cert_manager#v}" "github.com/cert-manager/cert-manager@$cert_manager" \
+    "deploy/charts/cert-manager")" || return 1
+  printf 'LAB_MGMT_CERT_MANAGER_CHART_SOURCE=%s\n' "$source"
+}
+
 # CAPMOX's manager, which the box runs as cluster-api-operator deploys it for the program's
 # InfrastructureProvider (e2e/controllers/capmox.py), against the Proxmox stand-in. v0.9.0 for the
 # v0.9.1 pin (docs/testing.md's versions): its archive is the main module, and its Cluster API
@@ -779,6 +822,7 @@ cli_lane() {
   if wants workload; then
     locked helm build_helm
     locked ipam-in-cluster build_ipam
+    locked chart-sources fetch_chart_sources
   fi
 }
 
