@@ -26,6 +26,11 @@ OPERATOR_WEBHOOK_CONFIGURATIONS = {
     "validating": "capi-operator-validating-webhook-configuration",
     "mutating": "capi-operator-mutating-webhook-configuration",
 }
+# The releases' values: cert-manager installs its CRDs; provider CRs in the operator chart's values
+# would become Helm hooks (cluster-api-operator #1052) and would clash with ClusterApi's own, so
+# its values stay empty.
+CERT_MANAGER_VALUES: dict[str, object] = {"crds": {"enabled": True}}
+OPERATOR_VALUES: dict[str, object] = {}
 # The injector fills in every webhook of a configuration in one write: the first one's will do.
 CA_BUNDLE_INJECTED = "jsonpath={.webhooks[0].clientConfig.caBundle}"
 
@@ -179,16 +184,15 @@ class _Lasting:
 def _releases(name: str, cluster_charts: charts.ClusterCharts, lasting: _Lasting) -> kubernetes.helm.v3.Release:
     """cert-manager, then the operator; the operator's release."""
     cert_manager = _release(
-        name,
-        cluster_charts.cert_manager,
-        namespace=CERT_MANAGER_NAMESPACE,
-        values={"crds": {"enabled": True}},
-        lasting=lasting,
+        name, cluster_charts.cert_manager, namespace=CERT_MANAGER_NAMESPACE, values=CERT_MANAGER_VALUES, lasting=lasting
     )
-    # Provider CRs in the chart's values would become Helm hooks (cluster-api-operator #1052)
-    # and would clash with ClusterApi's own: the values stay empty.
     return _release(
-        name, cluster_charts.operator, namespace=OPERATOR_NAMESPACE, values={}, lasting=lasting, after=cert_manager
+        name,
+        cluster_charts.operator,
+        namespace=OPERATOR_NAMESPACE,
+        values=OPERATOR_VALUES,
+        lasting=lasting,
+        after=cert_manager,
     )
 
 

@@ -20,7 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
-from components.cluster_api import CERT_MANAGER_NAMESPACE, OPERATOR_NAMESPACE, OPERATOR_WEBHOOK_CONFIGURATIONS
+from components.cluster_api import (
+    CERT_MANAGER_NAMESPACE,
+    CERT_MANAGER_VALUES,
+    OPERATOR_NAMESPACE,
+    OPERATOR_VALUES,
+    OPERATOR_WEBHOOK_CONFIGURATIONS,
+)
 from e2e.box import box
 from e2e.controllers import upstream_charts
 from e2e.standins.cluster import admission_webhook_standin, playbook_lab
@@ -30,16 +36,21 @@ pytestmark = pytest.mark.engine
 
 
 # Each chart as the program releases it (components/cluster_api.py): its rebuild, the release's
-# name and namespace, the program's values (cert-manager installs its CRDs; the operator's providers
-# stay out of its values), and a value its schema must refuse (the control): for the operator, a
+# name, namespace and values, and a value its schema must refuse (the control): for the operator, a
 # provider given as the chart's older releases took it; for cert-manager, `crds.enabled` as a string.
 RELEASES: dict[str, tuple[Callable[[Path], Path], str, str, dict[str, Any], dict[str, Any]]] = {
-    "operator": (upstream_charts.operator, "cluster-api-operator", OPERATOR_NAMESPACE, {}, {"core": "cluster-api:v1"}),
+    "operator": (
+        upstream_charts.operator,
+        "cluster-api-operator",
+        OPERATOR_NAMESPACE,
+        OPERATOR_VALUES,
+        {"core": "cluster-api:v1"},
+    ),
     "cert-manager": (
         upstream_charts.cert_manager,
         "cert-manager",
         CERT_MANAGER_NAMESPACE,
-        {"crds": {"enabled": True}},
+        CERT_MANAGER_VALUES,
         {"crds": {"enabled": "yes"}},
     ),
 }
