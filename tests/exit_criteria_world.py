@@ -105,6 +105,8 @@ class World:
     leaked_address: bool = False
     vm_left: bool = False
     """A worker's VM still on Proxmox VE after its Machine went (a clone CAPMOX lost track of)."""
+    strays: list[dict[str, Any]] = field(default_factory=list)
+    """VMs on Proxmox VE from before the run, beside the management VM, the template and the workers'."""
     overshoot: int = 0
     answers: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     """Failures to answer first, by the start of the kubectl line (cluster and words)."""
@@ -122,7 +124,7 @@ class World:
     # The management cluster's side.
 
     def machine_names(self) -> list[str]:
-        return [f"lab1-workers-x-{index}" for index in range(self.workers)]
+        return [f"lab1-workers-q7x2k-w000{index}" for index in range(self.workers)]
 
     def demand(self) -> int:
         return sum(int(job["spec"]["parallelism"]) for job in self.jobs.values())
@@ -199,6 +201,7 @@ class World:
             {"vmid": 9000, "name": "ubuntu-template", "template": 1},
             *workers,
             *left,
+            *self.strays,
         ]
 
     def md_annotations(self) -> dict[str, str]:

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from e2e.box.workload import lab1_controls, lab1_faults, lab1_reads, lab1_rollouts, proxmox_node
+from tools import exit_criteria
 
 pytestmark = pytest.mark.engine
 
@@ -349,11 +350,41 @@ def test_a_machine_that_never_becomes_a_node_holds_the_scale_up_until_it_is_dele
     assert "tag=" not in stuck["vm"]["net0"]
     assert "tags" not in stuck["vm"]
     assert "nodeRef" not in stuck["machine"]["status"]
+    # The first clone after the template came back lost its answer: that VM has the machine's name
+    # and an id CAPMOX never recorded, and stays, stopped, when the Machine goes.
+    lost = _lost_clone(fault)
+    assert stuck["answers_lost"] == 0
+    assert stuck["named_so"][lost]["status"] == "stopped"
+    assert fault["named_so_after"] == {lost: stuck["proxmox_machine"]["metadata"]["name"]}
     # Deleted as the page says, the Machine's replacement became the Node the pod left over runs
     # on; the autoscaler scaled once for it all.
     last = {key: value for _, key, value in fault["after_machine_deleted"]}
     assert (last["machines_with_node"], last["pending"]) == (grown, 0)
     assert [w["subresource"] for w in fault["scaled"] if w["user"] == account] == ["scale"]
+
+
+def _lost_clone(fault: dict[str, Any]) -> str:
+    """The VMID of the clone whose answer was lost in never_a_node: named as the stuck machine, not
+    the id its ProxmoxMachine recorded."""
+    recorded = str(fault["stuck"]["proxmox_machine"]["spec"]["virtualMachineID"])
+    [lost] = [str(vmid) for vmid in fault["stuck"]["named_so"] if vmid != recorded]
+    return lost
+
+
+def test_at_zero_the_exit_criteria_name_the_vm_whose_clone_answer_was_lost_and_make_nothing(lab1_box: Any) -> None:
+    stray, lost = lab1_box["stray"], _lost_clone(lab1_box["never_a_node"])
+    print(stray["out"], stray["err"], sep="\n")
+    # Read with the auditor's token alone, the one VM that no ProxmoxMachine holds is that clone.
+    assert list(stray["strays"]) == [lost]
+    name, node = stray["strays"][lost], lab1_box["entry"]["sourceNode"]
+    assert stray["rc"] == exit_criteria.REFUSED, stray["err"]
+    assert f"VM {lost} {name} on {node} (stopped): a worker's VM that no ProxmoxMachine holds" in stray["out"]
+    assert f"qm destroy {lost} --purge" in stray["out"]
+    assert stray["report"]["exit"] == exit_criteria.REFUSED
+    assert stray["made"] is None
+    # Destroyed as the line says, the node holds the templates and lab1's control plane alone.
+    assert lost not in stray["vms_after"]
+    assert set(stray["vms_after"]) == set(lab1_box["vms_after"]) - {lost}
 
 
 def test_a_worker_sizing_change_is_a_new_template_repointed_then_the_old_deleted(lab1_box: Any) -> None:

@@ -192,7 +192,11 @@ def pod(
             "creationTimestamp": "2026-12-06T23:30:00Z",
             "ownerReferences": [{"kind": kind, "name": f"{name}-owner", "controller": True} for kind in owners],
         },
-        "spec": {"nodeName": "lab1-workers-x-0", "tolerations": [{"operator": "Exists"}] if tolerate else [], **spec},
+        "spec": {
+            "nodeName": "lab1-workers-q7x2k-w0000",
+            "tolerations": [{"operator": "Exists"}] if tolerate else [],
+            **spec,
+        },
         "status": status,
     }
 
@@ -282,8 +286,13 @@ def named(*nodes: str) -> dict[str, Any]:
         (pod("web", "ReplicaSet", nodeSelector={"disk": "ssd"}), (), [], "at 0 workers no node would take it"),
         (pod("web", "ReplicaSet", affinity=by_role("DoesNotExist")), (), [], "at 0 workers no node would take it"),
         (pod("web", "ReplicaSet", affinity=by_role("In")), (), [], None),
-        (pod("web", "ReplicaSet", affinity=named("lab1-workers-x-0")), (), [], "at 0 workers no node would take it"),
-        (pod("web", "ReplicaSet", affinity=named("lab1-workers-x-0", "lab1-cp")), (), [], None),
+        (
+            pod("web", "ReplicaSet", affinity=named("lab1-workers-q7x2k-w0000")),
+            (),
+            [],
+            "at 0 workers no node would take it",
+        ),
+        (pod("web", "ReplicaSet", affinity=named("lab1-workers-q7x2k-w0000", "lab1-cp")), (), [], None),
         # The first rule that decides wins: safe-to-evict "true" before local storage and budgets,
         # no controller before local storage.
         (
@@ -330,10 +339,10 @@ def test_a_blocker_stops_the_run_with_nothing_made_each_named_with_the_kubectl_l
     world.worker_annotations = {exit_criteria.SCALE_DOWN_DISABLED: "true"}
     assert typed(tmp_path) == exit_criteria.REFUSED
     out = capsys.readouterr().out
-    assert "node lab1-workers-x-0: annotated cluster-autoscaler.kubernetes.io/scale-down-disabled=true" in out
-    assert "apps/debug on lab1-workers-x-0: no controller makes it again elsewhere" in out
+    assert "node lab1-workers-q7x2k-w0000: annotated cluster-autoscaler.kubernetes.io/scale-down-disabled=true" in out
+    assert "apps/debug on lab1-workers-q7x2k-w0000: no controller makes it again elsewhere" in out
     assert "kubectl --kubeconfig lab1 get pod -n apps debug -o 'jsonpath={.metadata.ownerReferences}'" in out
-    assert "apps/cache on lab1-workers-x-0: local storage (scratch)" in out
+    assert "apps/cache on lab1-workers-q7x2k-w0000: local storage (scratch)" in out
     assert "apps/done" not in out
     assert out.count("FAILED") == 3
     assert world.writes() == []
@@ -397,8 +406,8 @@ def test_a_worker_unlike_its_annotations_fails_scale_from_zero_naming_what_diffe
     assert typed(tmp_path) == exit_criteria.FAILED
     reason = written(tmp_path)["criteria"][0]["reason"]
     assert (
-        "lab1-workers-x-0 has memory 16Gi, the annotation capacity.cluster-autoscaler.kubernetes.io/memory says 8Gi"
-        in reason
+        "lab1-workers-q7x2k-w0000 has memory 16Gi, "
+        "the annotation capacity.cluster-autoscaler.kubernetes.io/memory says 8Gi" in reason
     )
     # What the kernel keeps of a VM's memory is no mismatch.
     world.node_capacity = {"cpu": "4", "memory": "8130000Ki"}
@@ -426,7 +435,7 @@ def test_each_step_ends_only_in_its_strict_end_state(
     [failed] = [c for c in written(tmp_path)["criteria"] if c["name"] == step]
     assert named in failed["reason"]
     if fault == "stale_node":
-        assert "worker Nodes: lab1-workers-x-2 (NotReady)" in failed["reason"]
+        assert "worker Nodes: lab1-workers-q7x2k-w0002 (NotReady)" in failed["reason"]
 
 
 def test_a_scale_down_before_the_groups_unneeded_time_is_named(world: World, tmp_path: Path) -> None:
@@ -643,8 +652,36 @@ def test_with_a_proxmox_token_the_workers_vms_are_read_and_one_left_fails_scale_
     assert set(asked) == {"PVEAPIToken=auditor@pve!ro=s3cret"}
     if left:
         assert "vms=1" in report["criteria"][2]["reason"]
+        assert "the workers' VMs: 399 lab1-workers-q7x2k-w0002" in report["criteria"][2]["reason"]
     else:
         assert verdicts(report) == ALL_PASSED
+
+
+def test_a_workers_vm_no_proxmox_machine_holds_is_named_before_anything_is_made(
+    world: World, tmp_path: Path, proxmox: tuple[str, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A clone whose answer CAPMOX lost: the VM has a running worker's name and an id no
+    # ProxmoxMachine recorded. Beside it, VMs that are not this MachineDeployment's: another
+    # deployment's, another cluster's (lab10), and a worker's VM still being cloned.
+    world.workers = 2
+    world.strays = [
+        {"vmid": 398, "name": "lab1-workers-q7x2k-w0000", "node": "pve1", "status": "stopped"},
+        {"vmid": 397, "name": "lab1-workers-gpu-q7x2k-w0000", "node": "pve1", "status": "stopped"},
+        {"vmid": 396, "name": "lab10-workers-q7x2k-w0000", "node": "pve1", "status": "running"},
+    ]
+    token = tmp_path / "token"
+    token.write_text("auditor@pve!ro=s3cret\n")
+    flags = ("--proxmox-endpoint", proxmox[0], "--proxmox-token-file", str(token))
+    assert typed(tmp_path / "report", *flags) == exit_criteria.REFUSED
+    out = capsys.readouterr().out
+    assert "VM 398 lab1-workers-q7x2k-w0000 on pve1 (stopped): a worker's VM that no ProxmoxMachine holds" in out
+    assert "qm config 398   and once it is no one's: qm destroy 398 --purge" in out
+    assert "397" not in out
+    assert "396" not in out
+    assert world.writes() == []
+    # Destroyed as the line says, the others left as they are: the run goes on and passes.
+    world.strays = world.strays[1:]
+    assert typed(tmp_path / "again", *flags) == exit_criteria.PASSED
 
 
 def test_proxmox_ves_refusal_is_named_before_anything_is_made(

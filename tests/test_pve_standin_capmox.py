@@ -310,6 +310,22 @@ def test_a_linked_clone_needs_a_template_and_a_clone_needs_its_source(standin: P
     assert (images.status, images.errors) == (400, {"storage": "storage 'local' does not support vm images"})
 
 
+def test_a_clone_whose_answer_is_lost_is_made_and_the_next_one_answered(standin: PveApiStandIn) -> None:
+    standin.faults.clone_answers_lost = 1
+    clone = {"newid": VMID, "full": 1, "name": NAME, "target": NODE}
+    # The connection closes with nothing said, as go-proxmox then reads it (an EOF, no status).
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        send(standin, "POST", f"/nodes/{NODE}/qemu/{TEMPLATE}/clone", clone)
+    assert config(standin, VMID)["name"] == NAME
+    again = {**clone, "newid": VMID + 1}
+    done(standin, send(standin, "POST", f"/nodes/{NODE}/qemu/{TEMPLATE}/clone", again), "qmclone")
+    assert [vm["name"] for vm in send(standin, "GET", "/cluster/resources?type=vm").data if not vm["template"]] == [
+        NAME,
+        NAME,
+    ]
+    assert standin.faults.clone_answers_lost == 0
+
+
 def test_the_agent_answers_only_while_the_vm_runs_and_its_agent_does(standin: PveApiStandIn, guest: AgentGuest) -> None:
     cloned(standin)
     guest.agent = True

@@ -14,7 +14,9 @@ annotations (the clusterapi provider scales from zero only with both), and the a
 discovers the cluster, Ready, with the flags it runs with. Whatever would keep a worker from going
 at 0 is named in the autoscaler's own rule order (cluster-autoscaler 1.35.2,
 simulator/drainability/rules/rules.go, under that autoscaler's `--skip-nodes-with-*` flags), each
-with the kubectl line that shows it, and the run stops there (exit 2): it never evicts anything.
+with the kubectl line that shows it, and so is each VM of the workers' on Proxmox VE (when a token
+is given to read them) that no ProxmoxMachine holds, which would stay at 0; the run stops there
+(exit 2): it never evicts or destroys anything.
 
 Then, in a namespace of its own, the workers go to 0 if some run, the autoscaler's pod is
 restarted (deleted, its Deployment Ready again: nothing the stack declares changes) so that it has
@@ -47,6 +49,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import re
 import signal
 import statistics
 import subprocess
@@ -124,6 +127,11 @@ COMPONENTS = {
     "capmox": "cluster-api-provider-proxmox",
     "ipam": "ipam-in-cluster",
 }
+# The names Cluster API gives a MachineDeployment's machines, and CAPMOX their VMs: its MachineSet's,
+# `<deployment>-<random>` (cluster-api v1.12 machinedeployment_sync.go computeNewMachineSetName),
+# then `-<random>` (machineset_controller.go computeDesiredMachine's default template), five
+# characters of apimachinery's util/rand each.
+MACHINE_SUFFIX = r"-[a-z0-9]{5}-[a-z0-9]{5}"
 T = TypeVar("T")
 
 
@@ -242,6 +250,31 @@ def blockers(lab: Lab, now: datetime) -> list[str]:
             why, shows = kept
             found.append(f"{meta['namespace']}/{meta['name']} on {on}: {why}\n    {lab.workload.line(*shows)}")
     return found
+
+
+def strays(lab: Lab) -> list[str]:
+    """The workers' VMs on Proxmox VE that no ProxmoxMachine holds, each with the lines that show
+    and remove it on the node: named as this MachineDeployment's machines, with an id that no
+    ProxmoxMachine recorded, and no ProxmoxMachine of that name still cloning. CAPMOX leaves one
+    where a clone's answer was lost: it records the VM's id only from that answer, and clones again
+    under a new id (v0.9.0 internal/service/vmservice/vm.go reconcileVirtualMachine). At 0 such a VM
+    would stay, and fail the last criterion after the whole run."""
+    if lab.proxmox is None:
+        return []
+    named = re.compile(re.escape(lab.group.name) + MACHINE_SUFFIX)
+    held = [i for i in lab.mgmt.items(",".join(CAPI_KINDS), "-n", lab.group.namespace) if i["kind"] == "ProxmoxMachine"]
+    ids = {(i.get("spec") or {}).get("virtualMachineID") for i in held}
+    cloning = {i["metadata"]["name"] for i in held if (i.get("spec") or {}).get("virtualMachineID") is None}
+    return [
+        f"VM {vm['vmid']} {vm['name']} on {vm.get('node', 'its node')} ({vm.get('status', 'status unknown')}): "
+        "a worker's VM that no ProxmoxMachine holds, which would still be there at 0\n"
+        f"    on the node: qm config {vm['vmid']}   and once it is no one's: qm destroy {vm['vmid']} --purge"
+        for vm in lab.proxmox.vms()
+        if not vm.get("template")
+        and named.fullmatch(str(vm.get("name", "")))
+        and vm.get("vmid") not in ids
+        and vm["name"] not in cloning
+    ]
 
 
 @dataclass(frozen=True)
@@ -483,12 +516,14 @@ class Timeline:
     seen: dict[str, int | None] = field(default_factory=dict)
     nodes: list[str] = field(default_factory=list)
     """The worker Nodes at the last sample, each with what is wrong with it."""
+    vms: list[str] = field(default_factory=list)
+    """The workers' VMs on Proxmox VE at the last sample (when it is read), by id and name."""
 
     def sample(self, lab: Lab) -> None:
         """One sample of `lab`, stamped when it began: the first thing it reads is the
         MachineDeployment, so a write to its count comes before its stamp."""
         stamp = self.now()
-        counts, self.nodes = sample(lab, self.seen)
+        counts, self.nodes, self.vms = sample(lab, self.seen)
         self.add(stamp, counts)
 
     def add(self, stamp: float, sample: dict[str, int]) -> None:
@@ -506,10 +541,10 @@ class Timeline:
         return next((stamp for stamp, name, value in self.rows[since:] if name == key and value < below), None)
 
 
-def sample(lab: Lab, seen: dict[str, int | None]) -> tuple[dict[str, int], list[str]]:
+def sample(lab: Lab, seen: dict[str, int | None]) -> tuple[dict[str, int], list[str], list[str]]:
     """The counts, in two reads, one of each cluster (kubectl lists several kinds at once), and a
-    third of Proxmox VE's VMs if it is read; and the worker Nodes with what is wrong with each.
-    `seen` gains the worker machines listed, with their VMs' ids."""
+    third of Proxmox VE's VMs if it is read; the worker Nodes with what is wrong with each; and the
+    workers' VMs. `seen` gains the worker machines listed, with their VMs' ids."""
     group = lab.group
     listed = lab.mgmt.items(",".join(CAPI_KINDS), "-n", group.namespace)
 
@@ -564,13 +599,17 @@ def sample(lab: Lab, seen: dict[str, int | None]) -> tuple[dict[str, int], list[
         "workers": len([name for name in nodes if not wrong[name]]),
         "pods": len(pods),
     }
+    vms = []
     if lab.proxmox is not None:
         # A worker's VM by the id CAPMOX recorded, or by its name (the machine's) where a clone
         # failed before CAPMOX recorded one.
-        counts["vms"] = len(
-            [vm for vm in lab.proxmox.vms() if vm.get("vmid") in seen.values() or vm.get("name") in seen]
-        )
-    return counts, [f"{name} ({wrong[name]})" if wrong[name] else name for name in sorted(nodes)]
+        vms = [
+            f"{vm['vmid']} {vm.get('name', '')}".strip()
+            for vm in lab.proxmox.vms()
+            if vm.get("vmid") in seen.values() or vm.get("name") in seen
+        ]
+        counts["vms"] = len(vms)
+    return counts, [f"{name} ({wrong[name]})" if wrong[name] else name for name in sorted(nodes)], vms
 
 
 def what_is_wrong(node: dict[str, Any]) -> str:
@@ -635,7 +674,8 @@ def wait(lab: Lab, timeline: Timeline, target: int, *, cap: int, bound: float, p
                 break
         if time.monotonic() > deadline:
             nodes = f"; worker Nodes: {', '.join(timeline.nodes)}" if timeline.nodes else ""
-            return f"not at {target} workers within {bound:.0f} s: {', '.join(missing)}{nodes}"
+            vms = f"; the workers' VMs: {', '.join(timeline.vms)}" if len(timeline.vms) != target else ""
+            return f"not at {target} workers within {bound:.0f} s: {', '.join(missing)}{nodes}{vms}"
         time.sleep(poll)
     if overshoot > cap:
         return f"the MachineDeployment went to {overshoot} replicas, above this step's {cap}"
@@ -1172,9 +1212,9 @@ def run(record: Record, mgmt: Kubectl, workload: Kubectl, *, namespace: str, nam
     """The run proper, each way it can end recorded for conclude()."""
     try:
         lab = record.lab = read_lab(mgmt, workload, namespace, name, args.margin, proxmox=proxmox_of(args))
-        blocking = blockers(lab, datetime.now(UTC))
+        blocking = blockers(lab, datetime.now(UTC)) + strays(lab)
         if blocking:
-            say("refused, nothing made: these keep a worker from going", *(f"  {b}" for b in blocking))
+            say("refused, nothing made: these would keep the workers from 0", *(f"  {b}" for b in blocking))
             more = f" (and {len(blocking) - 1} more)" if len(blocking) > 1 else ""
             record.refused = blocking[0].split("\n")[0] + more
         else:

@@ -111,8 +111,15 @@ CAPMOX_LEAST_PRIVILEGES = {
         (*credentials.CAPMOX_ROOT_PRIVILEGES, *credentials.CAPMOX_PRIVILEGES, credentials.CAPMOX_GUEST_AGENT[0]), 1
     )
 }
+# The read-only token docs/operations.md has the owner make for the exit criteria (`pveum acl modify
+# / -role PVEAuditor`): that role's privileges (pve-access-control PVE/AccessControl.pm, 8.x).
+AUDITOR_TOKEN, AUDITOR_SECRET = "auditor@pve!exit-criteria", "0d9c8b7a-6f5e-4d3c-8b2a-192837465564"
+AUDITOR_PRIVILEGES = {
+    "/": dict.fromkeys(("Datastore.Audit", "Mapping.Audit", "Pool.Audit", "SDN.Audit", "Sys.Audit", "VM.Audit"), 1)
+}
 TOKENS = {
     (scenarios.PROGRAM_TOKEN, scenarios.PROGRAM_SECRET): ALL_PRIVILEGES,
+    (AUDITOR_TOKEN, AUDITOR_SECRET): AUDITOR_PRIVILEGES,
     (scenarios.CAPMOX_TOKEN, scenarios.CAPMOX_SECRET): CAPMOX_LEAST_PRIVILEGES,
     (scenarios.CAPMOX_TOKEN, ROTATED_CAPMOX_SECRET): CAPMOX_LEAST_PRIVILEGES,
 }

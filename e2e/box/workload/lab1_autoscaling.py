@@ -9,8 +9,9 @@ stays pending, the autoscaler's event saying why), 3 -> 4 once maxSize is raised
 demand is gone, 4 -> 0; after 0 -> 1, the state lost and the lab taken over by a new stack, which
 runs the rest (lab1_recovery.py), and lab1's Kubernetes upgrade with the worker running
 (lab1_rollouts.py); three faults in the scaling path (lab1_faults.py): an annotation edited
-by hand at 3, the fourth worker's Machine never becoming a Node while its template is gone, and
-lab1's API server down and then its VIP held nowhere, at 0; a rotated lab1 kubeconfig; a worker
+by hand at 3, the fourth worker's Machine never becoming a Node while its template is gone (and
+its next clone's answer lost, whose VM the exit criteria name at 0), and lab1's API server down
+and then its VIP held nowhere, at 0; a rotated lab1 kubeconfig; a worker
 sizing change; and, last, the controls (lab1_controls.py): without the proxmoxmachinetemplates
 rule, no scale-from-zero; without its contract label, the ProxmoxCluster cannot be resolved.
 Between steps, a `pulumi up --expect-no-changes` that writes nothing (after the first up, a
@@ -271,6 +272,9 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     out["nodes_after"] = [n["metadata"]["name"] for n in get(mgmt, "nodes", kubeconfig=lab1)["items"]]
     out["vms_after"] = box.pve.vms_on_node()
     mark("4 -> 0")
+    # The VM whose clone answer was lost (never_a_node) named by the exit criteria, then destroyed.
+    out["stray"] = lab1_faults.stray_named(mgmt, lab, lab1, box.pve, lab1_plane.root / "laptop")
+    mark("a stray VM named")
     # lab1 unreachable at 0, two ways (lab1_faults.py); the zero-change run after them is the scale-down's too.
     network = f"{entry['gateway']}/{entry['ipPrefix']}"
     out |= lab1_faults.lab1_down(engine, mgmt, lab, runner, lab1_plane, network=network)

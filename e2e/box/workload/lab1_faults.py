@@ -19,27 +19,36 @@ ending converged once its cause is gone:
   (proxmox_node.template_gone) while the autoscaler adds a worker for a pending pod. The new
   Machine's clone fails as the real CAPMOX reports it; the Machine stays Provisioning without a
   Node, and the autoscaler counts it as the worker on its way, adding no other, for
-  `maxNodeProvisionTime`. With the template back, CAPMOX v0.9.0 clones again but leaves that VM
-  as cloned (stopped, unconfigured) and reports it provisioned; deleting the Machine, as
-  docs/troubleshooting.md says, gets a new one that becomes the Node the pod runs on. A preview
-  while the template is gone stops on the program's own check, naming templateVmId.
+  `maxNodeProvisionTime`. With the template back, CAPMOX v0.9.0 clones again, the first answer
+  lost on the way (the VM made, CAPMOX never told its id), so it clones once more; it leaves that
+  VM as cloned (stopped, unconfigured) and reports it provisioned; deleting the Machine, as
+  docs/troubleshooting.md says, gets a new one that becomes the Node the pod runs on, and the VM
+  whose answer was lost stays on the node. A preview while the template is gone stops on the
+  program's own check, naming templateVmId.
+- `stray_named`: at 0, that VM still there, which `make exit-criteria` given the owner's read-only
+  Proxmox token (docs/operations.md) names before it makes anything; then `qm destroy` as its line
+  says.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from e2e.box.box import ROTATED_CAPMOX_SECRET
+from e2e.box.box import AUDITOR_SECRET, AUDITOR_TOKEN, ROTATED_CAPMOX_SECRET
 from e2e.box.workload import proxmox_node
 from e2e.box.workload.lab1_controls import MAIN_LOOP, log_lines
 from e2e.box.workload.lab1_reads import Lab, Workload, conditions, get, run, scales, until
 from e2e.engine import netns
-from e2e.engine.cli import Engine
+from e2e.engine.cli import REPO, Engine
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import pod_runner
 from e2e.standins.proxmox.pve_api_standin import PveApiStandIn
@@ -239,9 +248,12 @@ def never_a_node(
             "autoscaler_lines": [line for line in log_lines(log)[from_line:] if "upcoming" in line.lower()][:6],
             "preview": preview(),
         }
-    # CAPMOX clones again once the template is back; but the ProxmoxMachine keeps the CloningFailed
-    # reason, and each later step of CAPMOX's state machine runs only from the reason before it: the
-    # clone stays as cloned, stopped, and the ProxmoxMachine is reported provisioned.
+    # CAPMOX clones again once the template is back, and that clone's answer is lost: CAPMOX
+    # records a VM's id only from the answer, so it clones once more under a new id. The
+    # ProxmoxMachine keeps the CloningFailed reason, and each later step of CAPMOX's state machine
+    # runs only from the reason before it: the clone stays as cloned, stopped, and the
+    # ProxmoxMachine is reported provisioned.
+    pve.faults.clone_answers_lost = 1
     name = failed["metadata"]["name"]
     provisioned = until(
         "the template back: the failed machine's second clone",
@@ -251,10 +263,13 @@ def never_a_node(
             and item
         ),
     )
+    recorded = int(provisioned["spec"]["virtualMachineID"])
     stuck = {
         "proxmox_machine": provisioned,
-        "vm": pve.qm_config(int(provisioned["spec"]["virtualMachineID"])),
+        "vm": pve.qm_config(recorded),
         "machine": get(mgmt, "machine", machine, namespace=cluster.namespace),
+        "answers_lost": pve.faults.clone_answers_lost,
+        "named_so": {vmid: pve.qm_config(vmid) for vmid, vm in pve.vms_on_node().items() if vm == name},
     }
     # docs/troubleshooting.md's way out: delete that Machine; CAPMOX destroys its VM and the
     # MachineSet makes another, which is cloned and configured from the start.
@@ -272,5 +287,52 @@ def never_a_node(
         "stuck": stuck,
         "deleted": deleted.stdout + deleted.stderr,
         "after_machine_deleted": timeline,
+        "named_so_after": {vmid: vm for vmid, vm in pve.vms_on_node().items() if vm == name},
         "scaled": scales(mgmt, audit_mark, cluster),
+    }
+
+
+def stray_named(mgmt: ControlPlane, lab: Lab, lab1: Path, pve: PveApiStandIn, folder: Path) -> dict[str, Any]:
+    """At 0, each VM named as a worker that no ProxmoxMachine holds (never_a_node's lost answer):
+    the exit criteria typed with the owner's read-only Proxmox token (a PVEAuditor's, in a file of
+    mode 0600, as docs/operations.md has it made) must name it and make nothing; then it is
+    `qm destroy`ed on the node, as the line the command printed says."""
+    cluster = lab.cluster
+    held = {
+        item["spec"].get("virtualMachineID")
+        for item in get(mgmt, "proxmoxmachines", namespace=cluster.namespace)["items"]
+    }
+    workers = {
+        vmid: vm for vmid, vm in pve.vms_on_node().items() if vm.startswith(f"{cluster.workers}-") and vmid not in held
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    token = folder / "pve-auditor.token"
+    token.write_text(f"{AUDITOR_TOKEN}={AUDITOR_SECRET}\n")
+    token.chmod(0o600)
+    typed = subprocess.run(
+        [
+            *(sys.executable, "-m", "tools.exit_criteria", "--cluster", f"{cluster.namespace}/{cluster.name}"),
+            *("--kubeconfig", str(mgmt.kubeconfig), "--workload-kubeconfig", str(lab1)),
+            *("--kubectl", str(mgmt.bin_dir / "kubectl"), "--report-dir", str(folder / "report")),
+            *("--proxmox-endpoint", pve.url, "--proxmox-token-file", str(token), "--proxmox-insecure"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "HOME": str(folder)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    [report] = (folder / "report").glob("*.json")
+    made = get(mgmt, "namespace", "lab-mgmt-exit-criteria", namespace="", kubeconfig=lab1)
+    for vmid in workers:
+        pve.qm_destroy(vmid)
+    return {
+        "strays": workers,
+        "rc": typed.returncode,
+        "out": typed.stdout,
+        "err": typed.stderr,
+        "report": json.loads(report.read_text()),
+        "made": made,
+        "vms_after": pve.vms_on_node(),
     }

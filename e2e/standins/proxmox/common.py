@@ -121,6 +121,15 @@ class Faults:
     """VM create answers 500 with this message."""
     download: str | None = None
     """A download task ends in error with this exit status."""
+    clone_answers_lost: int = 0
+    """This many clones are made, their answers lost on the way (a dropped link, a proxy's
+    timeout): the connection closes with nothing said, the new VM there."""
+
+    def answer_lost(self, pattern: str) -> bool:
+        """Whether the answer to a call of the route `pattern`, done, is lost."""
+        lost = pattern.endswith("/clone") and self.clone_answers_lost > 0
+        self.clone_answers_lost -= lost
+        return lost
 
 
 def own_permissions(ask: Ask) -> Mapping[str, Mapping[str, int]]:

@@ -378,6 +378,7 @@ def serve(
                     # A read changes nothing, and the state is a growing document: CAPMOX polls.
                     if self.command in WRITES:
                         state.save()
+                    lost = faults.answer_lost(route.pattern)
             except ApiError as error:
                 self._answer(error.status, None, error.message, error.errors)
                 return
@@ -385,7 +386,8 @@ def serve(
                 standin.failed.append(f"{self.command} {raw_path}: {error!r}")
                 self._answer(500, None, f"stand-in failed: {error}")
                 return
-            self._answer(200, data)
+            if not lost:  # else closed with nothing said, as each connection is after its answer
+                self._answer(200, data)
 
         def _unknown(self, what: str) -> None:
             standin.unknown.append(what)
