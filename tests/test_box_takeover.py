@@ -19,6 +19,7 @@ from components.settings.workload import MAX_SIZE_ANNOTATION
 from e2e.box.management import k3s_charts
 from e2e.box.takeover import day_after, doc_script, inspector, owners_lab, scaling
 from e2e.box.workload import lab1_box, lab1_state
+from e2e.engine.cli import REPO
 from e2e.engine.control_plane import CLUSTER_API_USER, PROVIDERS_USER
 from e2e.engine.netns import in_new_netns
 from e2e.standins.cluster import playbook_lab
@@ -259,6 +260,12 @@ def test_after_the_takeover_the_exit_criteria_pass_on_the_lab1_it_took_over(take
         assert 0 < criterion["seconds"] <= criterion["bound"], criterion
     assert "scale-from-zero: passed" in scaled["picture"]
     assert scaled["after"] == {"replicas": 0, "machines": 0, "ready_workers": 0}
+    # Typed with the owner's read-only Proxmox token as the page has it: each step counted the
+    # workers' VMs, up to 3, and at 0 none was left.
+    assert scaling.WITH_PROXMOX in (REPO / "docs" / "operations.md").read_text()
+    vms = [value for _, key, value in report["timeline"] if key == "vms"]
+    assert max(vms) == 3, report["timeline"]
+    assert vms[-1] == 0, report["timeline"]
     restarted = scaled["k3s_restarted"]
     assert restarted["rc"] == 0, restarted
     assert len(restarted["k3s_restarts"]) == 1, restarted
