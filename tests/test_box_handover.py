@@ -18,6 +18,7 @@ from e2e.box.management import handover as scenario
 from e2e.box.management import k3s_charts
 from e2e.engine.netns import in_new_netns
 from e2e.standins.cluster import playbook_lab
+from e2e.standins.guest import k3s_deploy
 
 pytestmark = pytest.mark.engine
 
@@ -127,6 +128,29 @@ def test_a_restarted_helm_controller_changes_nothing(handover: Any) -> None:
     touched = {"helmcharts", "jobs", "pods", "secrets", "configmaps", "serviceaccounts", "clusterrolebindings"}
     assert [w for w in handover["restarted_writes"] if w[1] in touched] == []
     assert handover["releases_after"] == handover["releases_before"]
+
+
+def test_k3s_restarted_after_the_hand_over_brings_no_chart_back(handover: Any) -> None:
+    """k3s's deploy controller (its stand-in, e2e/standins/guest/k3s_deploy.py) made the playbook's
+    HelmCharts from their files, each owned by the Addon named after its file; restarted after
+    the hand-over, its first pass applies whatever the manifests folder holds, and the moved files
+    are not there: no chart comes back."""
+    for chart in handover["charts_before"]:
+        annotations = chart["metadata"]["annotations"]
+        assert annotations[k3s_deploy.OWNER_GVK] == "k3s.cattle.io/v1, Kind=Addon"
+        assert annotations[k3s_charts.OWNER_NAME_KEY] == chart["metadata"]["name"]
+    assert [w for w in handover["k3s_restarted_writes"] if w[1] == "helmcharts"] == []
+    assert handover["charts_after_k3s_restart"] == []
+
+
+def test_a_manifest_left_brings_its_chart_back_managed_and_installed_again(handover: Any) -> None:
+    """The control of the hand-over's move: a handed-over file put back in the manifests folder,
+    k3s restarted, and the chart is back without the unmanaged annotation, and helm-controller
+    makes its install Job, which would install over the release the program now keeps."""
+    left, name = handover["manifest_left"], playbook_lab.HANDED_OVER[0]
+    assert left["chart"]["metadata"]["name"] == name
+    assert "helmcharts.helm.cattle.io/unmanaged" not in left["chart"]["metadata"]["annotations"]
+    assert left["job"]["name"] == f"helm-install-{name}"
 
 
 def test_each_release_is_installed_by_its_charts_job_as_the_labs_k3s_installs_it(handover: Any) -> None:

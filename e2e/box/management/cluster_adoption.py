@@ -27,6 +27,7 @@ from e2e.controllers import helm_controller
 from e2e.engine import control_plane
 from e2e.engine.cli import Engine
 from e2e.standins.cluster import chart_repo_standin, playbook_lab
+from e2e.standins.guest import k3s_deploy
 
 
 def _adopting(
@@ -67,6 +68,7 @@ def adoption_of_an_incomplete_lab(root: str) -> dict[str, Any]:
             cluster,
             base / "manifests",
             _playbook_capmox_data(),
+            k3s=lambda folder: k3s_deploy.started(cluster.kubeconfig, folder, playbook_lab.K3S_DISABLES),
             installed=lambda: machinery.until_installed(playbook_lab.HANDED_OVER),
         )
         cluster.kubectl(

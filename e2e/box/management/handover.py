@@ -29,6 +29,7 @@ from e2e.controllers import helm_controller
 from e2e.engine import control_plane
 from e2e.engine.cli import REPO
 from e2e.standins.cluster import chart_repo_standin, playbook_lab
+from e2e.standins.guest import k3s_deploy
 
 # What k3s's controller manager runs, of what the hand-over meets: the job controller makes each
 # install Job's pod, and the garbage collector takes the pod when helm-controller deletes its Job;
@@ -174,6 +175,22 @@ def _deleted_with_its_finalizer(machinery: k3s_charts.K3sCharts) -> dict[str, An
     }
 
 
+def _a_manifest_left(machinery: k3s_charts.K3sCharts, base: Path, manifests: Path) -> dict[str, Any]:
+    """The control of the hand-over's move: one handed-over file put back in the manifests folder,
+    and k3s restarted. Its deploy controller makes that HelmChart again, managed, and
+    helm-controller makes an install Job for it, which would install over the program's release."""
+    cluster, name = machinery.cluster, playbook_lab.HANDED_OVER[0]
+    (manifests / f"{name}.yaml").write_text((base / "manifests-handed-over" / f"{name}.yaml").read_text())
+    with helm_controller.running(cluster, base / "helm-controller"):
+        k3s_deploy.started(cluster.kubeconfig, manifests, playbook_lab.K3S_DISABLES)
+        chart = json.loads(cluster.kubectl("get", "helmchart", "-n", "kube-system", name, "-o", "json").stdout)
+        job = until(
+            f"helm-controller's install Job for {name} again",
+            lambda: next((i for i in machinery.made_for().get(name, []) if i["kind"] == "Job"), None),
+        )
+    return {"chart": chart, "job": job}
+
+
 def helmchart_handover(root: str) -> dict[str, Any]:
     """The playbook's lab on a real API server with helm-controller running, then the hand-over
     script twice; helm-controller restarted; the control."""
@@ -202,6 +219,7 @@ def _handed_over(machinery: k3s_charts.K3sCharts, base: Path, out: dict[str, Any
             cluster,
             manifests,
             _playbook_capmox_data(),
+            k3s=lambda folder: k3s_deploy.started(cluster.kubeconfig, folder, playbook_lab.K3S_DISABLES),
             installed=lambda: out.update(
                 made=until(
                     "helm-controller made each chart's Job, its pod and its helpers",
@@ -231,5 +249,13 @@ def _handed_over(machinery: k3s_charts.K3sCharts, base: Path, out: dict[str, Any
         out["releases_after"] = _releases(cluster)
         out["manifests_left"] = sorted(p.name for p in manifests.iterdir())
         out["handed_over_files"] = sorted(p.name for p in (base / "manifests-handed-over").iterdir())
+        # k3s restarted: its deploy controller's first pass applies what the manifests folder holds.
+        mark = len(cluster.audit())
+        k3s_deploy.started(cluster.kubeconfig, manifests, playbook_lab.K3S_DISABLES)
+        out["k3s_restarted_writes"] = _writes_by(cluster, mark, control_plane.ADMIN_USER)
+        out["charts_after_k3s_restart"] = cluster.kubectl(
+            "get", "helmchart", "-n", "kube-system", "-o", "name"
+        ).stdout.split()
         out["control"] = _deleted_with_its_finalizer(machinery)
     out["upgraded"] = [_upgraded_by_the_programs_helm(machinery, base, name) for name in playbook_lab.HANDED_OVER]
+    out["manifest_left"] = _a_manifest_left(machinery, base, manifests)

@@ -31,6 +31,15 @@ MANIFESTS = "/var/lib/rancher/k3s/server/manifests"
 PLAYBOOK_VM_NAME = "lab-mgmt"
 
 
+def _placed_on_the_guest(lab: box.Box, folder: Path) -> None:
+    """The playbook's manifests copied into the guest's manifests folder, where its k3s's deploy
+    controller applies them within its 15 s (e2e/standins/guest/k3s_deploy.py)."""
+    for manifest in sorted(folder.iterdir()):
+        _on_guest(
+            lab, f"sudo install -d {MANIFESTS} && sudo tee {MANIFESTS}/{manifest.name} >/dev/null", manifest.read_text()
+        )
+
+
 def ansible_config(address: str) -> str:
     """/etc/rancher/k3s/config.yaml as the playbook's Ansible template rendered it: the settings
     the program writes (components.k3s_node.render_k3s_config), written another way."""
@@ -39,8 +48,7 @@ write-kubeconfig-mode: '0600'
 tls-san:
     - "{address}"
 disable:
-    - traefik
-"""
+""" + "".join(f"    - {name}\n" for name in playbook_lab.K3S_DISABLES)
 
 
 def _qm_create(public_key: str, site: box.Site) -> dict[str, str]:
@@ -125,12 +133,9 @@ def playbook_left(lab: box.Box, base: Path) -> k3s_charts.K3sCharts:
         lab.cluster,
         manifests,
         handover._playbook_capmox_data(),
+        k3s=lambda folder: _placed_on_the_guest(lab, folder),
         installed=lambda: machinery.until_installed(playbook_lab.HANDED_OVER),
     )
-    for manifest in sorted(manifests.iterdir()):
-        _on_guest(
-            lab, f"sudo install -d {MANIFESTS} && sudo tee {MANIFESTS}/{manifest.name} >/dev/null", manifest.read_text()
-        )
     lab.cluster.kubectl(
         *("wait", "--for=condition=Ready", ",".join(playbook_lab.PROVIDER_RESOURCES), "--all", "-A"),
         "--timeout=120s",

@@ -207,18 +207,24 @@ def workload_kubeconfig_secret(name: str, kubeconfig: str) -> str:
     )
 
 
+# What the playbook's k3s config disables (its Ansible template, e2e/box/management/playbook_vm.py).
+K3S_DISABLES = ("traefik",)
+
+
 def lay_out(
     cluster: ControlPlane,
     manifests: Path,
     capmox_data: dict[str, str],
     lab1_kubeconfig: str = NO_CLUSTER_KUBECONFIG,
     *,
+    k3s: Callable[[Path], object],
     installed: Callable[[], object],
 ) -> None:
     """The playbook's end state on `cluster`, where k3s's real helm-controller runs
     (e2e/controllers/helm_controller.py) and its Jobs' pods run (e2e/box/management/k3s_charts.py):
-    the HelmCharts, with their files in `manifests`, from which helm-controller and its Jobs make
-    the rest, until `installed` returns. The provider objects are applied once the webhook
+    the HelmCharts' files in `manifests`, which `k3s` applies as k3s's deploy controller does
+    (e2e/standins/guest/k3s_deploy.py), and from which helm-controller and its Jobs make the rest,
+    until `installed` returns. The provider objects are applied once the webhook
     configurations of the operator's release have their CA bundle (which a CA injector,
     e2e/standins/cluster/cainjector_standin.py, must give them), as on the lab, where their webhooks
     refuse every provider CR until then. The provider CRs become Ready when an operator
@@ -228,8 +234,8 @@ def lay_out(
     manifests.mkdir(parents=True)
     for name, (namespace, _, _, _) in PLAYBOOK_CHARTS.items():
         cluster.kubectl("create", "namespace", namespace)
-        cluster.kubectl("apply", "-f", "-", stdin=helmchart(name))
         (manifests / f"{name}.yaml").write_text(helmchart(name))
+    k3s(manifests)
     installed()
     _wait_injected(cluster)
     cluster.kubectl("apply", "-f", "-", stdin=capi_providers_yaml(capmox_data))

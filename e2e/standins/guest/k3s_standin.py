@@ -5,7 +5,8 @@ etcd, kube-apiserver and kube-controller-manager (e2e/engine/control_plane.py) o
 addresses at port 6443, with certificates of its own as k3s makes them (the node's address,
 127.0.0.1 and config.yaml's tls-san in the serving certificate's SANs; an admin client
 certificate in k3s.yaml), registers the node with its kubelet version and keeps its heartbeat,
-and tells systemd it is ready. Any other command, or a config.yaml key it does not know, fails.
+applies the manifests folder as k3s's deploy controller does (k3s_deploy.py), and tells systemd it
+is ready. Any other command, or a config.yaml key it does not know, fails.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ import yaml
 from e2e.engine import control_plane
 from e2e.engine.cli import built_bin
 from e2e.engine.kube_api import Api
+from e2e.standins.guest import k3s_deploy
 
 CONFIG = Path("/etc/rancher/k3s/config.yaml")
 KUBECONFIG = Path("/etc/rancher/k3s/k3s.yaml")
 DATA = Path("/var/lib/rancher/k3s/server")
+MANIFESTS = DATA / "manifests"
 KNOWN_CONFIG = {"disable", "tls-san", "write-kubeconfig-mode"}
 HEARTBEAT_SECONDS = 10
 # Of the controllers k3s runs, those a chart's workload needs to become Available: a namespace's
@@ -211,6 +214,8 @@ def server(version: str) -> None:
             raise SystemExit(f"k3s stand-in: registering node {hostname}: {code} {answer.get('message', '')}")
         print(f"k3s {version}: node {hostname} at {address}; SANs {sans}", flush=True)
         api.merge_patch(node, _node_status(version, address), subresource="status")
+        disabled = config.get("disable", [])
+        k3s_deploy.Deploy(api, MANIFESTS, disabled.split(",") if isinstance(disabled, str) else disabled).start()
         # Once, as k3s does: systemd listens for it only while the start job waits.
         _notify_ready()
         while True:
