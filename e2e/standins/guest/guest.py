@@ -227,7 +227,9 @@ class Guests:
 
     def stop(self, vmid: int) -> None:
         """A shutdown: the guest's processes get SIGTERM, and what is left after the bound is
-        killed with the guest's PID 1. The disk stays."""
+        killed with the guest's PID 1. The disk stays. It returns with the VM's tap gone, as QEMU's
+        exit takes it: the kernel tears a dead namespace's veth pair down later, in a work queue,
+        and a start at once (a reboot) found `tap<vmid>i0` still there on a loaded machine."""
         process = self._running.pop(vmid, None)
         if process is None:
             return
@@ -240,6 +242,7 @@ class Guests:
             if init is not None:
                 os.kill(init, signal.SIGKILL)
             process.wait(timeout=10)
+        subprocess.run(["ip", "link", "del", _tap(vmid)], capture_output=True, check=False)
 
     def destroy(self, vmid: int) -> None:
         """Stops the VM and throws its disk away; its logs stay for the test."""
@@ -358,7 +361,7 @@ class Guests:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"VM {vmid}: no network namespace within {BOOT_BOUND_SECONDS}s")
             time.sleep(0.05)
-        tap = f"tap{vmid}i0"
+        tap = _tap(vmid)
         subprocess.run(
             [
                 *("ip", "link", "add", tap, "type", "veth", "peer", "name", INTERFACE),
@@ -376,3 +379,8 @@ class Guests:
         except FileNotFoundError:
             return None
         return int(children[0]) if children else None
+
+
+def _tap(vmid: int) -> str:
+    """The host's end of the VM's NIC, as Proxmox VE names it."""
+    return f"tap{vmid}i0"
