@@ -378,8 +378,8 @@ def test_at_zero_the_exit_criteria_name_the_vm_whose_clone_answer_was_lost_and_m
     assert list(stray["strays"]) == [lost]
     name, node = stray["strays"][lost], lab1_box["entry"]["sourceNode"]
     assert stray["rc"] == exit_criteria.REFUSED, stray["err"]
-    assert f"VM {lost} {name} on {node} (stopped): a worker's VM that no ProxmoxMachine holds" in stray["out"]
-    assert f"qm destroy {lost} --purge" in stray["out"]
+    assert f"VM {lost} {name} on {node} (stopped): a worker's VM that no ProxmoxMachine holds" in stray["err"]
+    assert f"qm destroy {lost} --purge" in stray["err"]
     assert stray["report"]["exit"] == exit_criteria.REFUSED
     assert stray["made"] is None
     # Destroyed as the line says, the node holds the templates and lab1's control plane alone.

@@ -673,7 +673,7 @@ def test_a_workers_vm_no_proxmox_machine_holds_is_named_before_anything_is_made(
     token.write_text("auditor@pve!ro=s3cret\n")
     flags = ("--proxmox-endpoint", proxmox[0], "--proxmox-token-file", str(token))
     assert typed(tmp_path / "report", *flags) == exit_criteria.REFUSED
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert "VM 398 lab1-workers-q7x2k-w0000 on pve1 (stopped): a worker's VM that no ProxmoxMachine holds" in out
     assert "qm config 398   and once it is no one's: qm destroy 398 --purge" in out
     assert "397" not in out

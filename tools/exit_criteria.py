@@ -14,9 +14,9 @@ annotations (the clusterapi provider scales from zero only with both), and the a
 discovers the cluster, Ready, with the flags it runs with. Whatever would keep a worker from going
 at 0 is named in the autoscaler's own rule order (cluster-autoscaler 1.35.2,
 simulator/drainability/rules/rules.go, under that autoscaler's `--skip-nodes-with-*` flags), each
-with the kubectl line that shows it, and so is each VM of the workers' on Proxmox VE (when a token
-is given to read them) that no ProxmoxMachine holds, which would stay at 0; the run stops there
-(exit 2): it never evicts or destroys anything.
+with the kubectl line that shows it, and the run stops there (exit 2): it never evicts anything.
+So is each VM of the workers' on Proxmox VE (when a token is given to read them) that no
+ProxmoxMachine holds, which would stay at 0: it never destroys anything either.
 
 Then, in a namespace of its own, the workers go to 0 if some run, the autoscaler's pod is
 restarted (deleted, its Deployment Ready again: nothing the stack declares changes) so that it has
@@ -217,10 +217,10 @@ def read_lab(
     elif scaler.ready == 0:
         problems.append(f"the autoscaler {scaler.namespace}/{scaler.name} has no Ready replica")
     # Every kind a sample reads, so that a missing one refuses now rather than fails a criterion.
-    mgmt.items(",".join(CAPI_KINDS), "-n", namespace)
+    listed = mgmt.items(",".join(CAPI_KINDS), "-n", namespace)
     workload.items("nodes")
     if proxmox is not None:
-        proxmox.vms()
+        problems += strays(group.name, listed, proxmox.vms())
     if problems or scaler is None:
         raise RefusedError("\n".join(problems))
     millicores = int(quantity(group.capacity["cpu"]) * 1000 * SHARE_OF_CPU)
@@ -252,24 +252,23 @@ def blockers(lab: Lab, now: datetime) -> list[str]:
     return found
 
 
-def strays(lab: Lab) -> list[str]:
-    """The workers' VMs on Proxmox VE that no ProxmoxMachine holds, each with the lines that show
-    and remove it on the node: named as this MachineDeployment's machines, with an id that no
-    ProxmoxMachine recorded, and no ProxmoxMachine of that name still cloning. CAPMOX leaves one
-    where a clone's answer was lost: it records the VM's id only from that answer, and clones again
-    under a new id (v0.9.0 internal/service/vmservice/vm.go reconcileVirtualMachine). At 0 such a VM
-    would stay, and fail the last criterion after the whole run."""
-    if lab.proxmox is None:
-        return []
-    named = re.compile(re.escape(lab.group.name) + MACHINE_SUFFIX)
-    held = [i for i in lab.mgmt.items(",".join(CAPI_KINDS), "-n", lab.group.namespace) if i["kind"] == "ProxmoxMachine"]
+def strays(deployment: str, listed: list[dict[str, Any]], vms: list[dict[str, Any]]) -> list[str]:
+    """Of Proxmox VE's `vms`, the workers' that no ProxmoxMachine of `listed` holds, each with the
+    lines that show and remove it on the node: named as the MachineDeployment `deployment`'s
+    machines, with an id that no ProxmoxMachine recorded, and no ProxmoxMachine of that name still
+    cloning. CAPMOX leaves one where a clone's answer was lost: it records the VM's id only from
+    that answer, and clones again under a new id (v0.9.0 internal/service/vmservice/vm.go
+    reconcileVirtualMachine). At 0 such a VM would stay, and fail the last criterion after the
+    whole run."""
+    named = re.compile(re.escape(deployment) + MACHINE_SUFFIX)
+    held = [i for i in listed if i["kind"] == "ProxmoxMachine"]
     ids = {(i.get("spec") or {}).get("virtualMachineID") for i in held}
     cloning = {i["metadata"]["name"] for i in held if (i.get("spec") or {}).get("virtualMachineID") is None}
     return [
         f"VM {vm['vmid']} {vm['name']} on {vm.get('node', 'its node')} ({vm.get('status', 'status unknown')}): "
         "a worker's VM that no ProxmoxMachine holds, which would still be there at 0\n"
         f"    on the node: qm config {vm['vmid']}   and once it is no one's: qm destroy {vm['vmid']} --purge"
-        for vm in lab.proxmox.vms()
+        for vm in vms
         if not vm.get("template")
         and named.fullmatch(str(vm.get("name", "")))
         and vm.get("vmid") not in ids
@@ -1212,9 +1211,9 @@ def run(record: Record, mgmt: Kubectl, workload: Kubectl, *, namespace: str, nam
     """The run proper, each way it can end recorded for conclude()."""
     try:
         lab = record.lab = read_lab(mgmt, workload, namespace, name, args.margin, proxmox=proxmox_of(args))
-        blocking = blockers(lab, datetime.now(UTC)) + strays(lab)
+        blocking = blockers(lab, datetime.now(UTC))
         if blocking:
-            say("refused, nothing made: these would keep the workers from 0", *(f"  {b}" for b in blocking))
+            say("refused, nothing made: these keep a worker from going", *(f"  {b}" for b in blocking))
             more = f" (and {len(blocking) - 1} more)" if len(blocking) > 1 else ""
             record.refused = blocking[0].split("\n")[0] + more
         else:

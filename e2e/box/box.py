@@ -117,6 +117,17 @@ AUDITOR_TOKEN, AUDITOR_SECRET = "auditor@pve!exit-criteria", "0d9c8b7a-6f5e-4d3c
 AUDITOR_PRIVILEGES = {
     "/": dict.fromkeys(("Datastore.Audit", "Mapping.Audit", "Pool.Audit", "SDN.Audit", "Sys.Audit", "VM.Audit"), 1)
 }
+
+
+def auditor_token_file(path: Path) -> Path:
+    """The auditor's token kept as docs/operations.md has the owner keep it: `user@realm!name=secret`
+    in a file of mode 0600."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{AUDITOR_TOKEN}={AUDITOR_SECRET}\n")
+    path.chmod(0o600)
+    return path
+
+
 TOKENS = {
     (scenarios.PROGRAM_TOKEN, scenarios.PROGRAM_SECRET): ALL_PRIVILEGES,
     (AUDITOR_TOKEN, AUDITOR_SECRET): AUDITOR_PRIVILEGES,

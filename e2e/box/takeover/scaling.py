@@ -27,7 +27,7 @@ import yaml
 
 from components.settings.workload import CAPACITY_ANNOTATION, MIN_SIZE_ANNOTATION
 from e2e.box import observed
-from e2e.box.box import AUDITOR_SECRET, AUDITOR_TOKEN
+from e2e.box.box import auditor_token_file
 from e2e.box.scenarios import PROXMOX_ADDRESS, PROXMOX_PORT
 from e2e.box.takeover import keyboard
 from e2e.box.takeover.owners_lab import OwnersLab
@@ -301,10 +301,7 @@ def _with_k3s_restarted(lab: OwnersLab, began: float) -> tuple[dict[str, Any], d
     made (issue 66)."""
     stack = yaml.safe_load((lab.box.engine.project / f"Pulumi.{STACK}.yaml").read_text())["config"]
     line = f"ssh {stack[f'{PROJECT}:ciUser']}@{lab.box.site.address} sudo systemctl restart k3s"
-    token = lab.home / AUDITOR_TOKEN_FILE
-    token.parent.mkdir(parents=True, exist_ok=True)
-    token.write_text(f"{AUDITOR_TOKEN}={AUDITOR_SECRET}\n")
-    token.chmod(0o600)
+    auditor_token_file(lab.home / AUDITOR_TOKEN_FILE)
     process = keyboard.laptop_started(lab.box.engine, WITH_PROXMOX)
     try:
         until("the command's demand in lab1", lambda: _demand(lab), bound=RESTART_BY_SECONDS)

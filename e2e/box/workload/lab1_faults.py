@@ -43,7 +43,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from e2e.box.box import AUDITOR_SECRET, AUDITOR_TOKEN, ROTATED_CAPMOX_SECRET
+from e2e.box.box import ROTATED_CAPMOX_SECRET, auditor_token_file
 from e2e.box.workload import proxmox_node
 from e2e.box.workload.lab1_controls import MAIN_LOOP, log_lines
 from e2e.box.workload.lab1_reads import Lab, Workload, conditions, get, run, scales, until
@@ -302,13 +302,10 @@ def stray_named(mgmt: ControlPlane, lab: Lab, lab1: Path, pve: PveApiStandIn, fo
         item["spec"].get("virtualMachineID")
         for item in get(mgmt, "proxmoxmachines", namespace=cluster.namespace)["items"]
     }
-    workers = {
+    strays = {
         vmid: vm for vmid, vm in pve.vms_on_node().items() if vm.startswith(f"{cluster.workers}-") and vmid not in held
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    token = folder / "pve-auditor.token"
-    token.write_text(f"{AUDITOR_TOKEN}={AUDITOR_SECRET}\n")
-    token.chmod(0o600)
+    token = auditor_token_file(folder / "pve-auditor.token")
     typed = subprocess.run(
         [
             *(sys.executable, "-m", "tools.exit_criteria", "--cluster", f"{cluster.namespace}/{cluster.name}"),
@@ -325,10 +322,10 @@ def stray_named(mgmt: ControlPlane, lab: Lab, lab1: Path, pve: PveApiStandIn, fo
     )
     [report] = (folder / "report").glob("*.json")
     made = get(mgmt, "namespace", "lab-mgmt-exit-criteria", namespace="", kubeconfig=lab1)
-    for vmid in workers:
+    for vmid in strays:
         pve.qm_destroy(vmid)
     return {
-        "strays": workers,
+        "strays": strays,
         "rc": typed.returncode,
         "out": typed.stdout,
         "err": typed.stderr,
