@@ -29,7 +29,7 @@ WITHHELD = (MUTATING, admission_webhook_standin.CONFIGURATION_NAMES[MUTATING])
 CORE = playbook_lab.PROVIDERS["CoreProvider"]
 # A webhook configuration that names a certificate the injector was not given; its rule matches
 # nothing the trial sends.
-OTHER = {
+OTHER: dict[str, Any] = {
     "apiVersion": "admissionregistration.k8s.io/v1",
     "kind": "ValidatingWebhookConfiguration",
     "metadata": {"name": "other-webhooks", "annotations": {cainjector_standin.INJECT_CA_FROM: "default/other-cert"}},

@@ -1,0 +1,154 @@
+"""cert-manager's controller and CA injector as the box runs them (issue 68): the binaries that
+`e2e/engine/build-engine.sh cert-manager` makes (LAB_MGMT_CERT_MANAGER_BIN: v1.21.1, the newest
+tag the stored history holds, for the chart v1.21.2 the program pins), each a process started as
+the kubelet starts the container of its Deployment in the chart as the program's Release renders
+it (upstream_charts.rendered):
+
+- its args and environment from that Deployment, `$(VAR)` expanded from the environment and the
+  pod's own fields (the namespace) as the kubelet fills them in;
+- as the Deployment's ServiceAccount, with a token the API server issues for it (TokenRequest, as
+  the kubelet's projected token is made), so that it holds the rights the chart's RBAC gives it and
+  no other, and the audit log names it as it names the real one;
+- out of the cluster, so the kubeconfig goes by `--kubeconfig` and by $KUBECONFIG (the injector's
+  controller-runtime reads the variable: its flag of that name is cert-manager's own), and its
+  metrics server moved off the port both default to where the two would meet in one network
+  namespace (each pod has its own): the departures.
+
+`installed` lays out what the release holds besides its workloads (CRDs, ServiceAccounts, RBAC);
+the webhook is not run yet, so cert-manager's own webhook configurations are left out with it.
+
+    installed(cluster, documents)
+    with running(cluster, folder, documents, CONTROLLER) as controller: ...
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from e2e.engine.cli import built_bin
+from e2e.engine.control_plane import ControlPlane, stop
+
+# Each component's Deployment in the program's release, and its binary.
+CONTROLLER = "cert-manager"
+CAINJECTOR = "cert-manager-cainjector"
+BINARIES = {CONTROLLER: "cert-manager-controller", CAINJECTOR: "cert-manager-cainjector"}
+# Where each serves its metrics in the box (both default to 0.0.0.0:9402, each in its own pod).
+METRICS = {CONTROLLER: "127.0.0.1:9402", CAINJECTOR: "127.0.0.1:9412"}
+# What of the release is laid out without a kubelet: all but what runs (and the webhook's
+# configurations, which would send every cert-manager object to a webhook no one serves yet).
+LAID_OUT = ("CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+STARTED_BOUND_SECONDS = 60
+_VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+@dataclass(frozen=True)
+class Running:
+    deployment: str
+    user: str
+    """Who the audit log names for its requests."""
+    args: tuple[str, ...]
+    log: Path
+    pid: int
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def installed(cluster: ControlPlane, documents: list[dict[str, Any]]) -> None:
+    """The release's LAID_OUT objects applied as the admin, the CRDs first and established."""
+    laid_out = [document for document in documents if document["kind"] in LAID_OUT]
+    crds = [document for document in laid_out if document["kind"] == "CustomResourceDefinition"]
+    rest = [document for document in laid_out if document["kind"] != "CustomResourceDefinition"]
+    for items in (crds, rest):
+        cluster.kubectl(
+            "apply", "--server-side", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+        )
+        if items is crds:
+            cluster.kubectl(
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd",
+                *(c["metadata"]["name"] for c in crds),
+                timeout=90,
+            )
+
+
+def _container(documents: list[dict[str, Any]], deployment: str) -> tuple[dict[str, Any], str, str]:
+    """The Deployment's one container, its namespace and its ServiceAccount."""
+    [found] = [d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == deployment]
+    spec = found["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    return container, found["metadata"]["namespace"], spec["serviceAccountName"]
+
+
+def _environment(container: dict[str, Any], namespace: str) -> dict[str, str]:
+    """The container's env as the kubelet resolves it; a source the box cannot resolve is refused."""
+    environment = {}
+    for variable in container.get("env", []):
+        if "value" in variable:
+            environment[variable["name"]] = variable["value"]
+        elif variable.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
+            environment[variable["name"]] = namespace
+        else:
+            raise ValueError(f"{container['name']}: the box cannot resolve the env {variable}")
+    return environment
+
+
+def _kubeconfig(cluster: ControlPlane, folder: Path, namespace: str, account: str) -> Path:
+    """The admin's kubeconfig with a token the API server issued for `account` in its stead."""
+    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration=24h").stdout.strip()
+    config = json.loads(cluster.kubeconfig.read_text())
+    config["users"] = [{"name": account, "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = account
+    path = folder / f"{account}.kubeconfig"
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
+@contextmanager
+def running(cluster: ControlPlane, folder: Path, documents: list[dict[str, Any]], deployment: str) -> Iterator[Running]:
+    """`deployment`'s container as a process for the block, from its first request to the API
+    server (read from the audit log); stopped afterwards."""
+    container, namespace, account = _container(documents, deployment)
+    environment = _environment(container, namespace)
+    args = [_VARIABLE.sub(lambda m: environment[m.group(1)], arg) for arg in container.get("args", [])]
+    folder.mkdir(parents=True, exist_ok=True)
+    kubeconfig = _kubeconfig(cluster, folder, namespace, account)
+    args += [f"--kubeconfig={kubeconfig}", f"--metrics-listen-address={METRICS[deployment]}"]
+    binary = built_bin("LAB_MGMT_CERT_MANAGER_BIN", BINARIES[deployment]) / BINARIES[deployment]
+    user = f"system:serviceaccount:{namespace}:{account}"
+    log = folder / f"{deployment}.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [str(binary), *args],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env={"PATH": "/usr/bin:/bin", **environment, "KUBECONFIG": str(kubeconfig)},
+        )
+        try:
+            _until_it_asks(cluster, process, user, log)
+            yield Running(deployment, user, tuple(args), log, process.pid)
+        finally:
+            stop(process)
+
+
+def _until_it_asks(cluster: ControlPlane, process: subprocess.Popen[bytes], user: str, log: Path) -> None:
+    """Until `user` has made a request; its exit or silence ends the block with its log's end."""
+    deadline = time.monotonic() + STARTED_BOUND_SECONDS
+    while not any(event["user"]["username"] == user for event in cluster.audit()):
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        if process.poll() is not None:
+            raise RuntimeError(f"{log.stem} exited {process.returncode}; the end of {log}:\n{tail}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{log.stem} asked the API server nothing within {STARTED_BOUND_SECONDS}s:\n{tail}")
+        time.sleep(0.5)

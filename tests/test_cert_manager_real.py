@@ -1,0 +1,80 @@
+"""cert-manager's real controller and CA injector (issue 68; e2e/box/management/cert_manager_trial.py):
+run from the Deployments of the release the program renders, as their ServiceAccounts, on a real
+control plane, they issue the operator's webhook certificate from the operator chart's Issuer and
+fill the two webhook configurations the program waits on with its CA, and nothing else: a
+configuration naming a Certificate no one made stays empty. Selected with `pytest -m engine` (it
+needs e2e/engine/build-engine.sh control-plane workload cert-manager).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+from cryptography import x509
+
+from components.cluster_api import OPERATOR_NAMESPACE, OPERATOR_WEBHOOK_CONFIGURATIONS
+from e2e.box import scenarios
+from e2e.box.management.cert_manager_trial import UNISSUED
+from e2e.controllers import cert_manager
+from e2e.engine.cli import built_bin
+from e2e.engine.netns import in_new_netns
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def trial(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("cert-manager-trial")
+    return in_new_netns(
+        "management.cert_manager_trial.issued_and_injected", str(root), addresses=[scenarios.VM_ADDRESS], timeout=300
+    )
+
+
+def test_the_built_binaries_ran_as_the_chart_s_service_accounts_and_lasted(trial: Any) -> None:
+    assert "failed" not in trial, trial["failed"]
+    for deployment, binary in cert_manager.BINARIES.items():
+        ran = trial["processes"][deployment]
+        assert ran["exe"] == str(built_bin("LAB_MGMT_CERT_MANAGER_BIN", binary) / binary)
+        assert ran["user"] == f"system:serviceaccount:cert-manager:{deployment}"
+    assert "--cluster-resource-namespace=cert-manager" in trial["processes"][cert_manager.CONTROLLER]["args"]
+    assert trial["alive"] == dict.fromkeys(cert_manager.BINARIES, True)
+
+
+def test_the_controller_issues_the_operator_s_webhook_certificate(trial: Any) -> None:
+    certificate, secret = trial["certificate"], trial["secret"]
+    assert secret is not None, "no Secret issued"
+    issued = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    names = issued.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sorted(names.get_values_for_type(x509.DNSName)) == sorted(certificate["spec"]["dnsNames"])
+    assert {c["type"]: c["status"] for c in trial["certificate_status"]["conditions"]}["Ready"] == "True"
+    secret_path = f"{OPERATOR_NAMESPACE}/{certificate['spec']['secretName']}"
+    controller = trial["processes"][cert_manager.CONTROLLER]["user"]
+    # Written by server-side apply, as cert-manager writes the Secrets it issues.
+    assert ["patch", "secrets", secret_path] in [write[1:] for write in trial["writes"] if write[0] == controller]
+
+
+def test_the_injector_fills_both_configurations_the_program_waits_on_with_that_ca(trial: Any) -> None:
+    awaited = {
+        f"{kind.capitalize()}WebhookConfiguration/{name}" for kind, name in OPERATOR_WEBHOOK_CONFIGURATIONS.items()
+    }
+    assert set(trial["awaited"]) == awaited
+    ca = base64.b64decode(trial["secret"]["data"]["ca.crt"]).decode()
+    for name in awaited:
+        bundles = trial["bundles"][name]
+        assert bundles, name
+        assert set(bundles) == {ca}, name
+    injector = trial["processes"][cert_manager.CAINJECTOR]["user"]
+    written = {
+        write[3].lstrip("/")
+        for write in trial["writes"]
+        if write[0] == injector and write[2].endswith("webhookconfigurations")
+    }
+    assert written == {name.split("/")[1] for name in awaited}
+    assert trial["injected_seconds"] < 60
+
+
+def test_a_configuration_naming_a_certificate_no_one_made_stays_empty(trial: Any) -> None:
+    unissued = f"ValidatingWebhookConfiguration/{UNISSUED['metadata']['name']}"
+    assert trial["bundles"][unissued] == [""]
