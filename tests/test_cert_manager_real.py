@@ -1,9 +1,11 @@
-"""cert-manager's real controller and CA injector (issue 68; e2e/box/management/cert_manager_trial.py):
-run from the Deployments of the release the program renders, as their ServiceAccounts, on a real
-control plane, they issue the operator's webhook certificate from the operator chart's Issuer and
-fill the two webhook configurations the program waits on with its CA, and nothing else: a
-configuration naming a Certificate no one made stays empty. Selected with `pytest -m engine` (it
-needs e2e/engine/build-engine.sh control-plane workload cert-manager).
+"""cert-manager's real controller, CA injector and webhook (issue 68;
+e2e/box/management/cert_manager_trial.py): run from the Deployments of the release the program
+renders, as their ServiceAccounts, on a real control plane, the webhook is reached through its
+Service and refuses what it must; the controller issues the operator's webhook certificate from the
+operator chart's Issuer and the injector fills the two webhook configurations the program waits on
+with its CA, and nothing else: a configuration naming a Certificate no one made stays empty.
+Selected with `pytest -m engine` (it needs e2e/engine/build-engine.sh control-plane workload
+cert-manager).
 """
 
 from __future__ import annotations
@@ -71,8 +73,23 @@ def test_the_injector_fills_both_configurations_the_program_waits_on_with_that_c
         for write in trial["writes"]
         if write[0] == injector and write[2].endswith("webhookconfigurations")
     }
-    assert written == {name.split("/")[1] for name in awaited}
+    # And cert-manager's own two, from its webhook's CA Secret.
+    assert written == {name.split("/")[1] for name in awaited} | {cert_manager.WEBHOOK}
     assert trial["injected_seconds"] < 60
+
+
+def test_the_webhook_is_reached_through_its_service_and_refuses_what_it_must(trial: Any) -> None:
+    """cert-manager's own configurations name the webhook's Service; filled with the CA the webhook
+    made for itself, the API server calls it there for a Certificate the CRD's schema lets through."""
+    own = {f"{kind}/{cert_manager.WEBHOOK}" for kind in cert_manager.WEBHOOK_CONFIGURATIONS}
+    assert set(trial["own_configurations"]) == own
+    ca = base64.b64decode(trial["webhook_ca"]["data"]["ca.crt"]).decode()
+    for name in own:
+        assert set(trial["bundles"][name]) == {ca}, name
+    refused = trial["too_short"]
+    assert refused["rc"] != 0
+    assert 'admission webhook "webhook.cert-manager.io" denied the request' in refused["stderr"]
+    assert "spec.duration" in refused["stderr"]
 
 
 def test_a_configuration_naming_a_certificate_no_one_made_stays_empty(trial: Any) -> None:

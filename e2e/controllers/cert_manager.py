@@ -15,10 +15,13 @@ it (upstream_charts.rendered):
   namespace (each pod has its own): the departures.
 
 `installed` lays out what the release holds besides its workloads (CRDs, ServiceAccounts, RBAC);
-the webhook is not run yet, so cert-manager's own webhook configurations are left out with it.
+`served` what reaches the webhook once it runs: its Service, the EndpointSlice the endpoint slice
+controller would write for its pod, and cert-manager's own webhook configurations, which the API
+server then calls through that Service (control_plane.running's `service_routing`, as k3s's).
 
     installed(cluster, documents)
-    with running(cluster, folder, documents, CONTROLLER) as controller: ...
+    with running(cluster, folder, documents, WEBHOOK) as webhook:
+        served(cluster, documents, address)
 """
 
 from __future__ import annotations
@@ -34,17 +37,23 @@ from pathlib import Path
 from typing import Any
 
 from e2e.engine.cli import built_bin
-from e2e.engine.control_plane import ControlPlane, stop
+from e2e.engine.control_plane import ControlPlane, stop, until_ready
 
 # Each component's Deployment in the program's release, and its binary.
 CONTROLLER = "cert-manager"
 CAINJECTOR = "cert-manager-cainjector"
-BINARIES = {CONTROLLER: "cert-manager-controller", CAINJECTOR: "cert-manager-cainjector"}
-# Where each serves its metrics in the box (both default to 0.0.0.0:9402, each in its own pod).
-METRICS = {CONTROLLER: "127.0.0.1:9402", CAINJECTOR: "127.0.0.1:9412"}
-# What of the release is laid out without a kubelet: all but what runs (and the webhook's
-# configurations, which would send every cert-manager object to a webhook no one serves yet).
+WEBHOOK = "cert-manager-webhook"
+BINARIES = {
+    CONTROLLER: "cert-manager-controller",
+    CAINJECTOR: "cert-manager-cainjector",
+    WEBHOOK: "cert-manager-webhook",
+}
+# Where each serves its metrics in the box (all default to 0.0.0.0:9402, each in its own pod).
+METRICS = {CONTROLLER: "127.0.0.1:9402", CAINJECTOR: "127.0.0.1:9412", WEBHOOK: "127.0.0.1:9422"}
+# What of the release is laid out without a kubelet: all but what runs, and what reaches it (the
+# webhook's Service and configurations: `served`).
 LAID_OUT = ("CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+WEBHOOK_CONFIGURATIONS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 STARTED_BOUND_SECONDS = 60
 _VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
@@ -118,7 +127,8 @@ def _kubeconfig(cluster: ControlPlane, folder: Path, namespace: str, account: st
 @contextmanager
 def running(cluster: ControlPlane, folder: Path, documents: list[dict[str, Any]], deployment: str) -> Iterator[Running]:
     """`deployment`'s container as a process for the block, from its first request to the API
-    server (read from the audit log); stopped afterwards."""
+    server (read from the audit log) and, where the container has a readiness probe, once that
+    answers as the kubelet asks it; stopped afterwards."""
     container, namespace, account = _container(documents, deployment)
     environment = _environment(container, namespace)
     args = [_VARIABLE.sub(lambda m: environment[m.group(1)], arg) for arg in container.get("args", [])]
@@ -137,6 +147,15 @@ def running(cluster: ControlPlane, folder: Path, documents: list[dict[str, Any]]
         )
         try:
             _until_it_asks(cluster, process, user, log)
+            if probe := container.get("readinessProbe", {}).get("httpGet"):
+                ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+                until_ready(
+                    f"http://127.0.0.1:{ports.get(probe['port'], probe['port'])}{probe['path']}",
+                    lambda: None if process.poll() is None else f"{log.stem} exited {process.returncode}",
+                    what=f"{deployment}'s readiness probe (its log: {log})",
+                    bound=STARTED_BOUND_SECONDS,
+                    interval=0.5,
+                )
             yield Running(deployment, user, tuple(args), log, process.pid)
         finally:
             stop(process)
@@ -152,3 +171,36 @@ def _until_it_asks(cluster: ControlPlane, process: subprocess.Popen[bytes], user
         if time.monotonic() > deadline:
             raise RuntimeError(f"{log.stem} asked the API server nothing within {STARTED_BOUND_SECONDS}s:\n{tail}")
         time.sleep(0.5)
+
+
+def served(cluster: ControlPlane, documents: list[dict[str, Any]], address: str) -> list[str]:
+    """The webhook reached as on the owner's lab: its Service as the release renders it, an
+    EndpointSlice as the endpoint slice controller writes it for a Ready pod at `address`, then the
+    release's webhook configurations, which name that Service (and which its CA injector fills in
+    from the webhook's own CA Secret). Returns kind/name of each configuration."""
+    container, namespace, _ = _container(documents, WEBHOOK)
+    [service] = [d for d in documents if d["kind"] == "Service" and d["metadata"]["name"] == WEBHOOK]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    endpoints = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{WEBHOOK}-box",
+            "namespace": namespace,
+            "labels": {"kubernetes.io/service-name": WEBHOOK, "endpointslice.kubernetes.io/managed-by": "box"},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+        # The port the API server dials; the metrics one, moved in the box, no one asks for.
+        "ports": [
+            {"name": port["name"], "port": ports[port["targetPort"]], "protocol": "TCP"}
+            for port in service["spec"]["ports"]
+            if port["targetPort"] == "https"
+        ],
+    }
+    configurations = [d for d in documents if d["kind"] in WEBHOOK_CONFIGURATIONS]
+    for items in ([service, endpoints], configurations):
+        cluster.kubectl(
+            "apply", "--server-side", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+        )
+    return [f"{d['kind']}/{d['metadata']['name']}" for d in configurations]

@@ -289,6 +289,7 @@ def running(
     controllers: Sequence[str] = ("serviceaccount-token-controller",),
     port: int = 6443,
     scheduler: bool = False,
+    service_routing: bool = False,
 ) -> Iterator[ControlPlane]:
     """etcd and kube-apiserver at `address`:6443 for the block; stopped afterwards. The API server
     listens on `bind_address` (default: `address`) and serves `pki`'s certificate where given,
@@ -298,7 +299,10 @@ def running(
     fills service account token Secrets in, as k3s's does). With `scheduler`, kube-scheduler
     runs too (a workload cluster, where it decides which pods fit on which Node). `port` is the
     API server's (a workload cluster's control-plane endpoint may name another); etcd listens on
-    `address`'s 2379 and 2380 whatever it is, so two clusters need two addresses."""
+    `address`'s 2379 and 2380 whatever it is, so two clusters need two addresses. With
+    `service_routing`, the API server reaches a webhook's Service at an address of its
+    EndpointSlices, as k3s's does (`--enable-aggregator-routing`, which k3s sets with its default
+    egress selector mode): the box has no cluster IPs to dial."""
     bin_dir = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kube-apiserver")
     root.mkdir(parents=True, exist_ok=True)
     (root / "tokens.csv").write_text(
@@ -348,6 +352,7 @@ def running(
         f"--audit-policy-file={root / 'audit-policy.yaml'}",
         f"--audit-log-path={root / 'audit.log'}",
         "--audit-log-mode=blocking",
+        *(["--enable-aggregator-routing=true"] if service_routing else []),
     ]
     apiserver = subprocess.Popen(apiserver_argv, stdout=apiserver_log, stderr=subprocess.STDOUT)
     processes = {"etcd": etcd, "kube-apiserver": apiserver}

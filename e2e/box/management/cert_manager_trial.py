@@ -1,11 +1,13 @@
-"""cert-manager's real controller and CA injector (e2e/controllers/cert_manager.py) on a real control
-plane, without the rest of the box (issue 68): cert-manager's release as the program renders it
-laid out and its two components run, then the operator's chart as the program renders it gives
-them what it gives them on the owner's lab: its self-signed Issuer, the Certificate of its webhook
-server and the two webhook configurations the program waits on, which ask the injector for that
-Certificate's CA. Beside them, a configuration that names a Certificate no one made (the control).
-tests/test_cert_manager_real.py runs it (`in_new_netns("management.cert_manager_trial.issued_and_injected", ...)`)
-and reads what each wrote, as whom, and when.
+"""cert-manager's real controller, CA injector and webhook (e2e/controllers/cert_manager.py) on a real
+control plane, without the rest of the box (issue 68): cert-manager's release as the program
+renders it laid out and its three components run, the webhook reached through its Service (a
+Certificate shorter than an hour sent, which it alone refuses); then the operator's chart as the
+program renders it gives them what it gives them on the owner's lab: its self-signed Issuer, the
+Certificate of its webhook server and the two webhook configurations the program waits on, which
+ask the injector for that Certificate's CA. Beside them, a configuration that names a Certificate
+no one made (the control). tests/test_cert_manager_real.py runs it
+(`in_new_netns("management.cert_manager_trial.issued_and_injected", ...)`) and reads what each
+wrote, as whom, and when.
 """
 
 from __future__ import annotations
@@ -57,77 +59,96 @@ def _writes(cluster: control_plane.ControlPlane, users: set[str]) -> list[list[s
     ]
 
 
+# A Certificate the CRD's schema lets through and the webhook refuses (shorter than an hour).
+TOO_SHORT = {
+    "apiVersion": "cert-manager.io/v1",
+    "kind": "Certificate",
+    "metadata": {"name": "too-short", "namespace": OPERATOR_NAMESPACE},
+    "spec": {
+        "secretName": "too-short",
+        "dnsNames": ["too-short.example"],
+        "duration": "1m",
+        "issuerRef": {"name": "capi-operator-selfsigned-issuer", "kind": "Issuer"},
+    },
+}
+
+
+def _until_filled(cluster: control_plane.ControlPlane, names: set[str], logs: list[cert_manager.Running]) -> float:
+    """Seconds until every webhook of `names` holds a CA bundle; past BOUND_SECONDS a RuntimeError
+    with the components' logs."""
+    began = time.monotonic()
+    while not all(all(bundle) for name, bundle in _bundles(cluster).items() if name in names):
+        if time.monotonic() > began + BOUND_SECONDS:
+            tails = "\n".join(run.log_tail() for run in logs)
+            raise RuntimeError(f"{sorted(names)} not injected within {BOUND_SECONDS}s\n{tails}")
+        time.sleep(0.5)
+    return round(time.monotonic() - began, 1)
+
+
+def _secret(cluster: control_plane.ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
+    found = cluster.kubectl_as(cluster.kubeconfig, "get", "secret", name, "-n", namespace, "-o", "json")
+    return json.loads(found.stdout) if found.returncode == 0 else None
+
+
+def _apply(cluster: control_plane.ControlPlane, items: list[dict[str, Any]]) -> None:
+    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=listed)
+
+
 def issued_and_injected(root: str) -> dict[str, Any]:
+    """cert-manager's release laid out and its three components run; its own webhook reached
+    through its Service once the injector has filled cert-manager's configurations in, and a
+    Certificate it refuses sent; then the operator chart's objects and the control."""
     base = Path(root)
     charts = base / "charts"
     charts.mkdir(parents=True)
-    cert_manager_release = upstream_charts.rendered(
+    release = upstream_charts.rendered(
         upstream_charts.cert_manager(charts), "cert-manager", CERT_MANAGER_NAMESPACE, CERT_MANAGER_VALUES, charts
     )
     operator_release = upstream_charts.rendered(
         upstream_charts.operator(charts), "cluster-api-operator", OPERATOR_NAMESPACE, OPERATOR_VALUES, charts
     )
     operators = [document for document in operator_release if document["kind"] in OPERATOR_KINDS]
-    out: dict[str, Any] = {"sent": [f"{d['kind']}/{d['metadata']['name']}" for d in operators]}
-    with control_plane.running(base / "control-plane", VM_ADDRESS) as cluster:
+    [certificate] = [d for d in operators if d["kind"] == "Certificate"]
+    out: dict[str, Any] = {"certificate": certificate}
+    with control_plane.running(base / "control-plane", VM_ADDRESS, service_routing=True) as cluster:
         for namespace in (CERT_MANAGER_NAMESPACE, OPERATOR_NAMESPACE):
             cluster.kubectl("create", "namespace", namespace)
-        cert_manager.installed(cluster, cert_manager_release)
+        cert_manager.installed(cluster, release)
+        folder = base / "cert-manager"
         with (
-            cert_manager.running(
-                cluster, base / "cert-manager", cert_manager_release, cert_manager.CONTROLLER
-            ) as controller,
-            cert_manager.running(
-                cluster, base / "cert-manager", cert_manager_release, cert_manager.CAINJECTOR
-            ) as injector,
+            cert_manager.running(cluster, folder, release, cert_manager.CONTROLLER) as controller,
+            cert_manager.running(cluster, folder, release, cert_manager.CAINJECTOR) as injector,
+            cert_manager.running(cluster, folder, release, cert_manager.WEBHOOK) as webhook,
         ):
+            runs = [controller, injector, webhook]
             out["processes"] = {
                 run.deployment: {
                     "exe": str(Path(f"/proc/{run.pid}/exe").resolve()),
                     "args": list(run.args),
                     "user": run.user,
                 }
-                for run in (controller, injector)
+                for run in runs
             }
-            sent = time.monotonic()
-            items = [*operators, UNISSUED]
-            cluster.kubectl(
-                "apply",
-                "--server-side",
-                "-f",
-                "-",
-                stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
-            )
-            awaited = {f"{d['kind']}/{d['metadata']['name']}" for d in operators if d["kind"] in WEBHOOK_KINDS}
-            deadline = time.monotonic() + BOUND_SECONDS
-            while not all(all(bundle) for name, bundle in _bundles(cluster).items() if name in awaited):
-                if time.monotonic() > deadline:
-                    out["failed"] = (
-                        f"not injected within {BOUND_SECONDS}s\n{controller.log_tail()}\n{injector.log_tail()}"
-                    )
-                    break
-                time.sleep(0.5)
-            out["injected_seconds"] = round(time.monotonic() - sent, 1)
-            out["awaited"] = sorted(awaited)
+            try:
+                out["own_configurations"] = cert_manager.served(cluster, release, VM_ADDRESS)
+                out["own_injected_seconds"] = _until_filled(cluster, set(out["own_configurations"]), runs)
+                refused = cluster.kubectl_as(cluster.kubeconfig, "create", "-f", "-", stdin=json.dumps(TOO_SHORT))
+                out["too_short"] = {"rc": refused.returncode, "stderr": refused.stderr}
+                _apply(cluster, [*operators, UNISSUED])
+                out["awaited"] = sorted(
+                    f"{d['kind']}/{d['metadata']['name']}" for d in operators if d["kind"] in WEBHOOK_KINDS
+                )
+                out["injected_seconds"] = _until_filled(cluster, set(out["awaited"]), runs)
+            except RuntimeError as failed:
+                out["failed"] = str(failed)
             out["bundles"] = _bundles(cluster)
-            [certificate] = [d for d in operators if d["kind"] == "Certificate"]
-            out["certificate"] = certificate
-            found = cluster.kubectl_as(
-                cluster.kubeconfig,
-                "get",
-                "secret",
-                certificate["spec"]["secretName"],
-                "-n",
-                OPERATOR_NAMESPACE,
-                "-o",
-                "json",
+            out["secret"] = _secret(cluster, OPERATOR_NAMESPACE, certificate["spec"]["secretName"])
+            out["webhook_ca"] = _secret(cluster, CERT_MANAGER_NAMESPACE, "cert-manager-webhook-ca")
+            status = cluster.kubectl(
+                "get", "certificate", certificate["metadata"]["name"], "-n", OPERATOR_NAMESPACE, "-o", "json"
             )
-            out["secret"] = json.loads(found.stdout) if found.returncode == 0 else None
-            out["certificate_status"] = json.loads(
-                cluster.kubectl(
-                    "get", "certificate", certificate["metadata"]["name"], "-n", OPERATOR_NAMESPACE, "-o", "json"
-                ).stdout
-            ).get("status", {})
-            out["writes"] = _writes(cluster, {controller.user, injector.user})
-            out["alive"] = {run.deployment: Path(f"/proc/{run.pid}").exists() for run in (controller, injector)}
+            out["certificate_status"] = json.loads(status.stdout).get("status", {})
+            out["writes"] = _writes(cluster, {run.user for run in runs})
+            out["alive"] = {run.deployment: Path(f"/proc/{run.pid}").exists() for run in runs}
     return out
