@@ -36,12 +36,22 @@ def trial(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def test_the_built_binaries_ran_as_the_chart_s_service_accounts_and_lasted(trial: Any) -> None:
     assert "failed" not in trial, trial["failed"]
-    for deployment, binary in cert_manager.BINARIES.items():
+    for deployment in cert_manager.DEPLOYMENTS:
+        binary = cert_manager.BINARIES[deployment]
         ran = trial["processes"][deployment]
         assert ran["exe"] == str(built_bin("LAB_MGMT_CERT_MANAGER_BIN", binary) / binary)
         assert ran["user"] == f"system:serviceaccount:cert-manager:{deployment}"
     assert "--cluster-resource-namespace=cert-manager" in trial["processes"][cert_manager.CONTROLLER]["args"]
-    assert trial["alive"] == dict.fromkeys(cert_manager.BINARIES, True)
+    assert trial["alive"] == dict.fromkeys(cert_manager.DEPLOYMENTS, True)
+
+
+def test_the_post_install_check_the_program_s_release_waits_for_passes_once_the_webhook_answers(trial: Any) -> None:
+    """Run as Helm runs the hook, right after the release's objects are made: it waits for the
+    webhook through its Service (its own `--wait=1m`) and ends 0."""
+    check = trial["startupapicheck"]
+    assert (check["rc"], check["user"]) == (0, f"system:serviceaccount:cert-manager:{cert_manager.STARTUPAPICHECK}")
+    assert "The cert-manager API is ready" in check["output"]
+    assert check["seconds"] < 60
 
 
 def test_the_controller_issues_the_operator_s_webhook_certificate(trial: Any) -> None:

@@ -43,11 +43,15 @@ from e2e.engine.control_plane import ControlPlane, stop, until_ready
 CONTROLLER = "cert-manager"
 CAINJECTOR = "cert-manager-cainjector"
 WEBHOOK = "cert-manager-webhook"
+# The release's post-install hook Job, which Helm, and so the program's Release, waits for.
+STARTUPAPICHECK = "cert-manager-startupapicheck"
 BINARIES = {
     CONTROLLER: "cert-manager-controller",
     CAINJECTOR: "cert-manager-cainjector",
     WEBHOOK: "cert-manager-webhook",
+    STARTUPAPICHECK: "cert-manager-startupapicheck",
 }
+DEPLOYMENTS = (CONTROLLER, CAINJECTOR, WEBHOOK)
 # Where each serves its metrics in the box (all default to 0.0.0.0:9402, each in its own pod).
 METRICS = {CONTROLLER: "127.0.0.1:9402", CAINJECTOR: "127.0.0.1:9412", WEBHOOK: "127.0.0.1:9422"}
 # What of the release is laid out without a kubelet: all but what runs, and what reaches it (the
@@ -55,6 +59,8 @@ METRICS = {CONTROLLER: "127.0.0.1:9402", CAINJECTOR: "127.0.0.1:9412", WEBHOOK: 
 LAID_OUT = ("CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 WEBHOOK_CONFIGURATIONS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 STARTED_BOUND_SECONDS = 60
+# Above the hook's own `--wait=1m`.
+JOB_BOUND_SECONDS = 120
 _VARIABLE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
@@ -91,9 +97,9 @@ def installed(cluster: ControlPlane, documents: list[dict[str, Any]]) -> None:
             )
 
 
-def _container(documents: list[dict[str, Any]], deployment: str) -> tuple[dict[str, Any], str, str]:
-    """The Deployment's one container, its namespace and its ServiceAccount."""
-    [found] = [d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == deployment]
+def _container(documents: list[dict[str, Any]], kind: str, name: str) -> tuple[dict[str, Any], str, str]:
+    """The workload's one container, its namespace and its ServiceAccount."""
+    [found] = [d for d in documents if d["kind"] == kind and d["metadata"]["name"] == name]
     spec = found["spec"]["template"]["spec"]
     [container] = spec["containers"]
     return container, found["metadata"]["namespace"], spec["serviceAccountName"]
@@ -113,15 +119,39 @@ def _environment(container: dict[str, Any], namespace: str) -> dict[str, str]:
 
 
 def _kubeconfig(cluster: ControlPlane, folder: Path, namespace: str, account: str) -> Path:
-    """The admin's kubeconfig with a token the API server issued for `account` in its stead."""
+    """The admin's kubeconfig with a token the API server issued for `account` in its stead, and
+    the account's namespace as the context's, as an in-cluster client reads it from its pod."""
     token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration=24h").stdout.strip()
     config = json.loads(cluster.kubeconfig.read_text())
     config["users"] = [{"name": account, "user": {"token": token}}]
-    config["contexts"][0]["context"]["user"] = account
+    config["contexts"][0]["context"] |= {"user": account, "namespace": namespace}
     path = folder / f"{account}.kubeconfig"
     path.write_text(json.dumps(config))
     path.chmod(0o600)
     return path
+
+
+@dataclass(frozen=True)
+class _Command:
+    container: dict[str, Any]
+    argv: list[str]
+    environment: dict[str, str]
+    user: str
+
+
+def _command(cluster: ControlPlane, folder: Path, documents: list[dict[str, Any]], kind: str, name: str) -> _Command:
+    """The workload's container as the kubelet would start it, as a process of the built binary."""
+    container, namespace, account = _container(documents, kind, name)
+    environment = _environment(container, namespace)
+    args = [_VARIABLE.sub(lambda m: environment[m.group(1)], arg) for arg in container.get("args", [])]
+    folder.mkdir(parents=True, exist_ok=True)
+    kubeconfig = _kubeconfig(cluster, folder, namespace, account)
+    args.append(f"--kubeconfig={kubeconfig}")
+    if name in METRICS:
+        args.append(f"--metrics-listen-address={METRICS[name]}")
+    binary = built_bin("LAB_MGMT_CERT_MANAGER_BIN", BINARIES[name]) / BINARIES[name]
+    environment |= {"PATH": "/usr/bin:/bin", "KUBECONFIG": str(kubeconfig)}
+    return _Command(container, [str(binary), *args], environment, f"system:serviceaccount:{namespace}:{account}")
 
 
 @contextmanager
@@ -129,26 +159,14 @@ def running(cluster: ControlPlane, folder: Path, documents: list[dict[str, Any]]
     """`deployment`'s container as a process for the block, from its first request to the API
     server (read from the audit log) and, where the container has a readiness probe, once that
     answers as the kubelet asks it; stopped afterwards."""
-    container, namespace, account = _container(documents, deployment)
-    environment = _environment(container, namespace)
-    args = [_VARIABLE.sub(lambda m: environment[m.group(1)], arg) for arg in container.get("args", [])]
-    folder.mkdir(parents=True, exist_ok=True)
-    kubeconfig = _kubeconfig(cluster, folder, namespace, account)
-    args += [f"--kubeconfig={kubeconfig}", f"--metrics-listen-address={METRICS[deployment]}"]
-    binary = built_bin("LAB_MGMT_CERT_MANAGER_BIN", BINARIES[deployment]) / BINARIES[deployment]
-    user = f"system:serviceaccount:{namespace}:{account}"
+    command = _command(cluster, folder, documents, "Deployment", deployment)
     log = folder / f"{deployment}.log"
     with log.open("wb") as output:
-        process = subprocess.Popen(
-            [str(binary), *args],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            env={"PATH": "/usr/bin:/bin", **environment, "KUBECONFIG": str(kubeconfig)},
-        )
+        process = subprocess.Popen(command.argv, stdout=output, stderr=subprocess.STDOUT, env=command.environment)
         try:
-            _until_it_asks(cluster, process, user, log)
-            if probe := container.get("readinessProbe", {}).get("httpGet"):
-                ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+            _until_it_asks(cluster, process, command.user, log)
+            if probe := command.container.get("readinessProbe", {}).get("httpGet"):
+                ports = {port["name"]: port["containerPort"] for port in command.container["ports"]}
                 until_ready(
                     f"http://127.0.0.1:{ports.get(probe['port'], probe['port'])}{probe['path']}",
                     lambda: None if process.poll() is None else f"{log.stem} exited {process.returncode}",
@@ -156,9 +174,21 @@ def running(cluster: ControlPlane, folder: Path, documents: list[dict[str, Any]]
                     bound=STARTED_BOUND_SECONDS,
                     interval=0.5,
                 )
-            yield Running(deployment, user, tuple(args), log, process.pid)
+            yield Running(deployment, command.user, tuple(command.argv[1:]), log, process.pid)
         finally:
             stop(process)
+
+
+def ran(cluster: ControlPlane, folder: Path, documents: list[dict[str, Any]], job: str) -> dict[str, Any]:
+    """`job`'s container run once to its end (its own `--wait` bounds it), as the Job's pod: its exit
+    code, output, seconds and user."""
+    command = _command(cluster, folder, documents, "Job", job)
+    began = time.monotonic()
+    done = subprocess.run(
+        command.argv, env=command.environment, capture_output=True, text=True, timeout=JOB_BOUND_SECONDS, check=False
+    )
+    seconds = round(time.monotonic() - began, 1)
+    return {"rc": done.returncode, "output": done.stdout + done.stderr, "seconds": seconds, "user": command.user}
 
 
 def _until_it_asks(cluster: ControlPlane, process: subprocess.Popen[bytes], user: str, log: Path) -> None:
@@ -178,7 +208,7 @@ def served(cluster: ControlPlane, documents: list[dict[str, Any]], address: str)
     EndpointSlice as the endpoint slice controller writes it for a Ready pod at `address`, then the
     release's webhook configurations, which name that Service (and which its CA injector fills in
     from the webhook's own CA Secret). Returns kind/name of each configuration."""
-    container, namespace, _ = _container(documents, WEBHOOK)
+    container, namespace, _ = _container(documents, "Deployment", WEBHOOK)
     [service] = [d for d in documents if d["kind"] == "Service" and d["metadata"]["name"] == WEBHOOK]
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     endpoints = {

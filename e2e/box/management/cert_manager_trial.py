@@ -132,6 +132,8 @@ def issued_and_injected(root: str) -> dict[str, Any]:
             }
             try:
                 out["own_configurations"] = cert_manager.served(cluster, release, VM_ADDRESS)
+                # As Helm runs the release's post-install hook: once its objects are made.
+                out["startupapicheck"] = cert_manager.ran(cluster, folder, release, cert_manager.STARTUPAPICHECK)
                 out["own_injected_seconds"] = _until_filled(cluster, set(out["own_configurations"]), runs)
                 refused = cluster.kubectl_as(cluster.kubeconfig, "create", "-f", "-", stdin=json.dumps(TOO_SHORT))
                 out["too_short"] = {"rc": refused.returncode, "stderr": refused.stderr}
