@@ -75,7 +75,7 @@ def _engine_run(
 ) -> dict[str, Any]:
     """One `pulumi preview` or `pulumi up` of the box program: each resource's step, the error if
     it failed, and every write the engine (the admin user) sent to the API server."""
-    audited = len(cluster.audit())
+    audited = cluster.audit_mark()
     started = time.time()
     run = engine.run(action, targets=targets or ())
     writes = [request for request in _requests_since(cluster, audited) if request[0] in WRITES]

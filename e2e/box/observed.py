@@ -40,7 +40,7 @@ class Marks:
             len(box.pve.calls),
             len(box.guest_log("sshd.log")),
             len(box.guest_log("installer.log")),
-            len(box.cluster.audit()),
+            box.cluster.audit_mark(),
             len(box.charts.requests),
             len(box.guest_log("calls.log")),
         )

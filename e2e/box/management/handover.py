@@ -111,7 +111,7 @@ def _handover(
         "K3S_MANIFESTS_DIR": str(manifests),
     }
     script = REPO / "components" / "scripts" / "helmchart_handover.sh"
-    audited = len(cluster.audit())
+    audited = cluster.audit_mark()
     done = subprocess.run(
         ["bash", str(script), *playbook_lab.HANDED_OVER],
         env=env,
@@ -151,7 +151,7 @@ def _deleted_with_its_finalizer(machinery: k3s_charts.K3sCharts) -> dict[str, An
     until(f"helm-controller made {CONTROL_CHART}'s install Job", lambda: machinery.all_made([CONTROL_CHART]))
     until(f"{CONTROL_CHART}'s install Job done", lambda: machinery.installed([CONTROL_CHART]))
     installed = sorted(machinery.releases(CONTROL_CHART))
-    mark = len(cluster.audit())
+    mark = cluster.audit_mark()
     cluster.kubectl("delete", "helmchart", CONTROL_CHART, "-n", "kube-system", "--wait=false")
     deleting = until(
         f"a helm-delete Job for {CONTROL_CHART}",
@@ -233,7 +233,7 @@ def _handed_over(machinery: k3s_charts.K3sCharts, base: Path, out: dict[str, Any
             cluster.kubectl("get", "helmchart", "-n", "kube-system", "-o", "json").stdout
         )["items"]
         out["releases_before"] = _releases(cluster)
-        mark = len(cluster.audit())
+        mark = cluster.audit_mark()
         # Cut off between the first chart's finalizer removal and its delete, then typed
         # again, and once more: the second run finishes, the third finds nothing to do.
         out["cut"] = _handover(cluster, base, manifests, cut_at_delete=True)
@@ -241,7 +241,7 @@ def _handed_over(machinery: k3s_charts.K3sCharts, base: Path, out: dict[str, Any
         until("helm-controller removed what it made for the handed-over charts", lambda: not machinery.made_for())
         out["controller_writes"] = _writes_by(cluster, mark, control_plane.HELM_CONTROLLER_USER)
         out["collector_writes"] = _writes_by(cluster, mark, control_plane.CONTROLLER_USER)
-    mark = len(cluster.audit())
+    mark = cluster.audit_mark()
     with helm_controller.running(cluster, base / "helm-controller"):
         time.sleep(RESTARTED_WATCH_SECONDS)
         out["restarted_writes"] = _writes_by(cluster, mark, control_plane.HELM_CONTROLLER_USER)
@@ -250,7 +250,7 @@ def _handed_over(machinery: k3s_charts.K3sCharts, base: Path, out: dict[str, Any
         out["manifests_left"] = sorted(p.name for p in manifests.iterdir())
         out["handed_over_files"] = sorted(p.name for p in (base / "manifests-handed-over").iterdir())
         # k3s restarted: its deploy controller's first pass applies what the manifests folder holds.
-        mark = len(cluster.audit())
+        mark = cluster.audit_mark()
         k3s_deploy.started(cluster.kubeconfig, manifests, playbook_lab.K3S_DISABLES)
         out["k3s_restarted_writes"] = _writes_by(cluster, mark, control_plane.ADMIN_USER)
         out["charts_after_k3s_restart"] = cluster.kubectl(

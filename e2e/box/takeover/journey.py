@@ -79,7 +79,7 @@ def _typed(lab: owners_lab.OwnersLab) -> list[dict[str, Any]]:
     values = PLACEHOLDERS | doc_script.vm_values(lab.box.site.vmid, lab.box.site.address)
     for block in doc_script.blocks(until=doc_script.TYPED_UNTIL):
         for line in block.filled(values):
-            mark = len(lab.box.cluster.audit())
+            mark = lab.box.cluster.audit_mark()
             ran = lab.node(line) if block.on_node else lab.laptop(line)
             typed.append({"step": block.step, "on_node": block.on_node, "audit_mark": mark, **ran})
             if ran["rc"]:
@@ -137,7 +137,7 @@ def owners_takeover(root: str) -> dict[str, Any]:
             out["before"] = _lab(lab)
             out["inspector_before"] = inspector.checks(lab)
             out["typed"] = _typed(lab)
-            typed_until = len(lab.box.cluster.audit())
+            typed_until = lab.box.cluster.audit_mark()
             out["after"] = _lab(lab)
             out["inspector_after"] = inspector.checks(lab)
             out["written_into_the_clone"] = sorted(

@@ -182,7 +182,7 @@ def left_by_the_owner(
     out["generate"], rendered = generate(base, site)
     if out["generate"]["rc"]:
         raise AssertionError(f"clusterctl generate cluster failed: {out['generate']['stderr']}")
-    audited = len(mgmt.audit())
+    audited = mgmt.audit_mark()
     out["apply"] = ran(mgmt.kubectl_as(mgmt.kubeconfig, "apply", "-f", str(rendered)))
     mark("clusterctl generate, kubectl apply")
     until(

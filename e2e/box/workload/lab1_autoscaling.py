@@ -98,7 +98,7 @@ def _no_change(
     meanwhile; after the first up, the zero-change preview a user runs first too. Between the
     autoscaler's steps a preview would only repeat the up's plan: nothing upstream changed, so
     nothing is unknown in it."""
-    mark = len(mgmt.audit())
+    mark = mgmt.audit_mark()
     checked = {"preview": run(engine, mgmt, "preview", "--expect-no-changes")} if preview else {}
     up = run(engine, mgmt, "up", "--expect-no-changes")
     return {"after": after, **checked, "up": up, "md_writes": scales(mgmt, mark, cluster)}
@@ -182,7 +182,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     mark("no-change preview and up")
     lab = Lab(mgmt, lab1, cluster)
     # 3. Demand that fits nowhere: 0 -> 1 from zero, then 1 -> 3.
-    timelines, audit_mark = {}, len(mgmt.audit())
+    timelines, audit_mark = {}, mgmt.audit_mark()
     step_began, wall = time.monotonic(), time.time()
     _demand(lab1, mgmt, 1, worker_cpus)
     timelines["0->1"] = lab.watch(
@@ -211,7 +211,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     out["no_change"].append(_no_change(engine, mgmt, cluster, "upgrade"))
     # One demand pod more than maxSize workers hold: the autoscaler stops at maxSize and says why
     # on the pod left over (docs/troubleshooting.md quotes it).
-    audit_mark, step_began, max_size = len(mgmt.audit()), time.monotonic(), entry["workers"]["maxSize"]
+    audit_mark, step_began, max_size = mgmt.audit_mark(), time.monotonic(), entry["workers"]["maxSize"]
     _demand(lab1, mgmt, max_size + 1, worker_cpus)
     # The real scheduler finds no room for the new demand, before the autoscaler makes some.
     out["unschedulable"] = until(
@@ -262,7 +262,7 @@ def _steps(  # noqa: PLR0915 - one scenario, step by step
     mark("3 -> 4, maxSize raised")
     out["no_change"].append(_no_change(engine, mgmt, cluster, "3 -> 4"))
     # 5. The demand gone: down to 0.
-    audit_mark, step_began = len(mgmt.audit()), time.monotonic()
+    audit_mark, step_began = mgmt.audit_mark(), time.monotonic()
     mgmt.kubectl_as(lab1, "delete", "deployment", DEMAND, "--wait=false").check_returncode()
     timelines["4->0"] = lab.watch(
         "4 -> 0", lambda s: s["replicas"] == 0 and s["machines"] == 0 and s["nodes"] == 0, step_began

@@ -108,7 +108,7 @@ def without_the_template_rule(
             and found
         ),
     )
-    audit_mark = len(mgmt.audit())
+    audit_mark = mgmt.audit_mark()
     demand()
     until(
         "the demand pod Unschedulable",
@@ -144,7 +144,7 @@ def _rule_back(mgmt: ControlPlane, lab: Lab, runner: pod_runner.PodRunner) -> di
     program's rule (Helm patches what the live object lost); then scale-from-zero, watched until
     the demand runs."""
     cluster = lab.cluster
-    audit_mark, events, began = len(mgmt.audit()), len(runner.events), time.monotonic()
+    audit_mark, events, began = mgmt.audit_mark(), len(runner.events), time.monotonic()
     helm = ("--kubeconfig", str(mgmt.kubeconfig), "-n", cluster.namespace)
     history = built_tool(HELM, "helm", mgmt.root, "history", cluster.autoscaler, "--max", "1", "-o", "json", *helm)
     [last] = json.loads(history.stdout)

@@ -180,7 +180,7 @@ def names(mgmt: ControlPlane, resource: str, namespace: str) -> list[str]:
 def run(engine: Engine, mgmt: ControlPlane, action: str, *args: str) -> dict[str, Any]:
     """One CLI run: its exit code, seconds, changes, and the admin's writes (the engine's) to the
     management cluster, each [verb, resource, name]."""
-    mark, began, started = len(mgmt.audit()), time.monotonic(), time.time()
+    mark, began, started = mgmt.audit_mark(), time.monotonic(), time.time()
     done = engine.run(action, *args)
     writes = [request[:3] for request in _requests_since(mgmt, mark) if request[0] in WRITES]
     return {

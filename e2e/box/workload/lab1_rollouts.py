@@ -126,7 +126,7 @@ def upgrade(
         ),
     ]
     out["preview"] = run(engine, mgmt, "preview")
-    audit_mark, began = len(mgmt.audit()), time.monotonic()
+    audit_mark, began = mgmt.audit_mark(), time.monotonic()
     out["up"] = run(engine, mgmt, "up")
     out["workers_held"] = until(
         "a MachineSet held for the control plane", lambda: _held_for_the_control_plane(mgmt, cluster)
@@ -218,7 +218,7 @@ def resize(engine: Engine, mgmt: ControlPlane, cluster: Workload, memory_mib: in
     out["resize_config"] = _step(
         engine, ("config", "set", "--path", "workloadClusters[0].workers.memoryMib", str(memory_mib))
     )
-    audit_mark = len(mgmt.audit())
+    audit_mark = mgmt.audit_mark()
     out["resize_preview"] = run(engine, mgmt, "preview")
     out["resize"] = run(engine, mgmt, "up")
     out["resize_writes"] = [
