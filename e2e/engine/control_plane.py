@@ -1,11 +1,10 @@
 """A real Kubernetes control plane for tests: etcd, kube-apiserver and kube-controller-manager's
-service account token controller (built by `e2e/engine/build-engine.sh control-plane`, whose directory
-the caller names in LAB_MGMT_CONTROL_PLANE_BIN), serving at the VM's address on port 6443 (or at a
-workload cluster's control-plane endpoint, with more controllers and kube-scheduler: lab1), with
-an admin token, and an audit log of every request on HelmCharts and provider CRs (with what was
-sent, but for a patch of a provider CR), on Secrets and Cluster API's objects (reads too: whom
-cluster-autoscaler reads them as, and whether RBAC let it), and of every write, so that a test can tell
-what a script or the engine did and in which order.
+service account token controller (`e2e/engine/build-engine.sh control-plane`, in
+LAB_MGMT_CONTROL_PLANE_BIN), at the VM's address on port 6443 (or a workload cluster's endpoint,
+with more controllers and kube-scheduler: lab1), with an admin token and an audit log: every
+request on HelmCharts and provider CRs (with the body, but for a provider CR's patch), on Secrets
+and Cluster API's objects (reads too: whom cluster-autoscaler reads them as, and whether RBAC let
+it), and every write, so that a test can tell what a script or the engine did and in which order.
 
 It runs only inside a network namespace that the test made (e2e/engine/netns.py), where the VM's
 address is on loopback.
@@ -47,8 +46,7 @@ KUBELET_USER = "kubelet-standin"
 HELM_CONTROLLER_USER = "helm-controller"
 # Who may talk to the box, each with a token and a kubeconfig (`<user>.kubeconfig`) of its own, so
 # that the audit log tells the admin's requests (scripts, kubectl, the engine) from the
-# controllers' (the real Cluster API manager's too, e2e/controllers/cluster_api.py). All are
-# cluster admins.
+# controllers' (e2e/controllers/cluster_api.py's too). All are cluster admins.
 TOKENS = {
     ADMIN_USER: "lab-in-a-box-admin",
     CONTROLLER_USER: "lab-in-a-box-controller",
@@ -214,9 +212,7 @@ class ControlPlane:
         )
 
     def audit_mark(self) -> int:
-        """How many whole events `audit()` would return now, counted without reading them: a mark
-        that later reads start from (the journey takes one before each typed line, on a log of
-        tens of megabytes)."""
+        """len(audit()), counted without parsing a log of tens of megabytes."""
         log = self.root / "audit.log"
         return log.read_bytes().count(b"\n") if log.exists() else 0
 
@@ -299,17 +295,14 @@ def running(
     service_routing: bool = False,
 ) -> Iterator[ControlPlane]:
     """etcd and kube-apiserver at `address`:6443 for the block; stopped afterwards. The API server
-    listens on `bind_address` (default: `address`) and serves `pki`'s certificate where given,
-    else one of its own. Started again on the same `root`, it keeps its data and its service
-    account signing key, so the tokens it issued stay valid, as a restarted k3s's do.
-    kube-controller-manager runs `controllers` (by default the token controller alone, which
-    fills service account token Secrets in, as k3s's does). With `scheduler`, kube-scheduler
-    runs too (a workload cluster, where it decides which pods fit on which Node). `port` is the
-    API server's (a workload cluster's control-plane endpoint may name another); etcd listens on
-    `address`'s 2379 and 2380 whatever it is, so two clusters need two addresses. With
-    `service_routing`, the API server reaches a webhook's Service at an address of its
-    EndpointSlices, as k3s's does (`--enable-aggregator-routing`, which k3s sets with its default
-    egress selector mode): the box has no cluster IPs to dial."""
+    listens on `bind_address` (default: `address`), serving `pki`'s certificate or one of its own.
+    Started again on the same `root`, it keeps its data and its service account signing key, so
+    the tokens it issued stay valid, as a restarted k3s's do. kube-controller-manager runs
+    `controllers` (by default the token controller alone, as k3s's does); with `scheduler`,
+    kube-scheduler too (a workload cluster). `port` is the API server's (a workload cluster's
+    endpoint may name another); etcd listens on `address`'s 2379 and 2380, so two clusters need
+    two addresses. With `service_routing`, a webhook's Service is dialled at its EndpointSlices'
+    address, as k3s does."""
     bin_dir = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kube-apiserver")
     root.mkdir(parents=True, exist_ok=True)
     (root / "tokens.csv").write_text(
