@@ -1,17 +1,17 @@
-"""cert-manager's controller and CA injector as the box runs them (issue 68): the binaries that
-`e2e/engine/build-engine.sh cert-manager` makes (LAB_MGMT_CERT_MANAGER_BIN: v1.21.1, the newest
-tag the stored history holds, for the chart v1.21.2 the program pins), each a process started as
-the kubelet starts the container of its Deployment in the chart as the program's Release renders
-it (upstream_charts.rendered):
+"""cert-manager's controller, CA injector and webhook, and its post-install hook, as the box runs
+them (issue 68): the binaries that `e2e/engine/build-engine.sh cert-manager` makes
+(LAB_MGMT_CERT_MANAGER_BIN: v1.21.1, the newest tag the stored history holds, for the chart
+v1.21.2 the program pins), each a process started as the kubelet starts the container of its
+Deployment (or Job) in the chart as the program's Release renders it (upstream_charts.rendered):
 
-- its args and environment from that Deployment, `$(VAR)` expanded from the environment and the
+- its args and environment from that workload, `$(VAR)` expanded from the environment and the
   pod's own fields (the namespace) as the kubelet fills them in;
-- as the Deployment's ServiceAccount, with a token the API server issues for it (TokenRequest, as
+- as the workload's ServiceAccount, with a token the API server issues for it (TokenRequest, as
   the kubelet's projected token is made), so that it holds the rights the chart's RBAC gives it and
   no other, and the audit log names it as it names the real one;
 - out of the cluster, so the kubeconfig goes by `--kubeconfig` and by $KUBECONFIG (the injector's
-  controller-runtime reads the variable: its flag of that name is cert-manager's own), and its
-  metrics server moved off the port both default to where the two would meet in one network
+  controller-runtime reads the variable: its flag of that name is cert-manager's own), and each
+  metrics server moved off the port all default to, where they would meet in one network
   namespace (each pod has its own): the departures.
 
 `installed` lays out what the release holds besides its workloads (CRDs, ServiceAccounts, RBAC);
@@ -73,28 +73,27 @@ class Running:
     log: Path
     pid: int
 
-    def log_tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+    def log_tail(self) -> str:
+        return _tail(self.log)
+
+
+def _tail(log: Path, lines: int = 30) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def apply(cluster: ControlPlane, items: list[dict[str, Any]]) -> None:
+    """`items` applied server-side as the admin, in one request list."""
+    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=listed)
 
 
 def installed(cluster: ControlPlane, documents: list[dict[str, Any]]) -> None:
     """The release's LAID_OUT objects applied as the admin, the CRDs first and established."""
-    laid_out = [document for document in documents if document["kind"] in LAID_OUT]
-    crds = [document for document in laid_out if document["kind"] == "CustomResourceDefinition"]
-    rest = [document for document in laid_out if document["kind"] != "CustomResourceDefinition"]
-    for items in (crds, rest):
-        cluster.kubectl(
-            "apply", "--server-side", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
-        )
-        if items is crds:
-            cluster.kubectl(
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd",
-                *(c["metadata"]["name"] for c in crds),
-                timeout=90,
-            )
+    crds = [document for document in documents if document["kind"] == "CustomResourceDefinition"]
+    apply(cluster, crds)
+    names = (crd["metadata"]["name"] for crd in crds)
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", *names, timeout=90)
+    apply(cluster, [d for d in documents if d["kind"] in LAID_OUT and d["kind"] != "CustomResourceDefinition"])
 
 
 def _container(documents: list[dict[str, Any]], kind: str, name: str) -> tuple[dict[str, Any], str, str]:
@@ -195,7 +194,7 @@ def _until_it_asks(cluster: ControlPlane, process: subprocess.Popen[bytes], user
     """Until `user` has made a request; its exit or silence ends the block with its log's end."""
     deadline = time.monotonic() + STARTED_BOUND_SECONDS
     while not any(event["user"]["username"] == user for event in cluster.audit()):
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        tail = _tail(log)
         if process.poll() is not None:
             raise RuntimeError(f"{log.stem} exited {process.returncode}; the end of {log}:\n{tail}")
         if time.monotonic() > deadline:
@@ -229,8 +228,6 @@ def served(cluster: ControlPlane, documents: list[dict[str, Any]], address: str)
         ],
     }
     configurations = [d for d in documents if d["kind"] in WEBHOOK_CONFIGURATIONS]
-    for items in ([service, endpoints], configurations):
-        cluster.kubectl(
-            "apply", "--server-side", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
-        )
+    apply(cluster, [service, endpoints])
+    apply(cluster, configurations)
     return [f"{d['kind']}/{d['metadata']['name']}" for d in configurations]

@@ -12,7 +12,6 @@ wrote, as whom, and when.
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from pathlib import Path
@@ -25,22 +24,10 @@ from e2e.controllers import cert_manager, upstream_charts
 from e2e.engine import control_plane
 
 BOUND_SECONDS = 60.0
-WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
-OPERATOR_KINDS = ("Issuer", "Certificate", *WEBHOOK_KINDS)
+OPERATOR_KINDS = ("Issuer", "Certificate", *cert_manager.WEBHOOK_CONFIGURATIONS)
 # A configuration that asks for a Certificate no one made (the stand-ins' trial's); its rule matches
 # nothing sent.
 UNISSUED = webhook_trial.OTHER
-
-
-def _bundles(cluster: control_plane.ControlPlane) -> dict[str, list[str]]:
-    """Each webhook configuration's CA bundles (decoded PEM) as the API server holds them."""
-    listed = json.loads(cluster.kubectl("get", ",".join(k.lower() for k in WEBHOOK_KINDS), "-o", "json").stdout)
-    return {
-        f"{item['kind']}/{item['metadata']['name']}": [
-            base64.b64decode(webhook["clientConfig"].get("caBundle", "")).decode() for webhook in item["webhooks"]
-        ]
-        for item in listed["items"]
-    }
 
 
 def _writes(cluster: control_plane.ControlPlane, users: set[str]) -> list[list[str]]:
@@ -77,7 +64,7 @@ def _until_filled(cluster: control_plane.ControlPlane, names: set[str], logs: li
     """Seconds until every webhook of `names` holds a CA bundle; past BOUND_SECONDS a RuntimeError
     with the components' logs."""
     began = time.monotonic()
-    while not all(all(bundle) for name, bundle in _bundles(cluster).items() if name in names):
+    while not all(all(bundle) for name, bundle in webhook_trial.bundles(cluster).items() if name in names):
         if time.monotonic() > began + BOUND_SECONDS:
             tails = "\n".join(run.log_tail() for run in logs)
             raise RuntimeError(f"{sorted(names)} not injected within {BOUND_SECONDS}s\n{tails}")
@@ -88,11 +75,6 @@ def _until_filled(cluster: control_plane.ControlPlane, names: set[str], logs: li
 def _secret(cluster: control_plane.ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
     found = cluster.kubectl_as(cluster.kubeconfig, "get", "secret", name, "-n", namespace, "-o", "json")
     return json.loads(found.stdout) if found.returncode == 0 else None
-
-
-def _apply(cluster: control_plane.ControlPlane, items: list[dict[str, Any]]) -> None:
-    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=listed)
 
 
 def issued_and_injected(root: str) -> dict[str, Any]:
@@ -137,14 +119,16 @@ def issued_and_injected(root: str) -> dict[str, Any]:
                 out["own_injected_seconds"] = _until_filled(cluster, set(out["own_configurations"]), runs)
                 refused = cluster.kubectl_as(cluster.kubeconfig, "create", "-f", "-", stdin=json.dumps(TOO_SHORT))
                 out["too_short"] = {"rc": refused.returncode, "stderr": refused.stderr}
-                _apply(cluster, [*operators, UNISSUED])
+                cert_manager.apply(cluster, [*operators, UNISSUED])
                 out["awaited"] = sorted(
-                    f"{d['kind']}/{d['metadata']['name']}" for d in operators if d["kind"] in WEBHOOK_KINDS
+                    f"{d['kind']}/{d['metadata']['name']}"
+                    for d in operators
+                    if d["kind"] in cert_manager.WEBHOOK_CONFIGURATIONS
                 )
                 out["injected_seconds"] = _until_filled(cluster, set(out["awaited"]), runs)
             except RuntimeError as failed:
                 out["failed"] = str(failed)
-            out["bundles"] = _bundles(cluster)
+            out["bundles"] = webhook_trial.bundles(cluster)
             out["secret"] = _secret(cluster, OPERATOR_NAMESPACE, certificate["spec"]["secretName"])
             out["webhook_ca"] = _secret(cluster, CERT_MANAGER_NAMESPACE, "cert-manager-webhook-ca")
             status = cluster.kubectl(

@@ -94,7 +94,7 @@ def _unknown_review(webhook: admission_webhook_standin.WebhookStandIn) -> dict[s
         return dict(json.loads(answer.read())["response"])
 
 
-def _bundles(cluster: control_plane.ControlPlane) -> dict[str, list[str]]:
+def bundles(cluster: control_plane.ControlPlane) -> dict[str, list[str]]:
     """Each webhook configuration's CA bundles as the API server holds them."""
     listed = json.loads(cluster.kubectl("get", ",".join(cainjector_standin.KINDS.values()), "-o", "json").stdout)
     return {
@@ -139,7 +139,7 @@ def injection(root: str) -> dict[str, Any]:
         result["injected"] = injector.injected
         result["after_injection"] = _sent(cluster, "create", "v1.12.11")
         result["changed"] = _sent(cluster, "apply", "v1.12.12")
-        result["bundles"] = _bundles(cluster)
+        result["bundles"] = bundles(cluster)
         result["reviews"] = webhook.reviews
         result["unknown_review"] = _unknown_review(webhook)
         result["webhook_unknown"] = webhook.unknown
