@@ -76,6 +76,7 @@ def lab1_box(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         # About 600 s alone and 880-1000 s beside three other scenarios on two busy cores (CI's
         # run of 2026-12-07 was cut at 900 s with two steps to go): a bound, not an estimate.
         timeout=1500,
+        longest=True,
     )
 
 

@@ -38,7 +38,9 @@ def _by_the_laptop(writes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def takeover(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("takeover")
-    return in_new_netns("takeover.journey.owners_takeover", str(root), addresses=list(lab1_box.ADDRESSES), timeout=2400)
+    return in_new_netns(
+        "takeover.journey.owners_takeover", str(root), addresses=list(lab1_box.ADDRESSES), timeout=2400, longest=True
+    )
 
 
 def _failed(takeover: dict[str, Any]) -> str:
