@@ -51,7 +51,7 @@ PREFLIGHT := python3 -m e2e.engine.preflight
 test-engine:
 	$(PREFLIGHT)
 	$(MAKE) $(VENV)
-	built="$$(e2e/engine/build-engine.sh control-plane plugins workload helm-controller cert-manager)" && \
+	built="$$(e2e/engine/build-engine.sh control-plane plugins workload helm-controller cert-manager operator)" && \
 	env $$built $(PY) -m pytest -m engine -n $(ENGINE_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25
 
 lint: $(VENV)

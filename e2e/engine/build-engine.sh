@@ -36,6 +36,9 @@
 #   ... cert-manager                   also cert-manager's controller, webhook, cainjector and
 #                                      startupapicheck, from the upstream archives in
 #                                      $LAB_MGMT_VENDOR (LAB_MGMT_CERT_MANAGER_BIN)
+#   ... operator                       also cluster-api-operator at the chart's pin, from the Go
+#                                      module proxy with the Cluster API archive in $LAB_MGMT_VENDOR
+#                                      (LAB_MGMT_OPERATOR_BIN)
 #
 # The Go module proxy serves github.com/pulumi/pulumi/pkg/v3 from v3.274.0 on, while PyPI's newest
 # pulumi is 3.272.0: the CLI is built at the oldest served version not older than the SDK pin
@@ -673,6 +676,36 @@ build_capmox() {
   printf 'LAB_MGMT_CAPMOX_BIN=%s\n' "$out"
 }
 
+# cluster-api-operator (issue 68), which the owner's lab runs from the chart the program pins, at
+# that version: the proxy serves its module, built in a copy of itself so that its own go.mod and
+# go.sum decide every version, but not the Cluster API it requires (v1.12.10, refused at v1.12.x
+# like the core's own), which the unpacked Cluster API archive replaces, v1.12.11: one Cluster API
+# source across the box, as for CAPMOX.
+build_operator() {
+  local version module=sigs.k8s.io/cluster-api-operator capi="cluster-api-v$CLUSTER_API_VERSION.tar.gz" dir
+  version="$(stack_pin capiOperatorVersion)"
+  local out="$cache/cluster-api-operator-v$version/bin" src="$cache/src/cluster-api-operator-v$version" started=$SECONDS
+  if [ -x "$out/cluster-api-operator" ]; then
+    say "cluster-api-operator v$version: cached"
+  elif ! have_archives "$capi"; then
+    say "cluster-api-operator v$version: missing $capi (put it in $vendor or set LAB_MGMT_VENDOR)"
+    return 1
+  else
+    dir="$(module_dir "$module@v$version")" || return 1
+    rm -rf "$src" && mkdir -p "$src" "$out"
+    cp -a "$dir" "$src/operator" && chmod -R u+w "$src/operator"
+    unpack "$capi" "$src/cluster-api"
+    say "cluster-api-operator v$version: building"
+    (cd "$src/operator" && rm -rf test &&
+      go mod edit -replace="sigs.k8s.io/cluster-api=$src/cluster-api" &&
+      go build -trimpath -ldflags "-s -w -X sigs.k8s.io/cluster-api-operator/version.gitVersion=v$version" \
+        -o "$(partial_of "$out/cluster-api-operator")" ./cmd)
+    finish "$out/cluster-api-operator" "$started"
+    rm -rf "$src"
+  fi
+  printf 'LAB_MGMT_OPERATOR_BIN=%s\n' "$out"
+}
+
 # k3s's helm-controller, which k3s runs inside its server process and which the lab's k3s (v1.35.8+k3s1,
 # `k3sVersion`) has at v0.17.7: its release-1.35 branch took v0.17.7 on 2026-07-28 (k3s PR #14476,
 # with klipper-helm v0.13.3-build20260727 as the Jobs' image), before v1.35.8-k3s1 (PR #14544,
@@ -839,6 +872,9 @@ beside_lane() {
   if wants cert-manager; then
     locked cert-manager build_cert_manager
   fi
+  if wants operator; then
+    locked cluster-api-operator build_operator
+  fi
   if wants plugins; then
     await_cli "$1"
     locked pulumi-resource-proxmoxve build_proxmoxve_plugin
@@ -853,8 +889,8 @@ beside_lane() {
 
 for target in "$@"; do
   case "$target" in
-    control-plane | plugins | workload | helm-controller | cert-manager) ;;
-    *) say "unknown target $target; expected control-plane, plugins, workload, helm-controller or cert-manager" && exit 2 ;;
+    control-plane | plugins | workload | helm-controller | cert-manager | operator) ;;
+    *) say "unknown target $target; expected control-plane, plugins, workload, helm-controller, cert-manager or operator" && exit 2 ;;
   esac
 done
 started=$SECONDS

@@ -30,7 +30,7 @@ OPERATOR_KINDS = ("Issuer", "Certificate", *cert_manager.WEBHOOK_CONFIGURATIONS)
 UNISSUED = webhook_trial.OTHER
 
 
-def _writes(cluster: control_plane.ControlPlane, users: set[str]) -> list[list[str]]:
+def writes(cluster: control_plane.ControlPlane, users: set[str]) -> list[list[str]]:
     """Each write by `users`, in order, as [user, verb, resource, namespace/name]."""
     return [
         [
@@ -60,7 +60,7 @@ TOO_SHORT = {
 }
 
 
-def _until_filled(cluster: control_plane.ControlPlane, names: set[str], logs: list[cert_manager.Running]) -> float:
+def until_filled(cluster: control_plane.ControlPlane, names: set[str], logs: list[cert_manager.Running]) -> float:
     """Seconds until every webhook of `names` holds a CA bundle; past BOUND_SECONDS a RuntimeError
     with the components' logs."""
     began = time.monotonic()
@@ -116,7 +116,7 @@ def issued_and_injected(root: str) -> dict[str, Any]:
                 out["own_configurations"] = cert_manager.served(cluster, release, VM_ADDRESS)
                 # As Helm runs the release's post-install hook: once its objects are made.
                 out["startupapicheck"] = cert_manager.ran(cluster, folder, release, cert_manager.STARTUPAPICHECK)
-                out["own_injected_seconds"] = _until_filled(cluster, set(out["own_configurations"]), runs)
+                out["own_injected_seconds"] = until_filled(cluster, set(out["own_configurations"]), runs)
                 refused = cluster.kubectl_as(cluster.kubeconfig, "create", "-f", "-", stdin=json.dumps(TOO_SHORT))
                 out["too_short"] = {"rc": refused.returncode, "stderr": refused.stderr}
                 cert_manager.apply(cluster, [*operators, UNISSUED])
@@ -125,7 +125,7 @@ def issued_and_injected(root: str) -> dict[str, Any]:
                     for d in operators
                     if d["kind"] in cert_manager.WEBHOOK_CONFIGURATIONS
                 )
-                out["injected_seconds"] = _until_filled(cluster, set(out["awaited"]), runs)
+                out["injected_seconds"] = until_filled(cluster, set(out["awaited"]), runs)
             except RuntimeError as failed:
                 out["failed"] = str(failed)
             out["bundles"] = webhook_trial.bundles(cluster)
@@ -135,6 +135,6 @@ def issued_and_injected(root: str) -> dict[str, Any]:
                 "get", "certificate", certificate["metadata"]["name"], "-n", OPERATOR_NAMESPACE, "-o", "json"
             )
             out["certificate_status"] = json.loads(status.stdout).get("status", {})
-            out["writes"] = _writes(cluster, {run.user for run in runs})
+            out["writes"] = writes(cluster, {run.user for run in runs})
             out["alive"] = {run.deployment: Path(f"/proc/{run.pid}").exists() for run in runs}
     return out

@@ -59,6 +59,10 @@ IMAGES = {
     "registry.k8s.io/autoscaling/cluster-autoscaler": Image(
         "LAB_MGMT_AUTOSCALER_BIN", "cluster-autoscaler", "/cluster-autoscaler", "v1.35.2"
     ),
+    # The operator's image as its Makefile builds it: the manager at /manager (its Dockerfile).
+    "registry.k8s.io/capi-operator/cluster-api-operator": Image(
+        "LAB_MGMT_OPERATOR_BIN", "cluster-api-operator", "/manager", "v0.28.0"
+    ),
     # helm-controller's Jobs as the lab's k3s runs them: `entry` (a bash script, run by the
     # machine's bash, with its jq and coreutils for Alpine's) and Helm v4.1.4 in /usr/bin, as the
     # image user klipper-helm's (build-engine.sh build_klipper_helm). The process runs as root, not

@@ -1,0 +1,235 @@
+"""cluster-api-operator's real manager on a real control plane, with cert-manager's real three, without
+the rest of the box (issue 68): the operator's release as the program renders it laid out, its
+webhook certificate issued by cert-manager and its CA injected by cert-manager's injector, and its
+Deployment's Pod run by the pod runner as the binary built here (`build-engine.sh operator`), its
+certificate Secret mounted where the chart mounts it, its webhook reached through its Service at
+the Pod's address (the real endpoint slice controller writes it). Then the program's five provider
+CRs (components/cluster_api.py's names, namespaces, pins, wait annotation and CAPMOX's configSecret)
+through the operator's webhooks, and what its preflight says of each; beside them, what the
+program must never send: a provider name the operator does not know, and a pin older than the
+version a provider runs (its status set as the operator sets it once it has installed one).
+
+Nothing here serves the providers' release assets yet: the CoreProvider passes its preflight and
+its components are asked for and cannot be fetched (the Pod's /etc/hosts names no github.com, and
+the operator retries), so the CoreProvider is never Ready and the other four wait for it, as the
+operator says in their conditions.
+tests/test_operator_real.py runs it (`in_new_netns("management.operator_trial.preflight", ...)`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components import waits
+from components.cluster_api import (
+    CERT_MANAGER_NAMESPACE,
+    CERT_MANAGER_VALUES,
+    INFRASTRUCTURE,
+    OPERATOR_NAMESPACE,
+    OPERATOR_VALUES,
+    PROVIDER_API_VERSION,
+    PROVIDERS,
+    credentials_secret_name,
+)
+from e2e.box.management import cert_manager_trial
+from e2e.box.scenarios import VM_ADDRESS
+from e2e.controllers import cert_manager, upstream_charts
+from e2e.engine import control_plane
+from e2e.engine.cli import REPO
+from e2e.standins.cluster import pod_process, pod_runner
+
+BOUND_SECONDS = 90.0
+OPERATOR = "cluster-api-operator"
+# What makes the operator's Pod from its Deployment and reaches it through its Service.
+CONTROLLERS = (
+    "serviceaccount-token-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "endpointslice-controller",
+    # The kubelet mounts kube-root-ca.crt into every Pod's token volume.
+    "root-ca-certificate-publisher-controller",
+)
+PINS = yaml.safe_load((REPO / "Pulumi.lab.yaml").read_text())["config"]
+CREDENTIALS = {"PROXMOX_URL": "https://192.168.4.2:8006", "PROXMOX_TOKEN": "capmox@pve!capi", "PROXMOX_SECRET": "s"}
+# A name clusterctl's list of providers does not hold (the program's is `proxmox`).
+UNKNOWN = ("InfrastructureProvider", "proxmox-ve", "capmox-other")
+IPAM = next(p for p in PROVIDERS if p.kind == "IPAMProvider")
+# A minor above the IPAM pin, as if the lab ran it when the program's older pin is applied.
+RUNNING_NEWER = "v1.2.0"
+# What preflight says of a provider while the CoreProvider is not Ready.
+WAITING_FOR_CORE = "WaitingForCoreProviderReady"
+
+
+def provider_crs() -> list[dict[str, Any]]:
+    """The program's five provider CRs as it declares them (components/cluster_api.py _provider_crs)."""
+    crs = []
+    for p in PROVIDERS:
+        spec: dict[str, Any] = {"version": str(PINS[f"lab-mgmt:{p.config_key}"])}
+        if p is INFRASTRUCTURE:
+            spec["configSecret"] = {"name": credentials_secret_name(CREDENTIALS)}
+        metadata = {"name": p.name, "namespace": p.namespace, "annotations": waits.wait_for("condition=Ready")}
+        crs.append({"apiVersion": PROVIDER_API_VERSION, "kind": p.kind, "metadata": metadata, "spec": spec})
+    return crs
+
+
+def _namespaces_and_credentials() -> list[dict[str, Any]]:
+    namespaces = {p.namespace for p in PROVIDERS} | {UNKNOWN[2]}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": credentials_secret_name(CREDENTIALS), "namespace": INFRASTRUCTURE.namespace},
+        "type": "Opaque",
+        "immutable": True,
+        "stringData": CREDENTIALS,
+    }
+    return [*({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in sorted(namespaces)), secret]
+
+
+def _sent(cluster: control_plane.ControlPlane, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """`items` applied server-side, retried while the operator's webhook is not yet answering
+    (its Pod starting): what the API server answered last and after how many seconds."""
+    began = time.monotonic()
+    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    while True:
+        done = cluster.kubectl_as(cluster.kubeconfig, "apply", "--server-side", "-f", "-", stdin=listed)
+        answer = {"rc": done.returncode, "stderr": done.stderr, "seconds": round(time.monotonic() - began, 1)}
+        if done.returncode == 0 or "failed calling webhook" not in done.stderr or time.monotonic() > began + 60:
+            return answer
+        time.sleep(1)
+
+
+def _providers(cluster: control_plane.ControlPlane) -> dict[str, Any]:
+    """Each provider CR by kind/namespace/name: its spec and conditions."""
+    kinds = ",".join(f"{p.kind.lower()}s.operator.cluster.x-k8s.io" for p in PROVIDERS)
+    listed = json.loads(cluster.kubectl("get", kinds, "-A", "-o", "json").stdout)["items"]
+    return {
+        key_of(i): {
+            "spec": i["spec"],
+            "conditions": {c["type"]: c for c in (i.get("status") or {}).get("conditions", [])},
+        }
+        for i in listed
+    }
+
+
+def _until(cluster: control_plane.ControlPlane, what: str, done: Any, runner: pod_runner.PodRunner) -> float:
+    """Seconds until `done(providers)`; past BOUND_SECONDS a RuntimeError with the operator's log."""
+    began = time.monotonic()
+    while not done(_providers(cluster)):
+        if time.monotonic() > began + BOUND_SECONDS:
+            raise RuntimeError(f"{what} not within {BOUND_SECONDS}s; the operator's log:\n{runner.logs()}")
+        time.sleep(1)
+    return round(time.monotonic() - began, 1)
+
+
+def key_of(item: dict[str, Any]) -> str:
+    return f"{item['kind']}/{item['metadata']['namespace']}/{item['metadata']['name']}"
+
+
+def _reason(providers: dict[str, Any], key: str, condition: str = "PreflightCheckPassed") -> str:
+    return str(providers.get(key, {}).get("conditions", {}).get(condition, {}).get("reason", ""))
+
+
+def preflight(root: str) -> dict[str, Any]:
+    """cert-manager's three and the operator run; the program's CRs sent, then the two it must
+    never send; what the operator said of each."""
+    base = Path(root)
+    pod_process.route_through_the_box()
+    charts = base / "charts"
+    charts.mkdir(parents=True)
+    release = upstream_charts.rendered(
+        upstream_charts.cert_manager(charts), "cert-manager", CERT_MANAGER_NAMESPACE, CERT_MANAGER_VALUES, charts
+    )
+    operator_release = upstream_charts.rendered(
+        upstream_charts.operator(charts), OPERATOR, OPERATOR_NAMESPACE, OPERATOR_VALUES, charts
+    )
+    out: dict[str, Any] = {}
+    with control_plane.running(
+        base / "control-plane", VM_ADDRESS, service_routing=True, controllers=CONTROLLERS
+    ) as cluster:
+        for namespace in (CERT_MANAGER_NAMESPACE, OPERATOR_NAMESPACE):
+            cluster.kubectl("create", "namespace", namespace)
+        cert_manager.installed(cluster, release)
+        folder = base / "cert-manager"
+        with (
+            cert_manager.running(cluster, folder, release, cert_manager.CONTROLLER) as controller,
+            cert_manager.running(cluster, folder, release, cert_manager.CAINJECTOR) as injector,
+            cert_manager.running(cluster, folder, release, cert_manager.WEBHOOK) as webhook,
+        ):
+            runs = [controller, injector, webhook]
+            own = cert_manager.served(cluster, release, VM_ADDRESS)
+            cert_manager_trial.until_filled(cluster, set(own), runs)
+            cert_manager.installed(cluster, operator_release)
+            cert_manager.apply(cluster, [d for d in operator_release if d["kind"] not in cert_manager.LAID_OUT])
+            awaited = {
+                f"{d['kind']}/{d['metadata']['name']}"
+                for d in operator_release
+                if d["kind"] in cert_manager.WEBHOOK_CONFIGURATIONS
+            }
+            out["injected_seconds"] = cert_manager_trial.until_filled(cluster, awaited, runs)
+            with pod_runner.running(cluster, OPERATOR_NAMESPACE, OPERATOR, base / "pods") as runner:
+                try:
+                    _through_the_operator(cluster, runner, out)
+                except RuntimeError as failed:
+                    out["failed"] = str(failed)
+                out["providers"] = _providers(cluster)
+                out["operator_log"] = runner.logs()
+                out["runner_errors"] = runner.errors
+                out["runner_events"] = runner.events
+            out["writes"] = cert_manager_trial.writes(
+                cluster, {f"system:serviceaccount:{OPERATOR_NAMESPACE}:capi-operator-manager"}
+            )
+    return out
+
+
+def _through_the_operator(
+    cluster: control_plane.ControlPlane, runner: pod_runner.PodRunner, out: dict[str, Any]
+) -> None:
+    """Into `out`, as it goes: what was sent and answered, and what the operator said."""
+    out["laid_out"] = _sent(cluster, _namespaces_and_credentials())
+    crs = provider_crs()
+    out["program"] = _sent(cluster, crs)
+    others = [key_of(c) for c in crs if c["kind"] != "CoreProvider"]
+    out["preflight_seconds"] = _until(
+        cluster,
+        "the preflight of every provider but the core",
+        lambda found: all(_reason(found, key) for key in others),
+        runner,
+    )
+    kind, name, namespace = UNKNOWN
+    unknown = {
+        "apiVersion": PROVIDER_API_VERSION,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"version": "v0.9.1"},
+    }
+    out["unknown_sent"] = _sent(cluster, [unknown])
+    out["downgrade"] = _downgraded(cluster, next(c for c in crs if c["kind"] == IPAM.kind))
+    key = f"{kind}/{namespace}/{name}"
+    downgraded = f"{IPAM.kind}/{IPAM.namespace}/{IPAM.name}"
+    out["controls_seconds"] = _until(
+        cluster,
+        "the controls' preflight",
+        lambda found: _reason(found, key) and _reason(found, downgraded) not in ("", WAITING_FOR_CORE),
+        runner,
+    )
+
+
+def _downgraded(cluster: control_plane.ControlPlane, program_cr: dict[str, Any]) -> dict[str, Any]:
+    """The IPAMProvider as if the lab ran RUNNING_NEWER: its status says so (what the operator
+    writes once it installed that version), then the program's pin applied over it."""
+    namespace, name = program_cr["metadata"]["namespace"], program_cr["metadata"]["name"]
+    resource = f"{IPAM.kind.lower()}s.operator.cluster.x-k8s.io"
+    status = {"status": {"installedVersion": RUNNING_NEWER}}
+    patched = cluster.kubectl(
+        "patch", resource, name, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status)
+    )
+    newer = json.loads(json.dumps(program_cr))
+    newer["spec"]["version"] = RUNNING_NEWER
+    # The spec moved to the version the lab runs first, as the lab's own history did, then back.
+    first = _sent(cluster, [newer])
+    return {"status_patched": patched.returncode, "newer": first, "program": _sent(cluster, [program_cr])}

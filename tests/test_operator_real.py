@@ -1,0 +1,103 @@
+"""cluster-api-operator's real manager (issue 68; e2e/box/management/operator_trial.py): its release as
+the program renders it, its Pod run by the pod runner as the binary built here, its webhook
+certificate issued by cert-manager's real controller and injected by its real CA injector, its
+webhooks reached through its Service at the Pod's address; the program's five provider CRs go
+through those webhooks, and the operator's preflight says of each what it says on the owner's lab,
+and refuses what the program must never send. Selected with `pytest -m engine` (it needs
+e2e/engine/build-engine.sh control-plane workload cert-manager operator).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from components.cluster_api import INFRASTRUCTURE, OPERATOR_NAMESPACE, PROVIDERS
+from e2e.box import scenarios
+from e2e.box.management import operator_trial
+from e2e.engine.netns import in_new_netns
+
+pytestmark = pytest.mark.engine
+
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:capi-operator-manager"
+
+
+@pytest.fixture(scope="module")
+def trial(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("operator-trial")
+    return in_new_netns("management.operator_trial.preflight", str(root), addresses=[scenarios.VM_ADDRESS], timeout=400)
+
+
+def _key(kind: str, namespace: str, name: str) -> str:
+    return f"{kind}/{namespace}/{name}"
+
+
+def _preflight(trial: Any, key: str) -> dict[str, str]:
+    condition: dict[str, str] = trial["providers"][key]["conditions"]["PreflightCheckPassed"]
+    return condition
+
+
+def test_the_operator_ran_as_its_pod_from_the_binary_built_here(trial: Any) -> None:
+    assert "failed" not in trial, trial["failed"]
+    assert trial["runner_errors"] == []
+    # Started once, and stopped only when the trial ended: it never exited on its own.
+    assert [event["event"] for event in trial["runner_events"]] == ["started", "stopped"]
+    [log] = trial["operator_log"].values()
+    assert '"Starting workers" controller="coreprovider"' in log
+    assert {write[0] for write in trial["writes"]} == {OPERATOR_USER}
+    assert ["create", "leases", f"{OPERATOR_NAMESPACE}/controller-leader-election-capi-operator"] in [
+        write[1:] for write in trial["writes"]
+    ]
+
+
+def test_its_webhooks_admit_the_program_s_five_crs_and_default_the_credentials_namespace(trial: Any) -> None:
+    """Sent once the injector had filled both configurations in: admitted at once. The real
+    mutating webhook adds configSecret's namespace, which the program leaves out (the webhook
+    stand-in of the other scenarios does not)."""
+    assert trial["program"]["rc"] == 0, trial["program"]["stderr"]
+    for cr in operator_trial.provider_crs():
+        live = trial["providers"][operator_trial.key_of(cr)]["spec"]
+        expected = dict(cr["spec"])
+        if cr["kind"] == INFRASTRUCTURE.kind:
+            expected["configSecret"] = cr["spec"]["configSecret"] | {"namespace": INFRASTRUCTURE.namespace}
+        assert live == expected
+
+
+def test_the_core_passes_preflight_and_its_components_are_asked_for_at_its_pin(trial: Any) -> None:
+    [log] = trial["operator_log"].values()
+    core = 'controller="coreprovider"'
+    lines = [line for line in log.splitlines() if core in line]
+    assert any('"Preflight checks passed"' in line for line in lines)
+    [pin] = [str(operator_trial.PINS[f"lab-mgmt:{p.config_key}"]) for p in PROVIDERS if p.kind == "CoreProvider"]
+    assert any('"Downloading provider manifests"' in line and f'version="{pin}"' in line for line in lines)
+
+
+def test_the_others_wait_for_the_core(trial: Any) -> None:
+    """All but the core and the IPAMProvider, which the downgrade's control moved on."""
+    for p in PROVIDERS:
+        if p.kind in ("CoreProvider", operator_trial.IPAM.kind):
+            continue
+        condition = _preflight(trial, _key(p.kind, p.namespace, p.name))
+        assert (condition["status"], condition["reason"]) == ("False", operator_trial.WAITING_FOR_CORE)
+
+
+def test_a_provider_name_the_operator_does_not_know_is_refused_by_its_preflight(trial: Any) -> None:
+    assert trial["unknown_sent"]["rc"] == 0, "the webhooks let it through; the preflight refuses it"
+    kind, name, namespace = operator_trial.UNKNOWN
+    condition = _preflight(trial, _key(kind, namespace, name))
+    assert (condition["status"], condition["reason"]) == ("False", "FetchConfigValidationError")
+    assert "not predefined provider" in condition["message"]
+
+
+def test_a_pin_older_than_the_running_version_is_refused_as_a_downgrade(trial: Any) -> None:
+    """The IPAMProvider as if the lab ran v1.2.0, the program's v1.1.1 applied over it: a minor
+    downgrade, which the operator refuses (its message keeps an unformatted `%s` in v0.28.0)."""
+    downgrade = trial["downgrade"]
+    assert (downgrade["status_patched"], downgrade["newer"]["rc"], downgrade["program"]["rc"]) == (0, 0, 0)
+    ipam = operator_trial.IPAM
+    condition = _preflight(trial, _key(ipam.kind, ipam.namespace, ipam.name))
+    assert (condition["status"], condition["reason"]) == ("False", "UnsupportedProviderDowngradeReason")
+    assert trial["providers"][_key(ipam.kind, ipam.namespace, ipam.name)]["spec"]["version"] == str(
+        operator_trial.PINS[f"lab-mgmt:{ipam.config_key}"]
+    )
