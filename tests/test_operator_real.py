@@ -1,9 +1,10 @@
 """cluster-api-operator's real manager (issue 68; e2e/box/management/operator_trial.py): its release as
 the program renders it, its Pod run by the pod runner as the binary built here, its webhook
 certificate issued by cert-manager's real controller and injected by its real CA injector, its
-webhooks reached through its Service at the Pod's address; the program's five provider CRs go
-through those webhooks, and the operator's preflight says of each what it says on the owner's lab,
-and refuses what the program must never send. Selected with `pytest -m engine` (it needs
+webhooks reached through its Service at the Pod's address, the core's release served where it asks
+for it; the program's five provider CRs go through those webhooks, the core's components are
+fetched, cached and applied, and the operator's preflight says of each what it says on the owner's
+lab, and refuses what the program must never send. Selected with `pytest -m engine` (it needs
 e2e/engine/build-engine.sh control-plane workload cert-manager operator).
 """
 
@@ -17,10 +18,12 @@ from components.cluster_api import INFRASTRUCTURE, OPERATOR_NAMESPACE, PROVIDERS
 from e2e.box import scenarios
 from e2e.box.management import operator_trial
 from e2e.engine.netns import in_new_netns
+from e2e.standins.cluster import provider_releases
 
 pytestmark = pytest.mark.engine
 
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:capi-operator-manager"
+[CORE_PIN] = [str(operator_trial.PINS[f"lab-mgmt:{p.config_key}"]) for p in PROVIDERS if p.kind == "CoreProvider"]
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +67,38 @@ def test_its_webhooks_admit_the_program_s_five_crs_and_default_the_credentials_n
         assert live == expected
 
 
-def test_the_core_passes_preflight_and_its_components_are_asked_for_at_its_pin(trial: Any) -> None:
-    [log] = trial["operator_log"].values()
-    core = 'controller="coreprovider"'
-    lines = [line for line in log.splitlines() if core in line]
-    assert any('"Preflight checks passed"' in line for line in lines)
-    [pin] = [str(operator_trial.PINS[f"lab-mgmt:{p.config_key}"]) for p in PROVIDERS if p.kind == "CoreProvider"]
-    assert any('"Downloading provider manifests"' in line and f'version="{pin}"' in line for line in lines)
+def test_the_core_s_release_is_fetched_where_the_owner_s_lab_fetches_it(trial: Any) -> None:
+    """The versions through the Go module proxy by the repository's path (and the next major's
+    list, which the real proxy answers 404 too), then the release's files from github.com."""
+    download = f"/{provider_releases.CORE_REPOSITORY}/releases/download/{CORE_PIN}"
+    listed = f"/github.com/{provider_releases.CORE_REPOSITORY}"
+    assert trial["release_requests"] == [
+        f"{listed}/@v/list",
+        f"{listed}/v2/@v/list",
+        f"{download}/metadata.yaml",
+        f"{download}/core-components.yaml",
+    ]
+    assert trial["release_unknown"] == [f"GET {listed}/v2/@v/list"]
+
+
+def test_the_core_s_components_are_cached_per_version_and_installed_at_its_pin(trial: Any) -> None:
+    [cache] = trial["cache"]
+    assert cache["name"] == f"core-cluster-api-{CORE_PIN}"
+    assert cache["labels"] == {
+        "managed-by.operator.cluster.x-k8s.io": "true",
+        "provider.cluster.x-k8s.io/name": "cluster-api",
+        "provider.cluster.x-k8s.io/type": "core",
+        "provider.cluster.x-k8s.io/version": CORE_PIN,
+    }
+    assert trial["core_deployments"] == {"capi-controller-manager": [f"{provider_releases.CORE_IMAGE}:{CORE_PIN}"]}
+    core = trial["providers"][_key("CoreProvider", "capi-system", "cluster-api")]["conditions"]
+    assert (core["PreflightCheckPassed"]["status"], core["ProviderInstalled"]["status"]) == ("True", "True")
+
+
+def test_the_core_is_not_ready_while_its_deployment_is_not_available(trial: Any) -> None:
+    """What the program's wait (`condition=Ready`) reads: nothing runs the core's Pod here."""
+    ready = trial["providers"][_key("CoreProvider", "capi-system", "cluster-api")]["conditions"]["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "MinimumReplicasUnavailable")
 
 
 def test_the_others_wait_for_the_core(trial: Any) -> None:

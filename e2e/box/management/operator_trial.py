@@ -2,17 +2,17 @@
 the rest of the box (issue 68): the operator's release as the program renders it laid out, its
 webhook certificate issued by cert-manager and its CA injected by cert-manager's injector, and its
 Deployment's Pod run by the pod runner as the binary built here (`build-engine.sh operator`), its
-certificate Secret mounted where the chart mounts it, its webhook reached through its Service at
-the Pod's address (the real endpoint slice controller writes it). Then the program's five provider
-CRs (components/cluster_api.py's names, namespaces, pins, wait annotation and CAPMOX's configSecret)
-through the operator's webhooks, and what its preflight says of each; beside them, what the
-program must never send: a provider name the operator does not know, and a pin older than the
-version a provider runs (its status set as the operator sets it once it has installed one).
+certificate Secret mounted where the chart mounts it, its webhooks reached through its Service at
+the Pod's address (the real endpoint slice controller writes it), the providers' releases answered
+where it asks for them on the owner's lab (provider_releases.py: the core's, so far). Then the
+program's five provider CRs (components/cluster_api.py's names, namespaces, pins, wait annotation
+and CAPMOX's configSecret) through the operator's webhooks, and what it makes of each; beside
+them, what the program must never send: a provider name the operator does not know, and a pin
+older than the version a provider runs (its status set as the operator sets it once it has
+installed one).
 
-Nothing here serves the providers' release assets yet: the CoreProvider passes its preflight and
-its components are asked for and cannot be fetched (the Pod's /etc/hosts names no github.com, and
-the operator retries), so the CoreProvider is never Ready and the other four wait for it, as the
-operator says in their conditions.
+The core's components are fetched, cached and applied; nothing runs its Deployment's Pod, so the
+core is never Ready and the other four wait for it, as the operator says in their conditions.
 tests/test_operator_real.py runs it (`in_new_netns("management.operator_trial.preflight", ...)`).
 """
 
@@ -41,9 +41,12 @@ from e2e.box.scenarios import VM_ADDRESS
 from e2e.controllers import cert_manager, upstream_charts
 from e2e.engine import control_plane
 from e2e.engine.cli import REPO
-from e2e.standins.cluster import pod_process, pod_runner
+from e2e.standins.cluster import chart_repo_standin, pod_process, pod_runner, pod_volumes, provider_releases
 
 BOUND_SECONDS = 90.0
+HTTPS = 443
+# What marks the operator's cache of a provider's fetched components.
+CACHE_LABEL = "managed-by.operator.cluster.x-k8s.io=true"
 OPERATOR = "cluster-api-operator"
 # What makes the operator's Pod from its Deployment and reaches it through its Service.
 CONTROLLERS = (
@@ -138,7 +141,6 @@ def preflight(root: str) -> dict[str, Any]:
     """cert-manager's three and the operator run; the program's CRs sent, then the two it must
     never send; what the operator said of each."""
     base = Path(root)
-    pod_process.route_through_the_box()
     charts = base / "charts"
     charts.mkdir(parents=True)
     release = upstream_charts.rendered(
@@ -171,7 +173,22 @@ def preflight(root: str) -> dict[str, Any]:
                 if d["kind"] in cert_manager.WEBHOOK_CONFIGURATIONS
             }
             out["injected_seconds"] = cert_manager_trial.until_filled(cluster, awaited, runs)
-            with pod_runner.running(cluster, OPERATOR_NAMESPACE, OPERATOR, base / "pods") as runner:
+            address = pod_process.route_through_the_box()
+            (base / "releases").mkdir()
+            assets = provider_releases.core(base / "releases")
+            hosts = provider_releases.HOSTS
+            with (
+                chart_repo_standin.serve(
+                    {}, base / "releases", assets, address=(address, HTTPS), hostnames=hosts
+                ) as releases,
+                pod_runner.running(
+                    cluster,
+                    OPERATOR_NAMESPACE,
+                    OPERATOR,
+                    base / "pods",
+                    internet=pod_volumes.Internet(dict.fromkeys(hosts, address), (releases.certificate,)),
+                ) as runner,
+            ):
                 try:
                     _through_the_operator(cluster, runner, out)
                 except RuntimeError as failed:
@@ -180,6 +197,8 @@ def preflight(root: str) -> dict[str, Any]:
                 out["operator_log"] = runner.logs()
                 out["runner_errors"] = runner.errors
                 out["runner_events"] = runner.events
+                out["release_requests"] = releases.requests
+                out["release_unknown"] = releases.unknown
             out["writes"] = cert_manager_trial.writes(
                 cluster, {f"system:serviceaccount:{OPERATOR_NAMESPACE}:capi-operator-manager"}
             )
@@ -217,6 +236,24 @@ def _through_the_operator(
         lambda found: _reason(found, key) and _reason(found, downgraded) not in ("", WAITING_FOR_CORE),
         runner,
     )
+    core = next(key_of(c) for c in crs if c["kind"] == "CoreProvider")
+    out["core_seconds"] = _until(
+        cluster, "the core's Ready condition", lambda found: _reason(found, core, "Ready"), runner
+    )
+    namespace = core.split("/")[1]
+    cached = cluster.kubectl("get", "configmaps", "-n", namespace, "-l", CACHE_LABEL, "-o", "json")
+    out["cache"] = [
+        {
+            "name": i["metadata"]["name"],
+            "labels": i["metadata"]["labels"],
+            "keys": sorted([*i.get("data", {}), *i.get("binaryData", {})]),
+        }
+        for i in json.loads(cached.stdout)["items"]
+    ]
+    deployments = json.loads(cluster.kubectl("get", "deployments", "-n", namespace, "-o", "json").stdout)["items"]
+    out["core_deployments"] = {
+        d["metadata"]["name"]: [c["image"] for c in d["spec"]["template"]["spec"]["containers"]] for d in deployments
+    }
 
 
 def _downgraded(cluster: control_plane.ControlPlane, program_cr: dict[str, Any]) -> dict[str, Any]:
