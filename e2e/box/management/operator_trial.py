@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +58,17 @@ CONTROLLERS = (
     "endpointslice-controller",
     # The kubelet mounts kube-root-ca.crt into every Pod's token volume.
     "root-ca-certificate-publisher-controller",
+    # The providers' managers hold aggregated ClusterRoles (Cluster API's manager role aggregation).
+    "clusterrole-aggregation-controller",
 )
 PINS = yaml.safe_load((REPO / "Pulumi.lab.yaml").read_text())["config"]
 CREDENTIALS = {"PROXMOX_URL": "https://192.168.4.2:8006", "PROXMOX_TOKEN": "capmox@pve!capi", "PROXMOX_SECRET": "s"}
 # A name clusterctl's list of providers does not hold (the program's is `proxmox`).
 UNKNOWN = ("InfrastructureProvider", "proxmox-ve", "capmox-other")
 IPAM = next(p for p in PROVIDERS if p.kind == "IPAMProvider")
+CORE = next(p for p in PROVIDERS if p.kind == "CoreProvider")
+# The Deployment the core's components hold, whose Pod runs Cluster API's core manager.
+CORE_MANAGER = "capi-controller-manager"
 # A minor above the IPAM pin, as if the lab ran it when the program's older pin is applied.
 RUNNING_NEWER = "v1.2.0"
 # What preflight says of a provider while the CoreProvider is not Ready.
@@ -137,6 +144,10 @@ def _reason(providers: dict[str, Any], key: str, condition: str = "PreflightChec
     return str(providers.get(key, {}).get("conditions", {}).get(condition, {}).get("reason", ""))
 
 
+def _status(providers: dict[str, Any], key: str, condition: str) -> str:
+    return str(providers.get(key, {}).get("conditions", {}).get(condition, {}).get("status", ""))
+
+
 def preflight(root: str) -> dict[str, Any]:
     """cert-manager's three and the operator run; the program's CRs sent, then the two it must
     never send; what the operator said of each."""
@@ -188,15 +199,24 @@ def preflight(root: str) -> dict[str, Any]:
                     base / "pods",
                     internet=pod_volumes.Internet(dict.fromkeys(hosts, address), (releases.certificate,)),
                 ) as runner,
+                ExitStack() as core_pods,
             ):
+                core_runners: list[pod_runner.PodRunner] = []
+
+                def run_core_pods() -> None:
+                    running = pod_runner.running(cluster, CORE.namespace, CORE_MANAGER, base / "core-pods")
+                    core_runners.append(core_pods.enter_context(running))
+
                 try:
-                    _through_the_operator(cluster, runner, out)
+                    _through_the_operator(cluster, runner, out, run_core_pods)
                 except RuntimeError as failed:
                     out["failed"] = str(failed)
                 out["providers"] = _providers(cluster)
                 out["operator_log"] = runner.logs()
-                out["runner_errors"] = runner.errors
+                out["runner_errors"] = runner.errors + [e for r in core_runners for e in r.errors]
                 out["runner_events"] = runner.events
+                out["core_events"] = [e for r in core_runners for e in r.events]
+                out["core_log"] = {name: log for r in core_runners for name, log in r.logs().items()}
                 out["release_requests"] = releases.requests
                 out["release_unknown"] = releases.unknown
             out["writes"] = cert_manager_trial.writes(
@@ -206,7 +226,10 @@ def preflight(root: str) -> dict[str, Any]:
 
 
 def _through_the_operator(
-    cluster: control_plane.ControlPlane, runner: pod_runner.PodRunner, out: dict[str, Any]
+    cluster: control_plane.ControlPlane,
+    runner: pod_runner.PodRunner,
+    out: dict[str, Any],
+    run_core_pods: Callable[[], None],
 ) -> None:
     """Into `out`, as it goes: what was sent and answered, and what the operator said."""
     out["laid_out"] = _sent(cluster, _namespaces_and_credentials())
@@ -219,6 +242,8 @@ def _through_the_operator(
         lambda found: all(_reason(found, key) for key in others),
         runner,
     )
+    before_the_core = _providers(cluster)
+    out["before_the_core"] = {key: _reason(before_the_core, key) for key in others}
     kind, name, namespace = UNKNOWN
     unknown = {
         "apiVersion": PROVIDER_API_VERSION,
@@ -236,12 +261,15 @@ def _through_the_operator(
         lambda found: _reason(found, key) and _reason(found, downgraded) not in ("", WAITING_FOR_CORE),
         runner,
     )
-    core = next(key_of(c) for c in crs if c["kind"] == "CoreProvider")
-    out["core_seconds"] = _until(
-        cluster, "the core's Ready condition", lambda found: _reason(found, core, "Ready"), runner
+    core = f"{CORE.kind}/{CORE.namespace}/{CORE.name}"
+    out["installed_seconds"] = _until(
+        cluster,
+        "the core's components installed",
+        lambda found: _status(found, core, "ProviderInstalled") == "True" and _status(found, core, "Ready"),
+        runner,
     )
-    namespace = core.split("/")[1]
-    cached = cluster.kubectl("get", "configmaps", "-n", namespace, "-l", CACHE_LABEL, "-o", "json")
+    out["core_before_its_pod"] = _providers(cluster)[core]["conditions"]["Ready"]
+    cached = cluster.kubectl("get", "configmaps", "-n", CORE.namespace, "-l", CACHE_LABEL, "-o", "json")
     out["cache"] = [
         {
             "name": i["metadata"]["name"],
@@ -250,10 +278,22 @@ def _through_the_operator(
         }
         for i in json.loads(cached.stdout)["items"]
     ]
-    deployments = json.loads(cluster.kubectl("get", "deployments", "-n", namespace, "-o", "json").stdout)["items"]
+    deployments = json.loads(cluster.kubectl("get", "deployments", "-n", CORE.namespace, "-o", "json").stdout)
     out["core_deployments"] = {
-        d["metadata"]["name"]: [c["image"] for c in d["spec"]["template"]["spec"]["containers"]] for d in deployments
+        d["metadata"]["name"]: [c["image"] for c in d["spec"]["template"]["spec"]["containers"]]
+        for d in deployments["items"]
     }
+    run_core_pods()
+    out["core_ready_seconds"] = _until(
+        cluster, "the core's Ready", lambda found: _status(found, core, "Ready") == "True", runner
+    )
+    fetched = [key_of(c) for c in crs if c["kind"] not in ("CoreProvider", IPAM.kind)]
+    out["after_the_core_seconds"] = _until(
+        cluster,
+        "the others' fetch",
+        lambda found: all(_reason(found, key, "ProviderInstalled") for key in fetched),
+        runner,
+    )
 
 
 def _downgraded(cluster: control_plane.ControlPlane, program_cr: dict[str, Any]) -> dict[str, Any]:

@@ -59,6 +59,10 @@ IMAGES = {
     "registry.k8s.io/autoscaling/cluster-autoscaler": Image(
         "LAB_MGMT_AUTOSCALER_BIN", "cluster-autoscaler", "/cluster-autoscaler", "v1.35.2"
     ),
+    # Cluster API's core manager as its release's components name it (its Dockerfile: /manager).
+    "registry.k8s.io/cluster-api/cluster-api-controller": Image(
+        "LAB_MGMT_CLUSTER_API_BIN", "cluster-api-manager", "/manager", "v1.12.11"
+    ),
     # The operator's image as its Makefile builds it: the manager at /manager (its Dockerfile).
     "registry.k8s.io/capi-operator/cluster-api-operator": Image(
         "LAB_MGMT_OPERATOR_BIN", "cluster-api-operator", "/manager", "v0.28.0"

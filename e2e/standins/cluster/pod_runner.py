@@ -20,9 +20,11 @@ makes), as processes, since no image can run here. For each such Pod it:
   and removes the Pod, as the kubelet confirms a deletion; so a rollout (a changed pod annotation)
   restarts the process.
 
-What it cannot do it says in `errors` and in the container's status (CreateContainerError), once
-per Pod. It polls every `poll_seconds` (a kubelet watches; the tests read what happened, in order).
-It does not run liveness probes, nor refresh a token before it expires (an hour by default).
+A Secret volume that is not there yet (cert-manager still issuing it) keeps the Pod Pending, mounted
+again MOUNT_RETRY_SECONDS later, as the kubelet does. What it cannot do it says in `errors` and in
+the container's status (CreateContainerError), once per Pod. It polls every `poll_seconds` (a
+kubelet watches; the tests read what happened, in order). It does not run liveness probes, nor
+refresh a token before it expires (an hour by default).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ POLL_SECONDS = 1.0
 BACKOFF_SECONDS = 10.0
 BACKOFF_CAP_SECONDS = 300.0
 SECRET_SYNC_SECONDS = 60.0
+# The kubelet mounts a volume whose Secret is missing again after about two seconds at first.
+MOUNT_RETRY_SECONDS = 2.0
 
 
 @dataclass
@@ -164,7 +168,9 @@ def _stop(runner: PodRunner, pod: _Pod, grace: float) -> None:
     runner._record("stopped", pod, exit_code=started.process.returncode)
 
 
-def _start(api: Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> None:
+def _start(api: Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> bool:
+    """Whether the Pod's container started or failed for good, either of which its status says;
+    a volume not there yet is mounted again MOUNT_RETRY_SECONDS later, the Pod still Pending."""
     log = pod.folder / f"{item['spec']['containers'][0]['name']}-{pod.restarts}.log"
     veth = pod_process.new_veth_name()
     address = (runner.cluster.address, runner.cluster.port)
@@ -172,11 +178,15 @@ def _start(api: Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> None
         pod.started = pod_process.start(
             api, item, pod.folder, network=(pod.ip, veth), log=log, api_address=address, internet=runner.internet
         )
+    except pod_volumes.SecretNotYetThereError:
+        pod.next_start = time.monotonic() + MOUNT_RETRY_SECONDS
+        return False
     except (pod_volumes.PodError, ApiError) as error:
         pod.failed = str(error)
         runner.errors.append(f"pod {pod.name}: {error}")
-        return
+        return True
     runner._record("started", pod, pid=pod.started.process.pid, log=str(log.relative_to(runner.folder)))
+    return True
 
 
 def _exited(runner: PodRunner, pod: _Pod, restart_policy: str) -> None:
@@ -234,8 +244,7 @@ def _tend(api: Api, runner: PodRunner, pod: _Pod, item: dict[str, Any]) -> None:
         _exited(runner, pod, spec.get("restartPolicy", "Always"))
         changed = True
     if pod.started is None and not pod.failed and not pod.ended and time.monotonic() >= pod.next_start:
-        _start(api, runner, pod, item)
-        changed = True
+        changed = _start(api, runner, pod, item) or changed
     if changed:
         _patch_status(api, runner, pod, spec)
         pod.synced = time.monotonic()

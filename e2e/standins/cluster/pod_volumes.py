@@ -21,6 +21,11 @@ class PodError(ValueError):
     """A Pod the runner cannot run as a kubelet would: said, never skipped."""
 
 
+class SecretNotYetThereError(PodError):
+    """A volume's Secret that is not there yet (a certificate cert-manager has still to issue): the
+    kubelet keeps the Pod in ContainerCreating and mounts it again a little later."""
+
+
 def field_value(pod: dict[str, Any], path: str, pod_ip: str) -> str:
     fields = {
         "metadata.name": pod["metadata"]["name"],
@@ -89,6 +94,8 @@ def _secret_files(api: Api, namespace: str, source: dict[str, Any], name_key: st
     code, secret = api.call("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
     if code == 404 and source.get("optional"):
         return {}
+    if code == 404:
+        raise SecretNotYetThereError(f"Secret {name} is not there yet")
     if code != 200:
         raise PodError(f"Secret {name}: {code} {secret.get('message', '')}")
     return _keys(secret.get("data", {}), source.get("items"), True, f"Secret {name}")
