@@ -71,8 +71,8 @@ def test_the_core_s_release_is_fetched_where_the_owner_s_lab_fetches_it(trial: A
     """The versions through the Go module proxy by the repository's path (and the next major's
     list, which the real proxy answers 404 too), then the release's files from github.com; nothing
     else is asked before the core is installed."""
-    download = f"/{provider_releases.CORE_REPOSITORY}/releases/download/{CORE_PIN}"
-    listed = f"/github.com/{provider_releases.CORE_REPOSITORY}"
+    download = f"/{provider_releases.CLUSTER_API_REPOSITORY}/releases/download/{CORE_PIN}"
+    listed = f"/github.com/{provider_releases.CLUSTER_API_REPOSITORY}"
     assert trial["release_requests"][:4] == [
         f"{listed}/@v/list",
         f"{listed}/v2/@v/list",
@@ -91,7 +91,9 @@ def test_the_core_s_components_are_cached_per_version_and_installed_at_its_pin(t
         "provider.cluster.x-k8s.io/type": "core",
         "provider.cluster.x-k8s.io/version": CORE_PIN,
     }
-    assert trial["core_deployments"] == {"capi-controller-manager": [f"{provider_releases.CORE_IMAGE}:{CORE_PIN}"]}
+    assert trial["core_deployments"] == {
+        "capi-controller-manager": [f"{provider_releases.IMAGES}/cluster-api-controller:{CORE_PIN}"]
+    }
     core = trial["providers"][_key("CoreProvider", "capi-system", "cluster-api")]["conditions"]
     assert (core["PreflightCheckPassed"]["status"], core["ProviderInstalled"]["status"]) == ("True", "True")
 
@@ -103,23 +105,33 @@ def test_the_core_is_ready_once_its_deployment_is_available_and_not_before(trial
     assert (before["status"], before["reason"]) == ("False", "MinimumReplicasUnavailable")
     ready = trial["providers"][_key("CoreProvider", "capi-system", "cluster-api")]["conditions"]["Ready"]
     assert (ready["status"], ready["reason"]) == ("True", "MinimumReplicasAvailable")
-    assert [event["event"] for event in trial["core_events"]] == ["started"]
+    # Each of Cluster API's three managers started once and never exited.
+    assert [event["event"] for event in trial["core_events"]] == ["started"] * 3
     assert trial["core_ready_seconds"] < 30
 
 
-def test_the_others_wait_for_the_core_then_find_no_release_at_their_pins(trial: Any) -> None:
-    """All but the core and the IPAMProvider, which the downgrade's control moved on: waiting while
-    the core is not Ready; once it is, past their preflight, and refused by the release host, which
-    serves only the core's release so far (what a pin with no release gets on the owner's lab)."""
+def test_the_kubeadm_providers_wait_for_the_core_then_are_installed_and_ready(trial: Any) -> None:
+    """Waiting while the core is not Ready; once it is, fetched from the same release, installed,
+    and Ready once their managers' Pods run (the control plane's whole, nothing to reconcile here)."""
     for p in PROVIDERS:
-        if p.kind in ("CoreProvider", operator_trial.IPAM.kind):
+        if p.kind not in ("BootstrapProvider", "ControlPlaneProvider"):
             continue
         key = _key(p.kind, p.namespace, p.name)
         assert trial["before_the_core"][key] == operator_trial.WAITING_FOR_CORE
         conditions = trial["providers"][key]["conditions"]
-        assert conditions["PreflightCheckPassed"]["status"] == "True"
-        installed = conditions["ProviderInstalled"]
-        assert (installed["status"], installed["reason"]) == ("False", "ComponentsFetchError")
+        statuses = [conditions[c]["status"] for c in ("PreflightCheckPassed", "ProviderInstalled", "Ready")]
+        assert statuses == ["True"] * 3, conditions
+
+
+def test_capmox_s_pin_with_no_release_served_fails_its_fetch_naming_the_latest_release(trial: Any) -> None:
+    """Nothing serves CAPMOX's release yet: its versions' list is refused at the proxy and at the
+    GitHub API, which is what a pin with no release gets on the owner's lab: not installed."""
+    key = _key(INFRASTRUCTURE.kind, INFRASTRUCTURE.namespace, INFRASTRUCTURE.name)
+    assert trial["before_the_core"][key] == operator_trial.WAITING_FOR_CORE
+    installed = trial["providers"][key]["conditions"]["ProviderInstalled"]
+    assert (installed["status"], installed["reason"]) == ("False", "ComponentsFetchError")
+    assert "failed to get latest release" in installed["message"]
+    assert "GET /github.com/ionos-cloud/cluster-api-provider-proxmox/@v/list" in trial["release_unknown"]
 
 
 def test_a_provider_name_the_operator_does_not_know_is_refused_by_its_preflight(trial: Any) -> None:

@@ -67,8 +67,13 @@ CREDENTIALS = {"PROXMOX_URL": "https://192.168.4.2:8006", "PROXMOX_TOKEN": "capm
 UNKNOWN = ("InfrastructureProvider", "proxmox-ve", "capmox-other")
 IPAM = next(p for p in PROVIDERS if p.kind == "IPAMProvider")
 CORE = next(p for p in PROVIDERS if p.kind == "CoreProvider")
-# The Deployment the core's components hold, whose Pod runs Cluster API's core manager.
+# The Deployments Cluster API's release holds, whose Pods run its three managers.
 CORE_MANAGER = "capi-controller-manager"
+MANAGERS = (
+    (CORE.namespace, CORE_MANAGER),
+    ("capi-kubeadm-bootstrap-system", "capi-kubeadm-bootstrap-controller-manager"),
+    ("capi-kubeadm-control-plane-system", "capi-kubeadm-control-plane-controller-manager"),
+)
 # A minor above the IPAM pin, as if the lab ran it when the program's older pin is applied.
 RUNNING_NEWER = "v1.2.0"
 # What preflight says of a provider while the CoreProvider is not Ready.
@@ -186,7 +191,7 @@ def preflight(root: str) -> dict[str, Any]:
             out["injected_seconds"] = cert_manager_trial.until_filled(cluster, awaited, runs)
             address = pod_process.route_through_the_box()
             (base / "releases").mkdir()
-            assets = provider_releases.core(base / "releases")
+            assets = provider_releases.cluster_api(base / "releases")
             hosts = provider_releases.HOSTS
             with (
                 chart_repo_standin.serve(
@@ -204,8 +209,9 @@ def preflight(root: str) -> dict[str, Any]:
                 core_runners: list[pod_runner.PodRunner] = []
 
                 def run_core_pods() -> None:
-                    running = pod_runner.running(cluster, CORE.namespace, CORE_MANAGER, base / "core-pods")
-                    core_runners.append(core_pods.enter_context(running))
+                    for namespace, deployment in MANAGERS:
+                        running = pod_runner.running(cluster, namespace, deployment, base / "provider-pods")
+                        core_runners.append(core_pods.enter_context(running))
 
                 try:
                     _through_the_operator(cluster, runner, out, run_core_pods)
@@ -287,12 +293,16 @@ def _through_the_operator(
     out["core_ready_seconds"] = _until(
         cluster, "the core's Ready", lambda found: _status(found, core, "Ready") == "True", runner
     )
-    fetched = [key_of(c) for c in crs if c["kind"] not in ("CoreProvider", IPAM.kind)]
-    out["after_the_core_seconds"] = _until(
+    kubeadm = [key_of(c) for c in crs if c["kind"] in ("BootstrapProvider", "ControlPlaneProvider")]
+    out["kubeadm_ready_seconds"] = _until(
         cluster,
-        "the others' fetch",
-        lambda found: all(_reason(found, key, "ProviderInstalled") for key in fetched),
+        "the kubeadm providers' Ready",
+        lambda found: all(_status(found, k, "Ready") == "True" for k in kubeadm),
         runner,
+    )
+    proxmox = f"{INFRASTRUCTURE.kind}/{INFRASTRUCTURE.namespace}/{INFRASTRUCTURE.name}"
+    out["proxmox_seconds"] = _until(
+        cluster, "CAPMOX's fetch", lambda found: _reason(found, proxmox, "ProviderInstalled"), runner
     )
 
 

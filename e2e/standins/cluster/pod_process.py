@@ -59,9 +59,15 @@ IMAGES = {
     "registry.k8s.io/autoscaling/cluster-autoscaler": Image(
         "LAB_MGMT_AUTOSCALER_BIN", "cluster-autoscaler", "/cluster-autoscaler", "v1.35.2"
     ),
-    # Cluster API's core manager as its release's components name it (its Dockerfile: /manager).
+    # Cluster API's managers as its release's components name them (its Dockerfile: /manager).
     "registry.k8s.io/cluster-api/cluster-api-controller": Image(
         "LAB_MGMT_CLUSTER_API_BIN", "cluster-api-manager", "/manager", "v1.12.11"
+    ),
+    "registry.k8s.io/cluster-api/kubeadm-bootstrap-controller": Image(
+        "LAB_MGMT_CLUSTER_API_BIN", "kubeadm-bootstrap-manager", "/manager", "v1.12.11"
+    ),
+    "registry.k8s.io/cluster-api/kubeadm-control-plane-controller": Image(
+        "LAB_MGMT_CLUSTER_API_BIN", "kubeadm-control-plane-manager", "/manager", "v1.12.11"
     ),
     # The operator's image as its Makefile builds it: the manager at /manager (its Dockerfile).
     "registry.k8s.io/capi-operator/cluster-api-operator": Image(

@@ -8,9 +8,10 @@ source as the project's release makes them (`kustomize build config/default` wit
 image and pull policy set, as Cluster API's `release-manifests` does), which is a reconstruction:
 the real list names every tag, and the box's names the pinned release alone, so that is `latest`.
 
-So far the core's release alone: Cluster API's, at the version of its archive.
+So far Cluster API's release (the core, the kubeadm bootstrap and control-plane providers), at the
+version of its archive.
 
-    assets = provider_releases.core(work_dir)  # path -> bytes, for chart_repo_standin.serve
+    assets = provider_releases.cluster_api(work_dir)  # path -> bytes, for chart_repo_standin.serve
 """
 
 from __future__ import annotations
@@ -24,39 +25,45 @@ from e2e.engine.cli import built_bin
 
 # The hosts the client asks, which the box's Pods resolve to the stand-in.
 HOSTS = ("github.com", "api.github.com", "proxy.golang.org")
-CORE_REPOSITORY = "kubernetes-sigs/cluster-api"
-CORE_VERSION = vendor.CLUSTER_API_ARCHIVE.removeprefix("cluster-api-").removesuffix(".tar.gz")
-CORE_IMAGE = "registry.k8s.io/cluster-api/cluster-api-controller"
-# What config/default's patches hold in the tree, and what the release sets in their place.
-STAGING_IMAGE = "gcr.io/k8s-staging-cluster-api/cluster-api-controller:main"
+CLUSTER_API_REPOSITORY = "kubernetes-sigs/cluster-api"
+CLUSTER_API_VERSION = vendor.CLUSTER_API_ARCHIVE.removeprefix("cluster-api-").removesuffix(".tar.gz")
+IMAGES = "registry.k8s.io/cluster-api"
+# Cluster API's release-manifests: each provider's file, built from its config/default, and the
+# manager its image holds (gcr.io/k8s-staging-cluster-api/<image>:main in the tree).
+CLUSTER_API_PROVIDERS = {
+    "core-components.yaml": ("config/default", "cluster-api-controller"),
+    "bootstrap-components.yaml": ("bootstrap/kubeadm/config/default", "kubeadm-bootstrap-controller"),
+    "control-plane-components.yaml": ("controlplane/kubeadm/config/default", "kubeadm-control-plane-controller"),
+}
+STAGING = "gcr.io/k8s-staging-cluster-api"
 RELEASE_PULL_POLICY = ("imagePullPolicy: Always", "imagePullPolicy: IfNotPresent")
 
 
-def core(work: Path) -> dict[str, bytes]:
-    """The version list and the release files of Cluster API at CORE_VERSION, by request path."""
+def cluster_api(work: Path) -> dict[str, bytes]:
+    """The version list and the release files of Cluster API at CLUSTER_API_VERSION (the core, the
+    kubeadm bootstrap and control-plane providers), by request path."""
     tree = work / "cluster-api"
     with tarfile.open(vendor.checked(vendor.CLUSTER_API_ARCHIVE)) as archive:
         top = archive.getnames()[0].split("/", 1)[0]
-        wanted = [m for m in archive.getmembers() if m.name.startswith((f"{top}/config/", f"{top}/metadata.yaml"))]
+        wanted = [m for m in archive.getmembers() if "/config/" in m.name or m.name == f"{top}/metadata.yaml"]
         archive.extractall(work, members=wanted, filter="data")
     (work / top).rename(tree)
-    default = tree / "config" / "default"
-    for name, old, new in (
-        ("manager_image_patch.yaml", STAGING_IMAGE, f"{CORE_IMAGE}:{CORE_VERSION}"),
-        ("manager_pull_policy.yaml", *RELEASE_PULL_POLICY),
-    ):
-        patch = default / name
-        text = patch.read_text()
-        if old not in text:
-            raise ValueError(f"{patch} no longer holds {old!r}: the release's rendering must be read again")
-        patch.write_text(text.replace(old, new))
     kubectl = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl") / "kubectl"
-    components = subprocess.run(
-        [str(kubectl), "kustomize", str(default)], capture_output=True, check=True, timeout=120
-    ).stdout
-    download = f"/{CORE_REPOSITORY}/releases/download/{CORE_VERSION}"
-    return {
-        f"/github.com/{CORE_REPOSITORY}/@v/list": f"{CORE_VERSION}\n".encode(),
+    download = f"/{CLUSTER_API_REPOSITORY}/releases/download/{CLUSTER_API_VERSION}"
+    files = {
+        f"/github.com/{CLUSTER_API_REPOSITORY}/@v/list": f"{CLUSTER_API_VERSION}\n".encode(),
         f"{download}/metadata.yaml": (tree / "metadata.yaml").read_bytes(),
-        f"{download}/core-components.yaml": components,
     }
+    for name, (config, image) in CLUSTER_API_PROVIDERS.items():
+        default = tree / config
+        for patch, old, new in (
+            ("manager_image_patch.yaml", f"{STAGING}/{image}:main", f"{IMAGES}/{image}:{CLUSTER_API_VERSION}"),
+            ("manager_pull_policy.yaml", *RELEASE_PULL_POLICY),
+        ):
+            text = (default / patch).read_text()
+            if old not in text:
+                raise ValueError(f"{default / patch} no longer holds {old!r}: read the release's rendering again")
+            (default / patch).write_text(text.replace(old, new))
+        built = subprocess.run([str(kubectl), "kustomize", str(default)], capture_output=True, check=True, timeout=120)
+        files[f"{download}/{name}"] = built.stdout
+    return files
