@@ -106,7 +106,7 @@ def test_the_core_is_ready_once_its_deployment_is_available_and_not_before(trial
     ready = trial["providers"][_key("CoreProvider", "capi-system", "cluster-api")]["conditions"]["Ready"]
     assert (ready["status"], ready["reason"]) == ("True", "MinimumReplicasAvailable")
     # Each of Cluster API's three managers started once and never exited.
-    assert [event["event"] for event in trial["core_events"]] == ["started"] * 3
+    assert [event["event"] for event in trial["manager_events"]] == ["started"] * 3
     assert trial["core_ready_seconds"] < 30
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -77,64 +79,85 @@ def _secret(cluster: control_plane.ControlPlane, namespace: str, name: str) -> d
     return json.loads(found.stdout) if found.returncode == 0 else None
 
 
+Documents = list[dict[str, Any]]
+
+
+def releases(base: Path) -> tuple[Documents, Documents]:
+    """cert-manager's and cluster-api-operator's releases as the program renders them."""
+    charts = base / "charts"
+    charts.mkdir(parents=True)
+    return (
+        upstream_charts.rendered(
+            upstream_charts.cert_manager(charts), "cert-manager", CERT_MANAGER_NAMESPACE, CERT_MANAGER_VALUES, charts
+        ),
+        upstream_charts.rendered(
+            upstream_charts.operator(charts), "cluster-api-operator", OPERATOR_NAMESPACE, OPERATOR_VALUES, charts
+        ),
+    )
+
+
+@contextmanager
+def cert_manager_running(
+    cluster: control_plane.ControlPlane, base: Path, release: Documents
+) -> Iterator[list[cert_manager.Running]]:
+    """The two releases' namespaces made, cert-manager's release laid out and its three
+    components run, for the block."""
+    for namespace in (CERT_MANAGER_NAMESPACE, OPERATOR_NAMESPACE):
+        cluster.kubectl("create", "namespace", namespace)
+    cert_manager.installed(cluster, release)
+    folder = base / "cert-manager"
+    with ExitStack() as running:
+        yield [
+            running.enter_context(cert_manager.running(cluster, folder, release, deployment))
+            for deployment in cert_manager.DEPLOYMENTS
+        ]
+
+
 def issued_and_injected(root: str) -> dict[str, Any]:
     """cert-manager's release laid out and its three components run; its own webhook reached
     through its Service once the injector has filled cert-manager's configurations in, and a
     Certificate it refuses sent; then the operator chart's objects and the control."""
     base = Path(root)
-    charts = base / "charts"
-    charts.mkdir(parents=True)
-    release = upstream_charts.rendered(
-        upstream_charts.cert_manager(charts), "cert-manager", CERT_MANAGER_NAMESPACE, CERT_MANAGER_VALUES, charts
-    )
-    operator_release = upstream_charts.rendered(
-        upstream_charts.operator(charts), "cluster-api-operator", OPERATOR_NAMESPACE, OPERATOR_VALUES, charts
-    )
+    release, operator_release = releases(base)
     operators = [document for document in operator_release if document["kind"] in OPERATOR_KINDS]
     [certificate] = [d for d in operators if d["kind"] == "Certificate"]
     out: dict[str, Any] = {"certificate": certificate}
-    with control_plane.running(base / "control-plane", VM_ADDRESS, service_routing=True) as cluster:
-        for namespace in (CERT_MANAGER_NAMESPACE, OPERATOR_NAMESPACE):
-            cluster.kubectl("create", "namespace", namespace)
-        cert_manager.installed(cluster, release)
-        folder = base / "cert-manager"
-        with (
-            cert_manager.running(cluster, folder, release, cert_manager.CONTROLLER) as controller,
-            cert_manager.running(cluster, folder, release, cert_manager.CAINJECTOR) as injector,
-            cert_manager.running(cluster, folder, release, cert_manager.WEBHOOK) as webhook,
-        ):
-            runs = [controller, injector, webhook]
-            out["processes"] = {
-                run.deployment: {
-                    "exe": str(Path(f"/proc/{run.pid}/exe").resolve()),
-                    "args": list(run.args),
-                    "user": run.user,
-                }
-                for run in runs
+    folder = base / "cert-manager"
+    with (
+        control_plane.running(base / "control-plane", VM_ADDRESS, service_routing=True) as cluster,
+        cert_manager_running(cluster, base, release) as runs,
+    ):
+        out["processes"] = {
+            run.deployment: {
+                "exe": str(Path(f"/proc/{run.pid}/exe").resolve()),
+                "args": list(run.args),
+                "user": run.user,
             }
-            try:
-                out["own_configurations"] = cert_manager.served(cluster, release, VM_ADDRESS)
-                # As Helm runs the release's post-install hook: once its objects are made.
-                out["startupapicheck"] = cert_manager.ran(cluster, folder, release, cert_manager.STARTUPAPICHECK)
-                out["own_injected_seconds"] = until_filled(cluster, set(out["own_configurations"]), runs)
-                refused = cluster.kubectl_as(cluster.kubeconfig, "create", "-f", "-", stdin=json.dumps(TOO_SHORT))
-                out["too_short"] = {"rc": refused.returncode, "stderr": refused.stderr}
-                cert_manager.apply(cluster, [*operators, UNISSUED])
-                out["awaited"] = sorted(
-                    f"{d['kind']}/{d['metadata']['name']}"
-                    for d in operators
-                    if d["kind"] in cert_manager.WEBHOOK_CONFIGURATIONS
-                )
-                out["injected_seconds"] = until_filled(cluster, set(out["awaited"]), runs)
-            except RuntimeError as failed:
-                out["failed"] = str(failed)
-            out["bundles"] = webhook_trial.bundles(cluster)
-            out["secret"] = _secret(cluster, OPERATOR_NAMESPACE, certificate["spec"]["secretName"])
-            out["webhook_ca"] = _secret(cluster, CERT_MANAGER_NAMESPACE, "cert-manager-webhook-ca")
-            status = cluster.kubectl(
-                "get", "certificate", certificate["metadata"]["name"], "-n", OPERATOR_NAMESPACE, "-o", "json"
+            for run in runs
+        }
+        try:
+            out["own_configurations"] = cert_manager.served(cluster, release, VM_ADDRESS)
+            # As Helm runs the release's post-install hook: once its objects are made.
+            out["startupapicheck"] = cert_manager.ran(cluster, folder, release, cert_manager.STARTUPAPICHECK)
+            out["own_injected_seconds"] = until_filled(cluster, set(out["own_configurations"]), runs)
+            refused = cluster.kubectl_as(cluster.kubeconfig, "create", "-f", "-", stdin=json.dumps(TOO_SHORT))
+            out["too_short"] = {"rc": refused.returncode, "stderr": refused.stderr}
+            cert_manager.apply(cluster, [*operators, UNISSUED])
+            out["awaited"] = sorted(
+                f"{d['kind']}/{d['metadata']['name']}"
+                for d in operators
+                if d["kind"] in cert_manager.WEBHOOK_CONFIGURATIONS
             )
-            out["certificate_status"] = json.loads(status.stdout).get("status", {})
-            out["writes"] = writes(cluster, {run.user for run in runs})
-            out["alive"] = {run.deployment: Path(f"/proc/{run.pid}").exists() for run in runs}
+            out["injected_seconds"] = until_filled(cluster, set(out["awaited"]), runs)
+        except RuntimeError as failed:
+            out["failed"] = str(failed)
+        out["bundles"] = webhook_trial.bundles(cluster)
+        out["secret"] = _secret(cluster, OPERATOR_NAMESPACE, certificate["spec"]["secretName"])
+        out["webhook_ca"] = _secret(cluster, CERT_MANAGER_NAMESPACE, "cert-manager-webhook-ca")
+        status = cluster.kubectl(
+            "get", "certificate", certificate["metadata"]["name"], "-n", OPERATOR_NAMESPACE, "-o", "json"
+        )
+        out["certificate_status"] = json.loads(status.stdout).get("status", {})
+        out["writes"] = writes(cluster, {run.user for run in runs})
+        out["alive"] = {run.deployment: Path(f"/proc/{run.pid}").exists() for run in runs}
     return out

@@ -29,18 +29,15 @@ import yaml
 
 from components import waits
 from components.cluster_api import (
-    CERT_MANAGER_NAMESPACE,
-    CERT_MANAGER_VALUES,
     INFRASTRUCTURE,
     OPERATOR_NAMESPACE,
-    OPERATOR_VALUES,
     PROVIDER_API_VERSION,
     PROVIDERS,
     credentials_secret_name,
 )
 from e2e.box.management import cert_manager_trial
 from e2e.box.scenarios import VM_ADDRESS
-from e2e.controllers import cert_manager, upstream_charts
+from e2e.controllers import cert_manager
 from e2e.engine import control_plane
 from e2e.engine.cli import REPO
 from e2e.standins.cluster import chart_repo_standin, pod_process, pod_runner, pod_volumes, provider_releases
@@ -157,77 +154,63 @@ def preflight(root: str) -> dict[str, Any]:
     """cert-manager's three and the operator run; the program's CRs sent, then the two it must
     never send; what the operator said of each."""
     base = Path(root)
-    charts = base / "charts"
-    charts.mkdir(parents=True)
-    release = upstream_charts.rendered(
-        upstream_charts.cert_manager(charts), "cert-manager", CERT_MANAGER_NAMESPACE, CERT_MANAGER_VALUES, charts
-    )
-    operator_release = upstream_charts.rendered(
-        upstream_charts.operator(charts), OPERATOR, OPERATOR_NAMESPACE, OPERATOR_VALUES, charts
-    )
+    release, operator_release = cert_manager_trial.releases(base)
     out: dict[str, Any] = {}
-    with control_plane.running(
-        base / "control-plane", VM_ADDRESS, service_routing=True, controllers=CONTROLLERS
-    ) as cluster:
-        for namespace in (CERT_MANAGER_NAMESPACE, OPERATOR_NAMESPACE):
-            cluster.kubectl("create", "namespace", namespace)
-        cert_manager.installed(cluster, release)
-        folder = base / "cert-manager"
+    with (
+        control_plane.running(
+            base / "control-plane", VM_ADDRESS, service_routing=True, controllers=CONTROLLERS
+        ) as cluster,
+        cert_manager_trial.cert_manager_running(cluster, base, release) as runs,
+    ):
+        own = cert_manager.served(cluster, release, VM_ADDRESS)
+        cert_manager_trial.until_filled(cluster, set(own), runs)
+        cert_manager.installed(cluster, operator_release)
+        cert_manager.apply(cluster, [d for d in operator_release if d["kind"] not in cert_manager.LAID_OUT])
+        awaited = {
+            f"{d['kind']}/{d['metadata']['name']}"
+            for d in operator_release
+            if d["kind"] in cert_manager.WEBHOOK_CONFIGURATIONS
+        }
+        out["injected_seconds"] = cert_manager_trial.until_filled(cluster, awaited, runs)
+        address = pod_process.route_through_the_box()
+        (base / "releases").mkdir()
+        assets = provider_releases.cluster_api(base / "releases")
+        hosts = provider_releases.HOSTS
         with (
-            cert_manager.running(cluster, folder, release, cert_manager.CONTROLLER) as controller,
-            cert_manager.running(cluster, folder, release, cert_manager.CAINJECTOR) as injector,
-            cert_manager.running(cluster, folder, release, cert_manager.WEBHOOK) as webhook,
+            chart_repo_standin.serve(
+                {}, base / "releases", assets, address=(address, HTTPS), hostnames=hosts
+            ) as releases,
+            pod_runner.running(
+                cluster,
+                OPERATOR_NAMESPACE,
+                OPERATOR,
+                base / "pods",
+                internet=pod_volumes.Internet(dict.fromkeys(hosts, address), (releases.certificate,)),
+            ) as runner,
+            ExitStack() as manager_pods,
         ):
-            runs = [controller, injector, webhook]
-            own = cert_manager.served(cluster, release, VM_ADDRESS)
-            cert_manager_trial.until_filled(cluster, set(own), runs)
-            cert_manager.installed(cluster, operator_release)
-            cert_manager.apply(cluster, [d for d in operator_release if d["kind"] not in cert_manager.LAID_OUT])
-            awaited = {
-                f"{d['kind']}/{d['metadata']['name']}"
-                for d in operator_release
-                if d["kind"] in cert_manager.WEBHOOK_CONFIGURATIONS
-            }
-            out["injected_seconds"] = cert_manager_trial.until_filled(cluster, awaited, runs)
-            address = pod_process.route_through_the_box()
-            (base / "releases").mkdir()
-            assets = provider_releases.cluster_api(base / "releases")
-            hosts = provider_releases.HOSTS
-            with (
-                chart_repo_standin.serve(
-                    {}, base / "releases", assets, address=(address, HTTPS), hostnames=hosts
-                ) as releases,
-                pod_runner.running(
-                    cluster,
-                    OPERATOR_NAMESPACE,
-                    OPERATOR,
-                    base / "pods",
-                    internet=pod_volumes.Internet(dict.fromkeys(hosts, address), (releases.certificate,)),
-                ) as runner,
-                ExitStack() as core_pods,
-            ):
-                core_runners: list[pod_runner.PodRunner] = []
+            manager_runners: list[pod_runner.PodRunner] = []
 
-                def run_core_pods() -> None:
-                    for namespace, deployment in MANAGERS:
-                        running = pod_runner.running(cluster, namespace, deployment, base / "provider-pods")
-                        core_runners.append(core_pods.enter_context(running))
+            def run_managers() -> None:
+                for namespace, deployment in MANAGERS:
+                    running = pod_runner.running(cluster, namespace, deployment, base / "provider-pods")
+                    manager_runners.append(manager_pods.enter_context(running))
 
-                try:
-                    _through_the_operator(cluster, runner, out, run_core_pods)
-                except RuntimeError as failed:
-                    out["failed"] = str(failed)
-                out["providers"] = _providers(cluster)
-                out["operator_log"] = runner.logs()
-                out["runner_errors"] = runner.errors + [e for r in core_runners for e in r.errors]
-                out["runner_events"] = runner.events
-                out["core_events"] = [e for r in core_runners for e in r.events]
-                out["core_log"] = {name: log for r in core_runners for name, log in r.logs().items()}
-                out["release_requests"] = releases.requests
-                out["release_unknown"] = releases.unknown
-            out["writes"] = cert_manager_trial.writes(
-                cluster, {f"system:serviceaccount:{OPERATOR_NAMESPACE}:capi-operator-manager"}
-            )
+            try:
+                _through_the_operator(cluster, runner, out, run_managers)
+            except RuntimeError as failed:
+                out["failed"] = str(failed)
+            out["providers"] = _providers(cluster)
+            out["operator_log"] = runner.logs()
+            out["runner_errors"] = runner.errors + [e for r in manager_runners for e in r.errors]
+            out["runner_events"] = runner.events
+            out["manager_events"] = [e for r in manager_runners for e in r.events]
+            out["manager_logs"] = {name: log for r in manager_runners for name, log in r.logs().items()}
+            out["release_requests"] = releases.requests
+            out["release_unknown"] = releases.unknown
+        out["writes"] = cert_manager_trial.writes(
+            cluster, {f"system:serviceaccount:{OPERATOR_NAMESPACE}:capi-operator-manager"}
+        )
     return out
 
 
@@ -235,7 +218,7 @@ def _through_the_operator(
     cluster: control_plane.ControlPlane,
     runner: pod_runner.PodRunner,
     out: dict[str, Any],
-    run_core_pods: Callable[[], None],
+    run_managers: Callable[[], None],
 ) -> None:
     """Into `out`, as it goes: what was sent and answered, and what the operator said."""
     out["laid_out"] = _sent(cluster, _namespaces_and_credentials())
@@ -289,7 +272,7 @@ def _through_the_operator(
         d["metadata"]["name"]: [c["image"] for c in d["spec"]["template"]["spec"]["containers"]]
         for d in deployments["items"]
     }
-    run_core_pods()
+    run_managers()
     out["core_ready_seconds"] = _until(
         cluster, "the core's Ready", lambda found: _status(found, core, "Ready") == "True", runner
     )
