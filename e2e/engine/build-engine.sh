@@ -588,7 +588,7 @@ IPAM_VERSION=1.1.0
 build_ipam() {
   local home="$cache/ipam-in-cluster-v$IPAM_VERSION" module=sigs.k8s.io/cluster-api-ipam-provider-in-cluster
   local out="$home/bin" src="$cache/src/ipam-in-cluster-v$IPAM_VERSION" started=$SECONDS dir config
-  if [ -x "$out/cluster-api-ipam-in-cluster-manager" ] && [ -d "$home/config" ]; then
+  if [ -x "$out/cluster-api-ipam-in-cluster-manager" ] && [ -f "$home/config/metadata.yaml" ]; then
     say "ipam in-cluster v$IPAM_VERSION: cached"
   else
     rm -rf "$src" "$home/config" && mkdir -p "$src" "$out"
@@ -598,7 +598,9 @@ build_ipam() {
     dir="$(module_dir "$module@v$IPAM_VERSION")"
     config="$(partial_of "$home/config")"
     mkdir -p "$config"
-    cp -r "$dir/config/crd" "$dir/config/webhook" "$config/"
+    # Its whole config/ and metadata.yaml: the CRDs and webhooks the box lays out, and what its
+    # release is rendered from (e2e/standins/cluster/provider_releases.py).
+    cp -r "$dir/config/." "$dir/metadata.yaml" "$config/"
     chmod -R u+w "$config"
     mv "$config" "$home/config"
     finish "$out/cluster-api-ipam-in-cluster-manager" "$started"

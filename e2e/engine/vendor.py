@@ -105,5 +105,5 @@ def member(archive: str, path: str) -> str:
 
 
 def ipam_config() -> Path:
-    """The IPAM in-cluster provider module's config/ (crd/ and webhook/), as build-engine.sh copied it."""
+    """The IPAM in-cluster provider module's config/ and metadata.yaml, as build-engine.sh copied them."""
     return built_bin(IPAM_BIN_VARIABLE, IPAM_BINARY).parent / "config"

@@ -64,15 +64,16 @@ CREDENTIALS = {"PROXMOX_URL": "https://192.168.4.2:8006", "PROXMOX_TOKEN": "capm
 UNKNOWN = ("InfrastructureProvider", "proxmox-ve", "capmox-other")
 IPAM = next(p for p in PROVIDERS if p.kind == "IPAMProvider")
 CORE = next(p for p in PROVIDERS if p.kind == "CoreProvider")
-# The Deployments Cluster API's release holds, whose Pods run its three managers.
+# The Deployments the served releases hold, whose Pods run the managers built here.
 CORE_MANAGER = "capi-controller-manager"
 MANAGERS = (
     (CORE.namespace, CORE_MANAGER),
     ("capi-kubeadm-bootstrap-system", "capi-kubeadm-bootstrap-controller-manager"),
     ("capi-kubeadm-control-plane-system", "capi-kubeadm-control-plane-controller-manager"),
+    (IPAM.namespace, "capi-ipam-in-cluster-controller-manager"),
 )
-# A minor above the IPAM pin, as if the lab ran it when the program's older pin is applied.
-RUNNING_NEWER = "v1.2.0"
+# A minor below the IPAM pin, as an older stack file would send once the pin is installed.
+OLDER = "v1.0.0"
 # What preflight says of a provider while the CoreProvider is not Ready.
 WAITING_FOR_CORE = "WaitingForCoreProviderReady"
 
@@ -174,7 +175,7 @@ def preflight(root: str) -> dict[str, Any]:
         out["injected_seconds"] = cert_manager_trial.until_filled(cluster, awaited, runs)
         address = pod_process.route_through_the_box()
         (base / "releases").mkdir()
-        assets = provider_releases.cluster_api(base / "releases")
+        assets = provider_releases.cluster_api(base / "releases") | provider_releases.ipam(base / "releases")
         hosts = provider_releases.HOSTS
         with (
             chart_repo_standin.serve(
@@ -241,15 +242,8 @@ def _through_the_operator(
         "spec": {"version": "v0.9.1"},
     }
     out["unknown_sent"] = _sent(cluster, [unknown])
-    out["downgrade"] = _downgraded(cluster, next(c for c in crs if c["kind"] == IPAM.kind))
     key = f"{kind}/{namespace}/{name}"
-    downgraded = f"{IPAM.kind}/{IPAM.namespace}/{IPAM.name}"
-    out["controls_seconds"] = _until(
-        cluster,
-        "the controls' preflight",
-        lambda found: _reason(found, key) and _reason(found, downgraded) not in ("", WAITING_FOR_CORE),
-        runner,
-    )
+    out["unknown_seconds"] = _until(cluster, "the unknown name's preflight", lambda f: _reason(f, key), runner)
     core = f"{CORE.kind}/{CORE.namespace}/{CORE.name}"
     out["installed_seconds"] = _until(
         cluster,
@@ -276,30 +270,34 @@ def _through_the_operator(
     out["core_ready_seconds"] = _until(
         cluster, "the core's Ready", lambda found: _status(found, core, "Ready") == "True", runner
     )
-    kubeadm = [key_of(c) for c in crs if c["kind"] in ("BootstrapProvider", "ControlPlaneProvider")]
-    out["kubeadm_ready_seconds"] = _until(
+    fetched = [key_of(c) for c in crs if c["kind"] not in ("CoreProvider", INFRASTRUCTURE.kind)]
+    out["others_ready_seconds"] = _until(
         cluster,
-        "the kubeadm providers' Ready",
-        lambda found: all(_status(found, k, "Ready") == "True" for k in kubeadm),
+        "the kubeadm and IPAM providers' Ready",
+        lambda found: all(_status(found, k, "Ready") == "True" for k in fetched),
         runner,
     )
+    out["downgrade"] = _downgraded(cluster, next(c for c in crs if c["kind"] == IPAM.kind), runner)
     proxmox = f"{INFRASTRUCTURE.kind}/{INFRASTRUCTURE.namespace}/{INFRASTRUCTURE.name}"
     out["proxmox_seconds"] = _until(
         cluster, "CAPMOX's fetch", lambda found: _reason(found, proxmox, "ProviderInstalled"), runner
     )
 
 
-def _downgraded(cluster: control_plane.ControlPlane, program_cr: dict[str, Any]) -> dict[str, Any]:
-    """The IPAMProvider as if the lab ran RUNNING_NEWER: its status says so (what the operator
-    writes once it installed that version), then the program's pin applied over it."""
-    namespace, name = program_cr["metadata"]["namespace"], program_cr["metadata"]["name"]
+def _downgraded(
+    cluster: control_plane.ControlPlane, program_cr: dict[str, Any], runner: pod_runner.PodRunner
+) -> dict[str, Any]:
+    """The IPAMProvider the operator installed at the program's pin, then a pin a minor below it
+    applied over it, as a recovery from an older stack file would: what the operator said."""
+    key = key_of(program_cr)
     resource = f"{IPAM.kind.lower()}s.operator.cluster.x-k8s.io"
-    status = {"status": {"installedVersion": RUNNING_NEWER}}
-    patched = cluster.kubectl(
-        "patch", resource, name, "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(status)
+    installed = cluster.kubectl(
+        "get", resource, IPAM.name, "-n", IPAM.namespace, "-o", "jsonpath={.status.installedVersion}"
+    ).stdout
+    older = json.loads(json.dumps(program_cr))
+    older["spec"]["version"] = OLDER
+    sent = _sent(cluster, [older])
+    seconds = _until(
+        cluster, "the downgrade's preflight", lambda f: _status(f, key, "PreflightCheckPassed") == "False", runner
     )
-    newer = json.loads(json.dumps(program_cr))
-    newer["spec"]["version"] = RUNNING_NEWER
-    # The spec moved to the version the lab runs first, as the lab's own history did, then back.
-    first = _sent(cluster, [newer])
-    return {"status_patched": patched.returncode, "newer": first, "program": _sent(cluster, [program_cr])}
+    return {"installed": installed, "sent": sent, "seconds": seconds}

@@ -69,6 +69,10 @@ IMAGES = {
     "registry.k8s.io/cluster-api/kubeadm-control-plane-controller": Image(
         "LAB_MGMT_CLUSTER_API_BIN", "kubeadm-control-plane-manager", "/manager", "v1.12.11"
     ),
+    # The IPAM in-cluster provider's (its Dockerfile: /manager); v1.1.0 built for the v1.1.1 pin.
+    "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller": Image(
+        "LAB_MGMT_IPAM_BIN", "cluster-api-ipam-in-cluster-manager", "/manager", "v1.1.1"
+    ),
     # The operator's image as its Makefile builds it: the manager at /manager (its Dockerfile).
     "registry.k8s.io/capi-operator/cluster-api-operator": Image(
         "LAB_MGMT_OPERATOR_BIN", "cluster-api-operator", "/manager", "v0.28.0"

@@ -9,13 +9,14 @@ image and pull policy set, as Cluster API's `release-manifests` does), which is 
 the real list names every tag, and the box's names the pinned release alone, so that is `latest`.
 
 So far Cluster API's release (the core, the kubeadm bootstrap and control-plane providers), at the
-version of its archive.
+version of its archive, and the IPAM in-cluster provider's.
 
-    assets = provider_releases.cluster_api(work_dir)  # path -> bytes, for chart_repo_standin.serve
+    assets = provider_releases.cluster_api(work_dir) | provider_releases.ipam(work_dir)
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -48,7 +49,6 @@ def cluster_api(work: Path) -> dict[str, bytes]:
         wanted = [m for m in archive.getmembers() if "/config/" in m.name or m.name == f"{top}/metadata.yaml"]
         archive.extractall(work, members=wanted, filter="data")
     (work / top).rename(tree)
-    kubectl = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl") / "kubectl"
     download = f"/{CLUSTER_API_REPOSITORY}/releases/download/{CLUSTER_API_VERSION}"
     files = {
         f"/github.com/{CLUSTER_API_REPOSITORY}/@v/list": f"{CLUSTER_API_VERSION}\n".encode(),
@@ -56,14 +56,49 @@ def cluster_api(work: Path) -> dict[str, bytes]:
     }
     for name, (config, image) in CLUSTER_API_PROVIDERS.items():
         default = tree / config
-        for patch, old, new in (
-            ("manager_image_patch.yaml", f"{STAGING}/{image}:main", f"{IMAGES}/{image}:{CLUSTER_API_VERSION}"),
-            ("manager_pull_policy.yaml", *RELEASE_PULL_POLICY),
-        ):
-            text = (default / patch).read_text()
-            if old not in text:
-                raise ValueError(f"{default / patch} no longer holds {old!r}: read the release's rendering again")
-            (default / patch).write_text(text.replace(old, new))
-        built = subprocess.run([str(kubectl), "kustomize", str(default)], capture_output=True, check=True, timeout=120)
-        files[f"{download}/{name}"] = built.stdout
+        _released(
+            default / "manager_image_patch.yaml", f"{STAGING}/{image}:main", f"{IMAGES}/{image}:{CLUSTER_API_VERSION}"
+        )
+        _released(default / "manager_pull_policy.yaml", *RELEASE_PULL_POLICY)
+        files[f"{download}/{name}"] = _kustomized(default)
     return files
+
+
+# The IPAM in-cluster provider's release, from its module's config/ (build-engine.sh copies it): the
+# v1.1.0 module for the lab's v1.1.1 pin (docs/testing.md's versions), its release-manifests
+# (kustomize of config/default, the image its Makefile's PROD_REGISTRY names at the tag).
+IPAM_REPOSITORY = "kubernetes-sigs/cluster-api-ipam-provider-in-cluster"
+IPAM_SERVED_AS = "v1.1.1"
+IPAM_IMAGE = "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller"
+IPAM_STAGING_IMAGE = "gcr.io/k8s-staging-capi-ipam-ic/cluster-api-ipam-in-cluster-controller:dev"
+
+
+def ipam(work: Path) -> dict[str, bytes]:
+    """The version list and the release files of the IPAM in-cluster provider, served as
+    IPAM_SERVED_AS, by request path."""
+    tree = work / "ipam"
+    shutil.copytree(vendor.ipam_config(), tree / "config")
+    _released(
+        tree / "config" / "default" / "manager_image_patch.yaml", IPAM_STAGING_IMAGE, f"{IPAM_IMAGE}:{IPAM_SERVED_AS}"
+    )
+    download = f"/{IPAM_REPOSITORY}/releases/download/{IPAM_SERVED_AS}"
+    return {
+        f"/github.com/{IPAM_REPOSITORY}/@v/list": f"{IPAM_SERVED_AS}\n".encode(),
+        f"{download}/metadata.yaml": (tree / "config" / "metadata.yaml").read_bytes(),
+        f"{download}/ipam-components.yaml": _kustomized(tree / "config" / "default"),
+    }
+
+
+def _released(patch: Path, old: str, new: str) -> None:
+    """What a release's make target sets in `patch` in place of what the tree holds."""
+    text = patch.read_text()
+    if old not in text:
+        raise ValueError(f"{patch} no longer holds {old!r}: read the release's rendering again")
+    patch.write_text(text.replace(old, new))
+
+
+def _kustomized(default: Path) -> bytes:
+    kubectl = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl") / "kubectl"
+    return subprocess.run(
+        [str(kubectl), "kustomize", str(default)], capture_output=True, check=True, timeout=120
+    ).stdout
