@@ -40,6 +40,8 @@ class WorkloadStandIns:
     """The newest Node each workload control plane registered, by `namespace/cluster`."""
     started_in: dict[str, float] = field(default_factory=dict)
     """Seconds each workload control plane took to answer, by `namespace/cluster`."""
+    renewed: dict[str, float] = field(default_factory=dict)
+    """When each Node's Lease was last renewed (time.monotonic()), by `namespace/cluster/node`."""
 
 
 @contextmanager
@@ -77,11 +79,12 @@ def running(
                 guests=guests,
             ),
             "kubelets": lambda: kubelet.reconcile(
-                client, standins.record, standins.running, standins.registered, guests
+                client, standins.record, standins.running, standins.registered, guests, renewed=standins.renewed
             ),
         }
 
         def step() -> None:
+            client.reread()
             for doing, part in parts.items():
                 try:
                     part()
