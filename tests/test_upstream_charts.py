@@ -29,6 +29,7 @@ from components.cluster_api import (
 )
 from e2e.box import box
 from e2e.controllers import upstream_charts
+from e2e.engine import pins
 from e2e.standins.cluster import admission_webhook_standin, playbook_lab
 from e2e.standins.cluster.cainjector_standin import INJECT_CA_FROM
 
@@ -123,13 +124,10 @@ def test_the_operator_deployment_is_the_one_the_box_s_chart_runs(chart: Any) -> 
     deployment = chart[("Deployment", stand_in["metadata"]["name"])]
     assert deployment["metadata"]["namespace"] == OPERATOR_NAMESPACE
     [container] = deployment["spec"]["template"]["spec"]["containers"]
-    repository, tag = upstream_charts.OPERATOR_IMAGE
+    repository, tag = pins.OPERATOR_IMAGE
     assert container["image"] == f"{repository}:{tag}"
     [stand_in_container] = stand_in["spec"]["template"]["spec"]["containers"]
-    assert (
-        stand_in_container["image"].replace("{{ .Chart.Version }}", upstream_charts.OPERATOR_VERSION)
-        == container["image"]
-    )
+    assert stand_in_container["image"].replace("{{ .Chart.Version }}", pins.OPERATOR_VERSION) == container["image"]
 
 
 def test_the_provider_crds_are_those_the_playbooks_lab_lays_out(chart: Any) -> None:
@@ -178,7 +176,7 @@ def test_cert_manager_runs_three_deployments_and_a_post_install_check(cert_manag
         assert deployment["metadata"]["namespace"] == CERT_MANAGER_NAMESPACE
         [container] = deployment["spec"]["template"]["spec"]["containers"]
         images[name] = container["image"]
-    version = upstream_charts.CERT_MANAGER_VERSION
+    version = pins.CERT_MANAGER_VERSION
     assert images == {
         "cert-manager": f"quay.io/jetstack/cert-manager-controller:{version}",
         "cert-manager-cainjector": f"quay.io/jetstack/cert-manager-cainjector:{version}",

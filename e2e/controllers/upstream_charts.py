@@ -29,17 +29,9 @@ from typing import Any
 
 import yaml
 
-from e2e.engine.cli import REPO, built_bin
+from e2e.engine import pins
+from e2e.engine.cli import built_bin
 
-_PINS = yaml.safe_load((REPO / "Pulumi.lab.yaml").read_text())["config"]
-CERT_MANAGER_VERSION = str(_PINS["lab-mgmt:certManagerVersion"])
-OPERATOR_VERSION = str(_PINS["lab-mgmt:capiOperatorVersion"])
-# What the releases render for: the management cluster's Kubernetes, as the program's Helm reads it
-# from the API server (`helm template` would otherwise take its build's default, here v1.20.0,
-# which cert-manager's chart refuses).
-KUBE_VERSION = str(_PINS["lab-mgmt:k3sVersion"]).split("+", 1)[0]
-# The operator Makefile's PROD_REGISTRY and IMAGE_NAME, at RELEASE_TAG (`v<version>`).
-OPERATOR_IMAGE = ("registry.k8s.io/capi-operator/cluster-api-operator", f"v{OPERATOR_VERSION}")
 # What chart-manifest-modification rewrites in the operator's values.yaml: the tree's staging image.
 STAGING_IMAGE_LINES = (
     "    repository: gcr.io/k8s-staging-capi-operator/cluster-api-operator\n",
@@ -76,21 +68,21 @@ def _packaged(chart: Path, version: str, folder: Path) -> Path:
 
 def cert_manager(folder: Path) -> Path:
     """cert-manager's chart archive, rebuilt in `folder`."""
-    source = _sources("LAB_MGMT_CERT_MANAGER_CHART_SOURCE", "cert-manager-chart", CERT_MANAGER_VERSION)
+    source = _sources("LAB_MGMT_CERT_MANAGER_CHART_SOURCE", "cert-manager-chart", pins.CERT_MANAGER_VERSION)
     tree, chart = source / "deploy" / "charts" / "cert-manager", folder / "cert-manager"
     shutil.copytree(tree / "templates", chart / "templates")
     for name in CERT_MANAGER_FILES:
         shutil.copy(tree / name, chart / name)
-    readme = (tree / "README.template.md").read_text().replace("{{RELEASE_VERSION}}", CERT_MANAGER_VERSION)
+    readme = (tree / "README.template.md").read_text().replace("{{RELEASE_VERSION}}", pins.CERT_MANAGER_VERSION)
     (chart / "README.md").write_text(readme)
     metadata = yaml.safe_load((tree / "Chart.yaml").read_text())
     metadata["annotations"] |= {
         "artifacthub.io/signKey": (tree / "signkey_annotation.txt").read_text(),
         "artifacthub.io/prerelease": "false",
     }
-    metadata |= {"version": CERT_MANAGER_VERSION, "appVersion": CERT_MANAGER_VERSION}
+    metadata |= {"version": pins.CERT_MANAGER_VERSION, "appVersion": pins.CERT_MANAGER_VERSION}
     (chart / "Chart.yaml").write_text(yaml.safe_dump(metadata, sort_keys=False))
-    return _packaged(chart, CERT_MANAGER_VERSION, folder)
+    return _packaged(chart, pins.CERT_MANAGER_VERSION, folder)
 
 
 def _with_release_image(values: str) -> str:
@@ -99,13 +91,13 @@ def _with_release_image(values: str) -> str:
     staging = "".join(STAGING_IMAGE_LINES)
     if values.count(staging) != 1:
         raise RuntimeError(f"the operator chart's values.yaml no longer holds the image lines {STAGING_IMAGE_LINES}")
-    repository, tag = OPERATOR_IMAGE
+    repository, tag = pins.OPERATOR_IMAGE
     return values.replace(staging, f"    repository: {repository}\n    tag: {tag}\n    pullPolicy: IfNotPresent\n")
 
 
 def operator(folder: Path) -> Path:
     """cluster-api-operator's chart archive, rebuilt in `folder`."""
-    source = _sources("LAB_MGMT_OPERATOR_SOURCE", "cluster-api-operator", OPERATOR_VERSION)
+    source = _sources("LAB_MGMT_OPERATOR_SOURCE", "cluster-api-operator", pins.OPERATOR_VERSION)
     chart = folder / "cluster-api-operator"
     shutil.copytree(source / "hack" / "charts" / "cluster-api-operator", chart)
     values = chart / "values.yaml"
@@ -113,7 +105,7 @@ def operator(folder: Path) -> Path:
     kubectl = built_bin("LAB_MGMT_CONTROL_PLANE_BIN", "kubectl") / "kubectl"
     components = _run(str(kubectl), "kustomize", "config/chart", home=folder, cwd=source)
     (chart / "templates" / "operator-components.yaml").write_text(components)
-    return _packaged(chart, OPERATOR_VERSION, folder)
+    return _packaged(chart, pins.OPERATOR_VERSION, folder)
 
 
 def rendered(archive: Path, release: str, namespace: str, values: dict[str, Any], folder: Path) -> list[dict[str, Any]]:
@@ -124,7 +116,7 @@ def rendered(archive: Path, release: str, namespace: str, values: dict[str, Any]
     helm = built_bin("LAB_MGMT_HELM_BIN", "helm") / "helm"
     out = _run(
         *(str(helm), "template", release, str(archive), "-n", namespace, "-f", str(values_file)),
-        f"--kube-version={KUBE_VERSION}",
+        f"--kube-version={pins.KUBE_VERSION}",
         home=folder,
     )
     return [document for document in yaml.safe_load_all(out) if document]

@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from e2e.engine import pins
 from e2e.engine.cli import built_bin
 from e2e.engine.kube_api import Api
+from e2e.standins.cluster import provider_releases
 from e2e.standins.cluster.pod_volumes import Internet, Mount, PodError, field_value, pod_files, volumes
 
 
@@ -60,23 +62,18 @@ IMAGES = {
         "LAB_MGMT_AUTOSCALER_BIN", "cluster-autoscaler", "/cluster-autoscaler", "v1.35.2"
     ),
     # Cluster API's managers as its release's components name them (its Dockerfile: /manager).
-    "registry.k8s.io/cluster-api/cluster-api-controller": Image(
-        "LAB_MGMT_CLUSTER_API_BIN", "cluster-api-manager", "/manager", "v1.12.11"
-    ),
-    "registry.k8s.io/cluster-api/kubeadm-bootstrap-controller": Image(
-        "LAB_MGMT_CLUSTER_API_BIN", "kubeadm-bootstrap-manager", "/manager", "v1.12.11"
-    ),
-    "registry.k8s.io/cluster-api/kubeadm-control-plane-controller": Image(
-        "LAB_MGMT_CLUSTER_API_BIN", "kubeadm-control-plane-manager", "/manager", "v1.12.11"
-    ),
+    **{
+        f"{provider_releases.IMAGES}/{image}": Image(
+            "LAB_MGMT_CLUSTER_API_BIN", binary, "/manager", provider_releases.CLUSTER_API_VERSION
+        )
+        for _config, image, binary in provider_releases.CLUSTER_API_PROVIDERS.values()
+    },
     # The IPAM in-cluster provider's (its Dockerfile: /manager); v1.1.0 built for the v1.1.1 pin.
-    "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller": Image(
-        "LAB_MGMT_IPAM_BIN", "cluster-api-ipam-in-cluster-manager", "/manager", "v1.1.1"
+    provider_releases.IPAM_IMAGE: Image(
+        "LAB_MGMT_IPAM_BIN", "cluster-api-ipam-in-cluster-manager", "/manager", provider_releases.IPAM_SERVED_AS
     ),
     # The operator's image as its Makefile builds it: the manager at /manager (its Dockerfile).
-    "registry.k8s.io/capi-operator/cluster-api-operator": Image(
-        "LAB_MGMT_OPERATOR_BIN", "cluster-api-operator", "/manager", "v0.28.0"
-    ),
+    pins.OPERATOR_IMAGE[0]: Image("LAB_MGMT_OPERATOR_BIN", "cluster-api-operator", "/manager", pins.OPERATOR_IMAGE[1]),
     # helm-controller's Jobs as the lab's k3s runs them: `entry` (a bash script, run by the
     # machine's bash, with its jq and coreutils for Alpine's) and Helm v4.1.4 in /usr/bin, as the
     # image user klipper-helm's (build-engine.sh build_klipper_helm). The process runs as root, not

@@ -21,7 +21,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from e2e.engine import vendor
+from e2e.engine import pins, vendor
 from e2e.engine.cli import built_bin
 
 # The hosts the client asks, which the box's Pods resolve to the stand-in.
@@ -29,12 +29,21 @@ HOSTS = ("github.com", "api.github.com", "proxy.golang.org")
 CLUSTER_API_REPOSITORY = "kubernetes-sigs/cluster-api"
 CLUSTER_API_VERSION = vendor.CLUSTER_API_ARCHIVE.removeprefix("cluster-api-").removesuffix(".tar.gz")
 IMAGES = "registry.k8s.io/cluster-api"
-# Cluster API's release-manifests: each provider's file, built from its config/default, and the
-# manager its image holds (gcr.io/k8s-staging-cluster-api/<image>:main in the tree).
+# Cluster API's release-manifests: each provider's file, built from its config/default, the
+# manager's image (gcr.io/k8s-staging-cluster-api/<image>:main in the tree) and the binary
+# build-engine.sh builds for it.
 CLUSTER_API_PROVIDERS = {
-    "core-components.yaml": ("config/default", "cluster-api-controller"),
-    "bootstrap-components.yaml": ("bootstrap/kubeadm/config/default", "kubeadm-bootstrap-controller"),
-    "control-plane-components.yaml": ("controlplane/kubeadm/config/default", "kubeadm-control-plane-controller"),
+    "core-components.yaml": ("config/default", "cluster-api-controller", "cluster-api-manager"),
+    "bootstrap-components.yaml": (
+        "bootstrap/kubeadm/config/default",
+        "kubeadm-bootstrap-controller",
+        "kubeadm-bootstrap-manager",
+    ),
+    "control-plane-components.yaml": (
+        "controlplane/kubeadm/config/default",
+        "kubeadm-control-plane-controller",
+        "kubeadm-control-plane-manager",
+    ),
 }
 STAGING = "gcr.io/k8s-staging-cluster-api"
 RELEASE_PULL_POLICY = ("imagePullPolicy: Always", "imagePullPolicy: IfNotPresent")
@@ -54,7 +63,7 @@ def cluster_api(work: Path) -> dict[str, bytes]:
         f"/github.com/{CLUSTER_API_REPOSITORY}/@v/list": f"{CLUSTER_API_VERSION}\n".encode(),
         f"{download}/metadata.yaml": (tree / "metadata.yaml").read_bytes(),
     }
-    for name, (config, image) in CLUSTER_API_PROVIDERS.items():
+    for name, (config, image, _binary) in CLUSTER_API_PROVIDERS.items():
         default = tree / config
         _released(
             default / "manager_image_patch.yaml", f"{STAGING}/{image}:main", f"{IMAGES}/{image}:{CLUSTER_API_VERSION}"
@@ -68,7 +77,7 @@ def cluster_api(work: Path) -> dict[str, bytes]:
 # v1.1.0 module for the lab's v1.1.1 pin (docs/testing.md's versions), its release-manifests
 # (kustomize of config/default, the image its Makefile's PROD_REGISTRY names at the tag).
 IPAM_REPOSITORY = "kubernetes-sigs/cluster-api-ipam-provider-in-cluster"
-IPAM_SERVED_AS = "v1.1.1"
+IPAM_SERVED_AS = pins.IPAM_VERSION
 IPAM_IMAGE = "registry.k8s.io/capi-ipam-ic/cluster-api-ipam-in-cluster-controller"
 IPAM_STAGING_IMAGE = "gcr.io/k8s-staging-capi-ipam-ic/cluster-api-ipam-in-cluster-controller:dev"
 
