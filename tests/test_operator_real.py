@@ -1,11 +1,13 @@
 """cluster-api-operator's real manager (issue 68; e2e/box/management/operator_trial.py): its release as
 the program renders it, its Pod run by the pod runner as the binary built here, its webhook
 certificate issued by cert-manager's real controller and injected by its real CA injector, its
-webhooks reached through its Service at the Pod's address, the core's release served where it asks
-for it; the program's five provider CRs go through those webhooks, the core's components are
-fetched, cached and applied, and the operator's preflight says of each what it says on the owner's
-lab, and refuses what the program must never send. Selected with `pytest -m engine` (it needs
-e2e/engine/build-engine.sh control-plane workload cert-manager operator).
+webhooks reached through its Service at the Pod's address, the providers' releases served where it
+asks for them; the program's five provider CRs go through those webhooks, each provider is fetched,
+installed and Ready with its manager's Pod run as the binary built here (CAPMOX's with the
+program's credentials, against the Proxmox VE stand-in), and the operator's preflight says of each
+what it says on the owner's lab, and refuses what the program must never send. Selected with
+`pytest -m engine` (it needs e2e/engine/build-engine.sh control-plane workload cert-manager
+operator).
 """
 
 from __future__ import annotations
@@ -17,19 +19,25 @@ import pytest
 from components.cluster_api import INFRASTRUCTURE, OPERATOR_NAMESPACE, PROVIDERS
 from e2e.box import scenarios
 from e2e.box.management import operator_trial
+from e2e.engine import pins
 from e2e.engine.netns import in_new_netns
 from e2e.standins.cluster import provider_releases
 
 pytestmark = pytest.mark.engine
 
 OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:capi-operator-manager"
-[CORE_PIN] = [str(operator_trial.PINS[f"lab-mgmt:{p.config_key}"]) for p in PROVIDERS if p.kind == "CoreProvider"]
+CORE_PIN = pins.pinned(operator_trial.CORE.config_key)
 
 
 @pytest.fixture(scope="module")
 def trial(tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("operator-trial")
-    return in_new_netns("management.operator_trial.preflight", str(root), addresses=[scenarios.VM_ADDRESS], timeout=400)
+    return in_new_netns(
+        "management.operator_trial.preflight",
+        str(root),
+        addresses=[scenarios.VM_ADDRESS, scenarios.PROXMOX_ADDRESS],
+        timeout=400,
+    )
 
 
 def _key(kind: str, namespace: str, name: str) -> str:
@@ -107,16 +115,16 @@ def test_the_core_is_ready_once_its_deployment_is_available_and_not_before(trial
     assert (before["status"], before["reason"]) == ("False", "MinimumReplicasUnavailable")
     ready = trial["providers"][_key("CoreProvider", "capi-system", "cluster-api")]["conditions"]["Ready"]
     assert (ready["status"], ready["reason"]) == ("True", "MinimumReplicasAvailable")
-    # Each of the four managers (Cluster API's three, IPAM's) started once and never exited.
-    assert [event["event"] for event in trial["manager_events"]] == ["started"] * 4
+    # Each of the five managers (Cluster API's three, IPAM's, CAPMOX's) started once and never exited.
+    assert [event["event"] for event in trial["manager_events"]] == ["started"] * 5
     assert trial["core_ready_seconds"] < 30
 
 
-def test_the_kubeadm_and_ipam_providers_wait_for_the_core_then_are_installed_and_ready(trial: Any) -> None:
+def test_the_other_four_wait_for_the_core_then_are_installed_and_ready(trial: Any) -> None:
     """Waiting while the core is not Ready; once it is, fetched from their releases, installed,
     and Ready once their managers' Pods run (the control plane's whole: nothing to reconcile here)."""
     for p in PROVIDERS:
-        if p.kind not in ("BootstrapProvider", "ControlPlaneProvider", operator_trial.IPAM.kind):
+        if p.kind == "CoreProvider":
             continue
         key = _key(p.kind, p.namespace, p.name)
         assert trial["before_the_core"][key] == operator_trial.WAITING_FOR_CORE
@@ -124,15 +132,21 @@ def test_the_kubeadm_and_ipam_providers_wait_for_the_core_then_are_installed_and
         assert [conditions[c]["status"] for c in ("ProviderInstalled", "Ready")] == ["True"] * 2, conditions
 
 
-def test_capmox_s_pin_with_no_release_served_fails_its_fetch_naming_the_latest_release(trial: Any) -> None:
-    """Nothing serves CAPMOX's release yet: its versions' list is refused at the proxy and at the
-    GitHub API, which is what a pin with no release gets on the owner's lab: not installed."""
+def test_capmox_s_release_is_fetched_and_its_manager_runs_with_the_program_s_credentials(trial: Any) -> None:
+    """CAPMOX's versions through the proxy, its release from github.com; the operator substitutes
+    the program's configSecret into the release's credentials Secret, whose keys the manager's
+    container reads as PROXMOX_URL, PROXMOX_TOKEN and PROXMOX_SECRET: the manager asked the
+    Proxmox VE stand-in at the program's URL for its version with the program's token (a token
+    it refuses ends the manager at its start, and the provider is never Ready)."""
+    download = f"/{provider_releases.CAPMOX_REPOSITORY}/releases/download/{pins.CAPMOX_VERSION}"
+    for path in ("metadata.yaml", "infrastructure-components.yaml"):
+        assert f"{download}/{path}" in trial["release_requests"]
+    assert f"/github.com/{provider_releases.CAPMOX_REPOSITORY}/@v/list" in trial["release_requests"]
+    assert ("GET", "/api2/json/version") in [tuple(call) for call in trial["proxmox_calls"]]
     key = _key(INFRASTRUCTURE.kind, INFRASTRUCTURE.namespace, INFRASTRUCTURE.name)
-    assert trial["before_the_core"][key] == operator_trial.WAITING_FOR_CORE
-    installed = trial["providers"][key]["conditions"]["ProviderInstalled"]
-    assert (installed["status"], installed["reason"]) == ("False", "ComponentsFetchError")
-    assert "failed to get latest release" in installed["message"]
-    assert "GET /github.com/ionos-cloud/cluster-api-provider-proxmox/@v/list" in trial["release_unknown"]
+    assert trial["providers"][key]["conditions"]["Ready"]["status"] == "True"
+    [log] = [log for name, log in trial["manager_logs"].items() if "capmox" in name]
+    assert "unable to initialize proxmox api client" not in log
 
 
 def test_a_provider_name_the_operator_does_not_know_is_refused_by_its_preflight(trial: Any) -> None:
@@ -149,7 +163,7 @@ def test_a_pin_older_than_the_installed_version_is_refused_and_the_installed_one
     message keeps an unformatted `%s`), and the installed provider stays as it was, Ready."""
     ipam = operator_trial.IPAM
     downgrade = trial["downgrade"]
-    assert downgrade["installed"] == str(operator_trial.PINS[f"lab-mgmt:{ipam.config_key}"])
+    assert downgrade["installed"] == pins.pinned(ipam.config_key)
     assert downgrade["sent"]["rc"] == 0, "the webhooks let it through; the preflight refuses it"
     found = trial["providers"][_key(ipam.kind, ipam.namespace, ipam.name)]
     assert found["spec"]["version"] == operator_trial.OLDER

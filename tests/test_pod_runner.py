@@ -5,6 +5,7 @@ does not know. Its mount script lays an overlay only where a mount point is miss
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -43,21 +44,56 @@ def test_the_env_is_the_containers_with_what_a_kubelet_adds() -> None:
             {"name": "PLAIN", "value": "x"},
         ],
     }
-    env = pod_process.environment(pod, container, "192.168.4.21", 6443, "10.88.0.2")
+    env = pod_process.environment(_Secrets({}), pod, container, ("192.168.4.21", 6443), "10.88.0.2")  # type: ignore[arg-type]
     assert env[-3:] == ["POD_NAMESPACE=lab1", "SERVICE_ACCOUNT=lab1-autoscaler", "PLAIN=x"]
     assert {"KUBERNETES_SERVICE_HOST=192.168.4.21", "KUBERNETES_SERVICE_PORT=6443"} <= set(env)
+
+
+class _Secrets:
+    """The API server's answers to a Secret's GET, from `secrets` by name in the Pod's namespace."""
+
+    def __init__(self, secrets: dict[str, dict[str, str]]) -> None:
+        self.secrets = secrets
+
+    def call(self, method: str, path: str) -> tuple[int, dict[str, Any]]:
+        assert (method, path.rsplit("/", 1)[0]) == ("GET", "/api/v1/namespaces/lab1/secrets")
+        name = path.rsplit("/", 1)[1]
+        if name not in self.secrets:
+            return 404, {"message": f'secrets "{name}" not found'}
+        return 200, {"data": {k: base64.b64encode(v.encode()).decode() for k, v in self.secrets[name].items()}}
+
+
+def _secret_env(api: _Secrets, **ref: Any) -> list[str]:
+    container = {"name": "manager", "env": [{"name": "PROXMOX_URL", "valueFrom": {"secretKeyRef": ref}}]}
+    env = pod_process.environment(api, _pod(), container, ("h", 1), "ip")  # type: ignore[arg-type]
+    return [line for line in env if line.startswith("PROXMOX_URL=")]
+
+
+def test_an_env_var_from_a_secret_s_key_is_read_as_the_container_starts() -> None:
+    """As CAPMOX's release passes its credentials (manager_credentials_patch.yaml)."""
+    api = _Secrets({"capmox-manager-credentials": {"url": "https://192.168.0.8:8006/"}})
+    assert _secret_env(api, name="capmox-manager-credentials", key="url") == ["PROXMOX_URL=https://192.168.0.8:8006/"]
+    with pytest.raises(pod_volumes.PodError, match="has no key 'token'"):
+        _secret_env(api, name="capmox-manager-credentials", key="token")
+    assert _secret_env(api, name="capmox-manager-credentials", key="token", optional=True) == []
+
+
+def test_an_env_var_from_a_secret_not_there_yet_waits_for_it_unless_optional() -> None:
+    with pytest.raises(pod_volumes.SecretNotYetThereError):
+        _secret_env(_Secrets({}), name="capmox-manager-credentials", key="url")
+    assert _secret_env(_Secrets({}), name="capmox-manager-credentials", key="url", optional=True) == []
 
 
 @pytest.mark.parametrize(
     "entry",
     [
-        {"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}},
         {"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['x']"}}},
     ],
 )
 def test_env_it_cannot_resolve_is_refused(entry: dict[str, Any]) -> None:
     with pytest.raises(pod_volumes.PodError):
-        pod_process.environment(_pod(), {"name": "ca", "env": [entry]}, "h", 1, "ip")
+        pod_process.environment(_Secrets({}), _pod(), {"name": "ca", "env": [entry]}, ("h", 1), "ip")  # type: ignore[arg-type]
 
 
 def test_a_command_other_than_the_images_binary_is_refused(tmp_path: Path) -> None:

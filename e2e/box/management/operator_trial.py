@@ -3,16 +3,16 @@ the rest of the box (issue 68): the operator's release as the program renders it
 webhook certificate issued by cert-manager and its CA injected by cert-manager's injector, and its
 Deployment's Pod run by the pod runner as the binary built here (`build-engine.sh operator`), its
 certificate Secret mounted where the chart mounts it, its webhooks reached through its Service at
-the Pod's address (the real endpoint slice controller writes it), the providers' releases answered
-where it asks for them on the owner's lab (provider_releases.py: the core's, so far). Then the
-program's five provider CRs (components/cluster_api.py's names, namespaces, pins, wait annotation
-and CAPMOX's configSecret) through the operator's webhooks, and what it makes of each; beside
-them, what the program must never send: a provider name the operator does not know, and a pin
-older than the version a provider runs (its status set as the operator sets it once it has
-installed one).
+the Pod's address (the real endpoint slice controller writes it), the five providers' releases
+answered where it asks for them on the owner's lab (provider_releases.py), and the Proxmox VE
+stand-in at the program's CAPMOX credentials. Then the program's five provider CRs
+(components/cluster_api.py's names, namespaces, pins, wait annotation and CAPMOX's configSecret)
+through the operator's webhooks, and what it makes of each: the core installed, Ready once the pod
+runner runs its manager's Pod, then the other four, each Ready with its manager's Pod (CAPMOX's
+with the credentials the operator rendered from the configSecret); beside them, what the program
+must never send: a provider name the operator does not know, and a pin older than the version a
+provider runs.
 
-The core's components are fetched, cached and applied; nothing runs its Deployment's Pod, so the
-core is never Ready and the other four wait for it, as the operator says in their conditions.
 tests/test_operator_real.py runs it (`in_new_netns("management.operator_trial.preflight", ...)`).
 """
 
@@ -25,8 +25,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from components import waits
 from components.cluster_api import (
     INFRASTRUCTURE,
@@ -36,11 +34,11 @@ from components.cluster_api import (
     credentials_secret_name,
 )
 from e2e.box.management import cert_manager_trial
-from e2e.box.scenarios import VM_ADDRESS
+from e2e.box.scenarios import CAPMOX_SECRET, CAPMOX_TOKEN, PROXMOX_ADDRESS, PROXMOX_PORT, VM_ADDRESS
 from e2e.controllers import cert_manager
-from e2e.engine import control_plane
-from e2e.engine.cli import REPO
+from e2e.engine import control_plane, pins
 from e2e.standins.cluster import chart_repo_standin, pod_process, pod_runner, pod_volumes, provider_releases
+from e2e.standins.proxmox import pve_api_standin
 
 BOUND_SECONDS = 90.0
 HTTPS = 443
@@ -58,8 +56,14 @@ CONTROLLERS = (
     # The providers' managers hold aggregated ClusterRoles (Cluster API's manager role aggregation).
     "clusterrole-aggregation-controller",
 )
-PINS = yaml.safe_load((REPO / "Pulumi.lab.yaml").read_text())["config"]
-CREDENTIALS = {"PROXMOX_URL": "https://192.168.4.2:8006", "PROXMOX_TOKEN": "capmox@pve!capi", "PROXMOX_SECRET": "s"}
+# The program's configSecret for CAPMOX, at the Proxmox VE stand-in that answers its manager.
+CREDENTIALS = {
+    "PROXMOX_URL": f"https://{PROXMOX_ADDRESS}:{PROXMOX_PORT}/",
+    "PROXMOX_TOKEN": CAPMOX_TOKEN,
+    "PROXMOX_SECRET": CAPMOX_SECRET,
+}
+# CAPMOX's token on the stand-in: its manager reads the version as it starts, which every token may.
+PROXMOX_TOKENS: dict[tuple[str, str], dict[str, dict[str, int]]] = {(CAPMOX_TOKEN, CAPMOX_SECRET): {}}
 # A name clusterctl's list of providers does not hold (the program's is `proxmox`).
 UNKNOWN = ("InfrastructureProvider", "proxmox-ve", "capmox-other")
 IPAM = next(p for p in PROVIDERS if p.kind == "IPAMProvider")
@@ -71,6 +75,7 @@ MANAGERS = (
     ("capi-kubeadm-bootstrap-system", "capi-kubeadm-bootstrap-controller-manager"),
     ("capi-kubeadm-control-plane-system", "capi-kubeadm-control-plane-controller-manager"),
     (IPAM.namespace, "capi-ipam-in-cluster-controller-manager"),
+    (INFRASTRUCTURE.namespace, "capmox-controller-manager"),
 )
 # A minor below the IPAM pin, as an older stack file would send once the pin is installed.
 OLDER = "v1.0.0"
@@ -82,7 +87,7 @@ def provider_crs() -> list[dict[str, Any]]:
     """The program's five provider CRs as it declares them (components/cluster_api.py _provider_crs)."""
     crs = []
     for p in PROVIDERS:
-        spec: dict[str, Any] = {"version": str(PINS[f"lab-mgmt:{p.config_key}"])}
+        spec: dict[str, Any] = {"version": pins.pinned(p.config_key)}
         if p is INFRASTRUCTURE:
             spec["configSecret"] = {"name": credentials_secret_name(CREDENTIALS)}
         metadata = {"name": p.name, "namespace": p.namespace, "annotations": waits.wait_for("condition=Ready")}
@@ -175,9 +180,15 @@ def preflight(root: str) -> dict[str, Any]:
         out["injected_seconds"] = cert_manager_trial.until_filled(cluster, awaited, runs)
         address = pod_process.route_through_the_box()
         (base / "releases").mkdir()
-        assets = provider_releases.cluster_api(base / "releases") | provider_releases.ipam(base / "releases")
+        (base / "proxmox").mkdir()
+        assets = {
+            **provider_releases.cluster_api(base / "releases"),
+            **provider_releases.ipam(base / "releases"),
+            **provider_releases.capmox(base / "releases"),
+        }
         hosts = provider_releases.HOSTS
         with (
+            pve_api_standin.serve(PROXMOX_TOKENS, base / "proxmox", (PROXMOX_ADDRESS, PROXMOX_PORT)) as proxmox,
             chart_repo_standin.serve(
                 {}, base / "releases", assets, address=(address, HTTPS), hostnames=hosts
             ) as releases,
@@ -209,6 +220,7 @@ def preflight(root: str) -> dict[str, Any]:
             out["manager_logs"] = {name: log for r in manager_runners for name, log in r.logs().items()}
             out["release_requests"] = releases.requests
             out["release_unknown"] = releases.unknown
+            out["proxmox_calls"] = [(call.method, call.path) for call in proxmox.calls]
         out["writes"] = cert_manager_trial.writes(
             cluster, {f"system:serviceaccount:{OPERATOR_NAMESPACE}:capi-operator-manager"}
         )
@@ -270,18 +282,14 @@ def _through_the_operator(
     out["core_ready_seconds"] = _until(
         cluster, "the core's Ready", lambda found: _status(found, core, "Ready") == "True", runner
     )
-    fetched = [key_of(c) for c in crs if c["kind"] not in ("CoreProvider", INFRASTRUCTURE.kind)]
+    fetched = [key_of(c) for c in crs if c["kind"] != "CoreProvider"]
     out["others_ready_seconds"] = _until(
         cluster,
-        "the kubeadm and IPAM providers' Ready",
+        "the kubeadm, IPAM and CAPMOX providers' Ready",
         lambda found: all(_status(found, k, "Ready") == "True" for k in fetched),
         runner,
     )
     out["downgrade"] = _downgraded(cluster, next(c for c in crs if c["kind"] == IPAM.kind), runner)
-    proxmox = f"{INFRASTRUCTURE.kind}/{INFRASTRUCTURE.namespace}/{INFRASTRUCTURE.name}"
-    out["proxmox_seconds"] = _until(
-        cluster, "CAPMOX's fetch", lambda found: _reason(found, proxmox, "ProviderInstalled"), runner
-    )
 
 
 def _downgraded(

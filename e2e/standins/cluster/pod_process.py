@@ -34,7 +34,7 @@ from e2e.engine import pins
 from e2e.engine.cli import built_bin
 from e2e.engine.kube_api import Api
 from e2e.standins.cluster import provider_releases
-from e2e.standins.cluster.pod_volumes import Internet, Mount, PodError, field_value, pod_files, volumes
+from e2e.standins.cluster.pod_volumes import Internet, Mount, PodError, field_value, pod_files, secret_key, volumes
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,10 @@ IMAGES = {
     ),
     # The operator's image as its Makefile builds it: the manager at /manager (its Dockerfile).
     pins.OPERATOR_IMAGE[0]: Image("LAB_MGMT_OPERATOR_BIN", "cluster-api-operator", "/manager", pins.OPERATOR_IMAGE[1]),
+    # CAPMOX's manager as its Dockerfile lays it out (/manager); v0.9.0 built for the v0.9.1 pin.
+    provider_releases.CAPMOX_IMAGE: Image(
+        "LAB_MGMT_CAPMOX_BIN", "capmox-manager", "/manager", provider_releases.CAPMOX_SERVED_AS
+    ),
     # helm-controller's Jobs as the lab's k3s runs them: `entry` (a bash script, run by the
     # machine's bash, with its jq and coreutils for Alpine's) and Helm v4.1.4 in /usr/bin, as the
     # image user klipper-helm's (build-engine.sh build_klipper_helm). The process runs as root, not
@@ -141,10 +145,17 @@ def image_of(container: dict[str, Any]) -> Image:
 
 
 def environment(
-    pod: dict[str, Any], container: dict[str, Any], api_host: str, api_port: int, pod_ip: str, *, home: str = ""
+    api: Api,
+    pod: dict[str, Any],
+    container: dict[str, Any],
+    api_address: tuple[str, int],
+    pod_ip: str,
+    *,
+    home: str = "",
 ) -> list[str]:
     """NAME=value, the image's PATH and HOME and the kubelet's additions first, then the
-    container's own."""
+    container's own (values, fieldRefs, and Secrets' keys read as the container starts)."""
+    api_host, api_port = api_address
     if container.get("envFrom"):
         raise PodError(f"container {container['name']}: the runner does not resolve envFrom")
     env = {
@@ -160,6 +171,10 @@ def environment(
             env[entry["name"]] = entry.get("value", "")
         elif set(entry["valueFrom"]) == {"fieldRef"}:
             env[entry["name"]] = field_value(pod, entry["valueFrom"]["fieldRef"]["fieldPath"], pod_ip)
+        elif set(entry["valueFrom"]) == {"secretKeyRef"}:
+            value = secret_key(api, pod["metadata"]["namespace"], entry["valueFrom"]["secretKeyRef"])
+            if value is not None:
+                env[entry["name"]] = value
         else:
             raise PodError(f"container {container['name']}: env {entry['name']} from {entry['valueFrom']}")
     return [f"{name}={value}" for name, value in env.items()]
@@ -311,7 +326,7 @@ def start(
         else:
             (root / image.path.lstrip("/")).unlink(missing_ok=True)
             (root / image.path.lstrip("/")).symlink_to(binary)
-    env = environment(pod, container, *api_address, pod_ip, home=image.home)
+    env = environment(api, pod, container, api_address, pod_ip, home=image.home)
     mounts = [*volumes(api, pod, container, pod_dir), *pod_files(pod, container, pod_dir, pod_ip, internet)]
     image_files = _image_files(image, pod_dir, str(pod_dir / "rootfs"))
     workdir = image.workdir or str(root)

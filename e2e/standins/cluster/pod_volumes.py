@@ -101,6 +101,27 @@ def _secret_files(api: Api, namespace: str, source: dict[str, Any], name_key: st
     return _keys(secret.get("data", {}), source.get("items"), True, f"Secret {name}")
 
 
+def secret_key(api: Api, namespace: str, ref: dict[str, Any]) -> str | None:
+    """An env var's value from a Secret's key (`valueFrom.secretKeyRef`), or None where an
+    optional one is not there (the variable is not set). A Secret not there yet keeps the container
+    from starting, as the kubelet's CreateContainerConfigError does until it comes; a key it lacks
+    is said."""
+    name, key = ref["name"], ref["key"]
+    code, secret = api.call("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+    if code == 404 and ref.get("optional"):
+        return None
+    if code == 404:
+        raise SecretNotYetThereError(f"Secret {name} is not there yet")
+    if code != 200:
+        raise PodError(f"Secret {name}: {code} {secret.get('message', '')}")
+    data = secret.get("data") or {}
+    if key not in data:
+        if ref.get("optional"):
+            return None
+        raise PodError(f"Secret {name} has no key {key!r}")
+    return base64.b64decode(data[key]).decode()
+
+
 def _config_map_files(api: Api, namespace: str, source: dict[str, Any]) -> dict[str, bytes]:
     name = source["name"]
     config_map = api.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")

@@ -52,12 +52,7 @@ RELEASE_PULL_POLICY = ("imagePullPolicy: Always", "imagePullPolicy: IfNotPresent
 def cluster_api(work: Path) -> dict[str, bytes]:
     """The version list and the release files of Cluster API at CLUSTER_API_VERSION (the core, the
     kubeadm bootstrap and control-plane providers), by request path."""
-    tree = work / "cluster-api"
-    with tarfile.open(vendor.checked(vendor.CLUSTER_API_ARCHIVE)) as archive:
-        top = archive.getnames()[0].split("/", 1)[0]
-        wanted = [m for m in archive.getmembers() if "/config/" in m.name or m.name == f"{top}/metadata.yaml"]
-        archive.extractall(work, members=wanted, filter="data")
-    (work / top).rename(tree)
+    tree = _release_tree(vendor.CLUSTER_API_ARCHIVE, work / "cluster-api")
     download = f"/{CLUSTER_API_REPOSITORY}/releases/download/{CLUSTER_API_VERSION}"
     files = {
         f"/github.com/{CLUSTER_API_REPOSITORY}/@v/list": f"{CLUSTER_API_VERSION}\n".encode(),
@@ -98,6 +93,17 @@ def ipam(work: Path) -> dict[str, bytes]:
     }
 
 
+def _release_tree(archive_name: str, tree: Path) -> Path:
+    """What a release is made from, out of the vendored archive into `tree`: every config/ folder
+    and metadata.yaml."""
+    with tarfile.open(vendor.checked(archive_name)) as archive:
+        top = archive.getnames()[0].split("/", 1)[0]
+        wanted = [m for m in archive.getmembers() if "/config/" in m.name or m.name == f"{top}/metadata.yaml"]
+        archive.extractall(tree.parent, members=wanted, filter="data")
+    (tree.parent / top).rename(tree)
+    return tree
+
+
 def _released(patch: Path, old: str, new: str) -> None:
     """What a release's make target sets in `patch` in place of what the tree holds."""
     text = patch.read_text()
@@ -111,3 +117,25 @@ def _kustomized(default: Path) -> bytes:
     return subprocess.run(
         [str(kubectl), "kustomize", str(default)], capture_output=True, check=True, timeout=120
     ).stdout
+
+
+# CAPMOX's release as its Makefile's release-manifests makes it: `kustomize edit set image` of its
+# REPOSITORY at the release's tag in config/default, built; beside it, metadata.yaml. The v0.9.0
+# archive's tree for the lab's v0.9.1 pin (docs/testing.md's versions), its image at the pin.
+CAPMOX_REPOSITORY = "ionos-cloud/cluster-api-provider-proxmox"
+CAPMOX_SERVED_AS = pins.CAPMOX_VERSION
+CAPMOX_IMAGE = "ghcr.io/ionos-cloud/cluster-api-provider-proxmox"
+
+
+def capmox(work: Path) -> dict[str, bytes]:
+    """The version list and the release files of CAPMOX, served as CAPMOX_SERVED_AS, by request path."""
+    tree = _release_tree(vendor.CAPMOX_ARCHIVE, work / "capmox")
+    default = tree / "config" / "default"
+    with (default / "kustomization.yaml").open("a") as kustomization:
+        kustomization.write(f"images:\n- name: {CAPMOX_IMAGE}\n  newTag: {CAPMOX_SERVED_AS}\n")
+    download = f"/{CAPMOX_REPOSITORY}/releases/download/{CAPMOX_SERVED_AS}"
+    return {
+        f"/github.com/{CAPMOX_REPOSITORY}/@v/list": f"{CAPMOX_SERVED_AS}\n".encode(),
+        f"{download}/metadata.yaml": (tree / "metadata.yaml").read_bytes(),
+        f"{download}/infrastructure-components.yaml": _kustomized(default),
+    }
