@@ -331,6 +331,7 @@ def _provider_crs(
         depends_on = [*after, namespaces[p.namespace]]
         if p is INFRASTRUCTURE:
             spec["configSecret"] = {"name": credentials.name}
+            spec["deployment"] = credentials_rollout(credentials.name)
             if credentials.resource is not None:
                 depends_on.append(credentials.resource)
         provider_cr = kubernetes.apiextensions.CustomResource(
@@ -360,6 +361,20 @@ def _provider_crs(
         ready_versions[p.config_key] = _live_spec(provider_cr).apply(lambda live: str(live["version"]))
         crs.append(provider_cr)
     return pulumi.Output.all(**ready_versions), crs
+
+
+# On CAPMOX's manager container, the configSecret's name: the operator puts the new credentials in
+# the release's Secret, but the manager read them into its environment when it started, and the
+# operator's update of an unchanged Deployment starts nothing. A rotation renames the Secret, so
+# this value changes the Deployment's template and the manager is rolled onto the new token before
+# the old one is removed in Proxmox (seen with the real operator, e2e/box/management/operator_trial.py).
+CREDENTIALS_ROLLOUT_ENV = "LAB_MGMT_CONFIG_SECRET"
+
+
+def credentials_rollout(secret_name: str) -> dict[str, object]:
+    """The provider CR's `spec.deployment` (the operator's customization of the manager's
+    Deployment) that rolls CAPMOX's manager when its configSecret changes."""
+    return {"containers": [{"name": "manager", "env": [{"name": CREDENTIALS_ROLLOUT_ENV, "value": secret_name}]}]}
 
 
 def credentials_secret_name(data: Mapping[str, str]) -> str:

@@ -16,8 +16,10 @@ import pytest
 from pulumi.runtime import rpc
 
 from components.cluster_api import (
+    CREDENTIALS_ROLLOUT_ENV,
     UpgradeOrderError,
     check_upgrade_order,
+    credentials_rollout,
     credentials_secret_name,
 )
 from components.run_records import own_stack_reference_name
@@ -242,7 +244,8 @@ def test_provider_cr(run: harness.Run, expected: ExpectedProvider) -> None:
     assert "fetchConfig" not in inputs["spec"]
     if expected is INFRASTRUCTURE:
         assert inputs["spec"]["configSecret"] == {"name": capmox_secret_name()}
-        assert set(inputs["spec"]) == {"version", "configSecret"}
+        assert inputs["spec"]["deployment"] == credentials_rollout(capmox_secret_name())
+        assert set(inputs["spec"]) == {"version", "configSecret", "deployment"}
     else:
         assert set(inputs["spec"]) == {"version"}
     assert run.depends_on(cr, run.get(NAMESPACE, f"mgmt-ns-{expected.namespace}"))
@@ -415,6 +418,23 @@ def test_rotating_the_capmox_token_makes_a_new_secret_and_repoints_the_provider(
     assert rotated.get(*CREDENTIALS).plain["metadata"]["name"] == new_name
     assert b64decode(rotated.get(*CREDENTIALS).plain["data"]["PROXMOX_SECRET"]) == NEW_TOKEN
     assert rotated.get(*INFRASTRUCTURE.key).plain["spec"]["configSecret"] == {"name": new_name}
+
+
+def test_rotating_the_capmox_token_rolls_its_manager_through_the_operator(redeploy: harness.Run) -> None:
+    """The manager reads its credentials once, as it starts, and the operator's update of its
+    Deployment starts nothing when the template is unchanged (the real operator's trial): the
+    Secret's new name in the manager container's env is what changes the template."""
+    rotated = harness.run_program(
+        overrides={"capmoxTokenSecret": NEW_TOKEN},
+        previous_outputs={"providerVersions": provider_version_outputs(redeploy)},
+    )
+    [container] = rotated.get(*INFRASTRUCTURE.key).plain["spec"]["deployment"]["containers"]
+    [before] = redeploy.get(*INFRASTRUCTURE.key).plain["spec"]["deployment"]["containers"]
+    assert container["name"] == before["name"] == "manager"
+    assert container["env"] == [
+        {"name": CREDENTIALS_ROLLOUT_ENV, "value": capmox_secret_name(PROXMOX_SECRET=NEW_TOKEN)}
+    ]
+    assert container["env"] != before["env"]
 
 
 # --- upgrade order -----------------------------------------------------------------------------

@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 
-from components.cluster_api import INFRASTRUCTURE, OPERATOR_NAMESPACE, PROVIDERS
+from components.cluster_api import (
+    CREDENTIALS_ROLLOUT_ENV,
+    INFRASTRUCTURE,
+    OPERATOR_NAMESPACE,
+    PROVIDERS,
+    credentials_rollout,
+    credentials_secret_name,
+)
 from e2e.box import scenarios
 from e2e.box.management import operator_trial
 from e2e.engine import pins
@@ -70,8 +77,10 @@ def test_its_webhooks_admit_the_program_s_five_crs_and_default_the_credentials_n
     for cr in operator_trial.provider_crs():
         live = trial["providers"][operator_trial.key_of(cr)]["spec"]
         expected = dict(cr["spec"])
-        if cr["kind"] == INFRASTRUCTURE.kind:
-            expected["configSecret"] = cr["spec"]["configSecret"] | {"namespace": INFRASTRUCTURE.namespace}
+        if cr["kind"] == INFRASTRUCTURE.kind:  # as the rotation, sent afterwards, left it
+            rotated = credentials_secret_name(operator_trial.ROTATED)
+            expected["configSecret"] = {"name": rotated, "namespace": INFRASTRUCTURE.namespace}
+            expected["deployment"] = credentials_rollout(rotated)
         if cr["kind"] == operator_trial.IPAM.kind:
             expected["version"] = operator_trial.OLDER  # the downgrade's control, sent afterwards
         assert live == expected
@@ -115,8 +124,10 @@ def test_the_core_is_ready_once_its_deployment_is_available_and_not_before(trial
     assert (before["status"], before["reason"]) == ("False", "MinimumReplicasUnavailable")
     ready = trial["providers"][_key("CoreProvider", "capi-system", "cluster-api")]["conditions"]["Ready"]
     assert (ready["status"], ready["reason"]) == ("True", "MinimumReplicasAvailable")
-    # Each of the five managers (Cluster API's three, IPAM's, CAPMOX's) started once and never exited.
-    assert [event["event"] for event in trial["manager_events"]] == ["started"] * 5
+    # Cluster API's three managers and IPAM's started once and never exited (CAPMOX's is rolled
+    # onto its rotated credentials at the end).
+    steady = [event["event"] for event in trial["manager_events"] if "capmox" not in event["pod"]]
+    assert steady == ["started"] * 4
     assert trial["core_ready_seconds"] < 30
 
 
@@ -145,8 +156,29 @@ def test_capmox_s_release_is_fetched_and_its_manager_runs_with_the_program_s_cre
     assert ("GET", "/api2/json/version") in [tuple(call) for call in trial["proxmox_calls"]]
     key = _key(INFRASTRUCTURE.kind, INFRASTRUCTURE.namespace, INFRASTRUCTURE.name)
     assert trial["providers"][key]["conditions"]["Ready"]["status"] == "True"
-    [log] = [log for name, log in trial["manager_logs"].items() if "capmox" in name]
-    assert "unable to initialize proxmox api client" not in log
+    logs = [log for name, log in trial["manager_logs"].items() if "capmox" in name]
+    assert logs
+    assert not [log for log in logs if "unable to initialize proxmox api client" in log]
+
+
+def test_a_rotated_capmox_token_reaches_a_new_manager_pod_through_the_operator(trial: Any) -> None:
+    """The program's rotation (a Secret of a new name, the InfrastructureProvider pointed at it):
+    the operator renders the new secret into the manager's credentials Secret, and the Secret's
+    name in the manager container's env (components/cluster_api.py `credentials_rollout`) rolls
+    the Deployment, whose new Pod starts with the new token. Without that env the operator's update
+    leaves the template as it was: the running manager keeps the old token, and the owner's next
+    step, removing the old token in Proxmox, would cut CAPMOX off."""
+    rotation = trial["rotation"]
+    before, after = rotation["generation"]
+    assert after > before
+    starts = [
+        event["pod"] for event in trial["manager_events"] if "capmox" in event["pod"] and event["event"] == "started"
+    ]
+    assert len(starts) == len(set(starts)) == 2
+    assert trial["capmox_credentials"] == {
+        **operator_trial.ROTATED,
+        CREDENTIALS_ROLLOUT_ENV: credentials_secret_name(operator_trial.ROTATED),
+    }
 
 
 def test_a_provider_name_the_operator_does_not_know_is_refused_by_its_preflight(trial: Any) -> None:

@@ -18,6 +18,7 @@ tests/test_operator_real.py runs it (`in_new_netns("management.operator_trial.pr
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable
@@ -27,10 +28,12 @@ from typing import Any
 
 from components import waits
 from components.cluster_api import (
+    CREDENTIALS_ROLLOUT_ENV,
     INFRASTRUCTURE,
     OPERATOR_NAMESPACE,
     PROVIDER_API_VERSION,
     PROVIDERS,
+    credentials_rollout,
     credentials_secret_name,
 )
 from e2e.box.management import cert_manager_trial
@@ -62,20 +65,29 @@ CREDENTIALS = {
     "PROXMOX_TOKEN": CAPMOX_TOKEN,
     "PROXMOX_SECRET": CAPMOX_SECRET,
 }
-# CAPMOX's token on the stand-in: its manager reads the version as it starts, which every token may.
-PROXMOX_TOKENS: dict[tuple[str, str], dict[str, dict[str, int]]] = {(CAPMOX_TOKEN, CAPMOX_SECRET): {}}
+# The token's secret after docs/operations.md's rotation, made in Proxmox before the stack moves to it.
+ROTATED = CREDENTIALS | {"PROXMOX_SECRET": "b2c3d4e5-f6a7-4b8c-9d0e-1f2a3b4c5d6e"}
+# CAPMOX's token on the stand-in, with both secrets: its manager reads the version as it starts,
+# which every token may.
+PROXMOX_TOKENS: dict[tuple[str, str], dict[str, dict[str, int]]] = {
+    (CAPMOX_TOKEN, CAPMOX_SECRET): {},
+    (CAPMOX_TOKEN, ROTATED["PROXMOX_SECRET"]): {},
+}
+# The Secret the operator renders from the InfrastructureProvider's configSecret for CAPMOX's manager.
+MANAGER_CREDENTIALS = "capmox-manager-credentials"
 # A name clusterctl's list of providers does not hold (the program's is `proxmox`).
 UNKNOWN = ("InfrastructureProvider", "proxmox-ve", "capmox-other")
 IPAM = next(p for p in PROVIDERS if p.kind == "IPAMProvider")
 CORE = next(p for p in PROVIDERS if p.kind == "CoreProvider")
 # The Deployments the served releases hold, whose Pods run the managers built here.
 CORE_MANAGER = "capi-controller-manager"
+CAPMOX_MANAGER = "capmox-controller-manager"
 MANAGERS = (
     (CORE.namespace, CORE_MANAGER),
     ("capi-kubeadm-bootstrap-system", "capi-kubeadm-bootstrap-controller-manager"),
     ("capi-kubeadm-control-plane-system", "capi-kubeadm-control-plane-controller-manager"),
     (IPAM.namespace, "capi-ipam-in-cluster-controller-manager"),
-    (INFRASTRUCTURE.namespace, "capmox-controller-manager"),
+    (INFRASTRUCTURE.namespace, CAPMOX_MANAGER),
 )
 # A minor below the IPAM pin, as an older stack file would send once the pin is installed.
 OLDER = "v1.0.0"
@@ -90,6 +102,7 @@ def provider_crs() -> list[dict[str, Any]]:
         spec: dict[str, Any] = {"version": pins.pinned(p.config_key)}
         if p is INFRASTRUCTURE:
             spec["configSecret"] = {"name": credentials_secret_name(CREDENTIALS)}
+            spec["deployment"] = credentials_rollout(credentials_secret_name(CREDENTIALS))
         metadata = {"name": p.name, "namespace": p.namespace, "annotations": waits.wait_for("condition=Ready")}
         crs.append({"apiVersion": PROVIDER_API_VERSION, "kind": p.kind, "metadata": metadata, "spec": spec})
     return crs
@@ -97,15 +110,20 @@ def provider_crs() -> list[dict[str, Any]]:
 
 def _namespaces_and_credentials() -> list[dict[str, Any]]:
     namespaces = {p.namespace for p in PROVIDERS} | {UNKNOWN[2]}
-    secret = {
+    listed = ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in sorted(namespaces))
+    return [*listed, _credentials_secret(CREDENTIALS)]
+
+
+def _credentials_secret(credentials: dict[str, str]) -> dict[str, Any]:
+    """The program's configSecret for CAPMOX (components/cluster_api.py `_credentials`)."""
+    return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": credentials_secret_name(CREDENTIALS), "namespace": INFRASTRUCTURE.namespace},
+        "metadata": {"name": credentials_secret_name(credentials), "namespace": INFRASTRUCTURE.namespace},
         "type": "Opaque",
         "immutable": True,
-        "stringData": CREDENTIALS,
+        "stringData": credentials,
     }
-    return [*({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in sorted(namespaces)), secret]
 
 
 def _sent(cluster: control_plane.ControlPlane, items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -217,6 +235,7 @@ def preflight(root: str) -> dict[str, Any]:
             out["runner_errors"] = runner.errors + [e for r in manager_runners for e in r.errors]
             out["runner_events"] = runner.events
             out["manager_events"] = [e for r in manager_runners for e in r.events]
+            out["capmox_credentials"] = _credentials_of([e for e in out["manager_events"] if "capmox" in e["pod"]])
             out["manager_logs"] = {name: log for r in manager_runners for name, log in r.logs().items()}
             out["release_requests"] = releases.requests
             out["release_unknown"] = releases.unknown
@@ -290,6 +309,7 @@ def _through_the_operator(
         runner,
     )
     out["downgrade"] = _downgraded(cluster, next(c for c in crs if c["kind"] == IPAM.kind), runner)
+    out["rotation"] = _rotated(cluster, next(c for c in crs if c["kind"] == INFRASTRUCTURE.kind), runner)
 
 
 def _downgraded(
@@ -309,3 +329,52 @@ def _downgraded(
         cluster, "the downgrade's preflight", lambda f: _status(f, key, "PreflightCheckPassed") == "False", runner
     )
     return {"installed": installed, "sent": sent, "seconds": seconds}
+
+
+def _rotated(
+    cluster: control_plane.ControlPlane, program_cr: dict[str, Any], runner: pod_runner.PodRunner
+) -> dict[str, Any]:
+    """CAPMOX's token rotated as the program does it (docs/operations.md): the new secret in a
+    Secret of a new name, the InfrastructureProvider pointed at it and its manager container's env
+    naming it (components/cluster_api.py `credentials_rollout`; the old Secret left: the program
+    deletes it after). What the operator renders for the manager, and the manager's Deployment
+    rolled to read it: its generation, and its one Pod the new one."""
+    name = credentials_secret_name(ROTATED)
+    rotated = json.loads(json.dumps(program_cr))
+    rotated["spec"] |= {"configSecret": {"name": name}, "deployment": credentials_rollout(name)}
+    generation = _deployment(cluster)["metadata"]["generation"]
+    sent = _sent(cluster, [_credentials_secret(ROTATED), rotated])
+    secret = ("get", "secret", MANAGER_CREDENTIALS, "-n", INFRASTRUCTURE.namespace, "-o", "jsonpath={.data.secret}")
+    wanted = base64.b64encode(ROTATED["PROXMOX_SECRET"].encode()).decode()
+    rendered = _until(
+        cluster, "the rotated credentials rendered", lambda _: cluster.kubectl(*secret).stdout == wanted, runner
+    )
+
+    def rolled(_: Any) -> bool:
+        live = _deployment(cluster)
+        current, status = live["metadata"]["generation"], live.get("status") or {}
+        counts = [status.get(k) for k in ("replicas", "updatedReplicas", "availableReplicas")]
+        return current > generation and status.get("observedGeneration") == current and counts == [1, 1, 1]
+
+    return {
+        "sent": sent,
+        "rendered_seconds": rendered,
+        "rolled_seconds": _until(cluster, "CAPMOX's manager rolled", rolled, runner),
+        "generation": (generation, _deployment(cluster)["metadata"]["generation"]),
+    }
+
+
+def _deployment(cluster: control_plane.ControlPlane) -> dict[str, Any]:
+    found = cluster.kubectl(
+        "get", "deployment", "capmox-controller-manager", "-n", INFRASTRUCTURE.namespace, "-o", "json"
+    )
+    live: dict[str, Any] = json.loads(found.stdout)
+    return live
+
+
+def _credentials_of(events: list[dict[str, Any]]) -> dict[str, str]:
+    """The credentials in the environment of the process of the last Pod started among `events`."""
+    pid = [event for event in events if event["event"] == "started"][-1]["pid"]
+    environ = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    found = dict(line.split("=", 1) for line in environ if "=" in line)
+    return {key: found.get(key, "") for key in (*CREDENTIALS, CREDENTIALS_ROLLOUT_ENV)}
