@@ -331,8 +331,10 @@ def _provider_crs(
         depends_on = [*after, namespaces[p.namespace]]
         if p is INFRASTRUCTURE:
             spec["configSecret"] = {"name": credentials.name}
-            spec["deployment"] = credentials_rollout(credentials.name)
+            # Only for the program's own Secret: it alone rotates by a new name (the playbook's
+            # stays as the owner made it, and CAPMOX's manager is left as it runs).
             if credentials.resource is not None:
+                spec["deployment"] = credentials_rollout(credentials.name)
                 depends_on.append(credentials.resource)
         provider_cr = kubernetes.apiextensions.CustomResource(
             f"{name}-{p.kind.removesuffix('Provider').lower()}-{p.name}",

@@ -101,6 +101,8 @@ def test_the_playbooks_capmox_secret_stays_in_use(adopted: harness.Run) -> None:
     assert CREDENTIALS not in adopted.names()
     infrastructure = adopted.get(f"{OPERATOR_API}:InfrastructureProvider", "mgmt-infrastructure-proxmox")
     assert infrastructure.plain["spec"]["configSecret"] == {"name": "capmox-variables"}
+    # Nor is CAPMOX's manager rolled for it (components/cluster_api.py `credentials_rollout`).
+    assert "deployment" not in infrastructure.plain["spec"]
 
 
 def test_the_program_keeps_its_own_readonly_objects_apart_from_the_inspectors(adopted: harness.Run) -> None:
