@@ -279,11 +279,7 @@ def _capmox_credentials(
     # to the program's own (docs/adoption.md); the program neither makes nor changes one.
     if settings.existing_capmox_secret is not None:
         return _Credentials(settings.existing_capmox_secret, None)
-    data = {
-        "PROXMOX_URL": proxmox_url.rstrip("/"),
-        "PROXMOX_TOKEN": settings.capmox_token_id,
-        "PROXMOX_SECRET": settings.capmox_token_secret,
-    }
+    data = credentials_data(proxmox_url, settings.capmox_token_id, settings.capmox_token_secret)
     secret_name = credentials_secret_name(data)
     secret = kubernetes.core.v1.Secret(
         f"{name}-capmox-credentials",
@@ -377,6 +373,12 @@ def credentials_rollout(secret_name: str) -> dict[str, object]:
     """The provider CR's `spec.deployment` (the operator's customization of the manager's
     Deployment) that rolls CAPMOX's manager when its configSecret changes."""
     return {"containers": [{"name": "manager", "env": [{"name": CREDENTIALS_ROLLOUT_ENV, "value": secret_name}]}]}
+
+
+def credentials_data(proxmox_url: str, token_id: str, token_secret: str) -> dict[str, str]:
+    """The configSecret's keys: the variables CAPMOX's release substitutes into the Secret its
+    manager reads (config/default/proxmox-credentials-secret.yaml)."""
+    return {"PROXMOX_URL": proxmox_url.rstrip("/"), "PROXMOX_TOKEN": token_id, "PROXMOX_SECRET": token_secret}
 
 
 def credentials_secret_name(data: Mapping[str, str]) -> str:

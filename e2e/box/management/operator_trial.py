@@ -33,6 +33,7 @@ from components.cluster_api import (
     OPERATOR_NAMESPACE,
     PROVIDER_API_VERSION,
     PROVIDERS,
+    credentials_data,
     credentials_rollout,
     credentials_secret_name,
 )
@@ -60,13 +61,9 @@ CONTROLLERS = (
     "clusterrole-aggregation-controller",
 )
 # The program's configSecret for CAPMOX, at the Proxmox VE stand-in that answers its manager.
-CREDENTIALS = {
-    "PROXMOX_URL": f"https://{PROXMOX_ADDRESS}:{PROXMOX_PORT}/",
-    "PROXMOX_TOKEN": CAPMOX_TOKEN,
-    "PROXMOX_SECRET": CAPMOX_SECRET,
-}
+CREDENTIALS = credentials_data(f"https://{PROXMOX_ADDRESS}:{PROXMOX_PORT}/", CAPMOX_TOKEN, CAPMOX_SECRET)
 # The token's secret after docs/operations.md's rotation, made in Proxmox before the stack moves to it.
-ROTATED = CREDENTIALS | {"PROXMOX_SECRET": "b2c3d4e5-f6a7-4b8c-9d0e-1f2a3b4c5d6e"}
+ROTATED = credentials_data(CREDENTIALS["PROXMOX_URL"], CAPMOX_TOKEN, "b2c3d4e5-f6a7-4b8c-9d0e-1f2a3b4c5d6e")
 # CAPMOX's token on the stand-in, with both secrets: its manager reads the version as it starts,
 # which every token may.
 PROXMOX_TOKENS: dict[tuple[str, str], dict[str, dict[str, int]]] = {
@@ -377,4 +374,7 @@ def _credentials_of(events: list[dict[str, Any]]) -> dict[str, str]:
     pid = [event for event in events if event["event"] == "started"][-1]["pid"]
     environ = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
     found = dict(line.split("=", 1) for line in environ if "=" in line)
-    return {key: found.get(key, "") for key in (*CREDENTIALS, CREDENTIALS_ROLLOUT_ENV)}
+    # The variables the release's Deployment reads from its Secret (manager_credentials_patch.yaml).
+    return {
+        key: found.get(key, "") for key in ("PROXMOX_URL", "PROXMOX_TOKEN", "PROXMOX_SECRET", CREDENTIALS_ROLLOUT_ENV)
+    }
