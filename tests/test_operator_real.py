@@ -26,7 +26,7 @@ from components.cluster_api import (
 )
 from e2e.box import scenarios
 from e2e.box.management import operator_trial
-from e2e.engine import pins
+from e2e.engine import pins, vendor
 from e2e.engine.netns import in_new_netns
 from e2e.standins.cluster import provider_releases
 
@@ -124,10 +124,14 @@ def test_the_core_is_ready_once_its_deployment_is_available_and_not_before(trial
     assert (before["status"], before["reason"]) == ("False", "MinimumReplicasUnavailable")
     ready = trial["providers"][_key("CoreProvider", "capi-system", "cluster-api")]["conditions"]["Ready"]
     assert (ready["status"], ready["reason"]) == ("True", "MinimumReplicasAvailable")
-    # Cluster API's three managers and IPAM's started once and never exited (CAPMOX's is rolled
-    # onto its rotated credentials at the end).
-    steady = [event["event"] for event in trial["manager_events"] if "capmox" not in event["pod"]]
-    assert steady == ["started"] * 4
+    # Cluster API's three managers started once and never exited (IPAM's is upgraded in place
+    # and CAPMOX's rolled onto its rotated credentials, later).
+    steady = [
+        event["event"]
+        for event in trial["manager_events"]
+        if "-ipam-" not in event["pod"] and "capmox" not in event["pod"]
+    ]
+    assert steady == ["started"] * 3
     assert trial["core_ready_seconds"] < 30
 
 
@@ -184,9 +188,36 @@ def test_a_rotated_capmox_token_reaches_a_new_manager_pod_through_the_operator(t
 def test_a_provider_name_the_operator_does_not_know_is_refused_by_its_preflight(trial: Any) -> None:
     assert trial["unknown_sent"]["rc"] == 0, "the webhooks let it through; the preflight refuses it"
     kind, name, namespace = operator_trial.UNKNOWN
-    condition = _preflight(trial, _key(kind, namespace, name))
+    condition = trial["unknown_preflight"]
     assert (condition["status"], condition["reason"]) == ("False", "FetchConfigValidationError")
     assert "not predefined provider" in condition["message"]
+    # Deleted afterwards: left, it stops every other provider's upgrade (operator_trial.py).
+    assert trial["unknown_deleted"] == 0
+    assert _key(kind, namespace, name) not in trial["providers"]
+
+
+def test_a_bumped_pin_is_upgraded_in_place_and_the_old_version_s_cache_is_left(trial: Any) -> None:
+    """IPAM sent at its module's version (a stack from before the bump), installed and Ready, then
+    at the program's pin, as the program's one-at-a-time upgrade sends it: the operator fetches the
+    new release and upgrades in place within seconds; the manager's Deployment carries the new
+    image and its old Pod is replaced; the old version's cached components stay beside the new
+    (`ipam-in-cluster-<version>` ConfigMaps: the operator never removes one, cluster-api-operator
+    #873)."""
+    bump = trial["bump"]
+    pin = pins.pinned(operator_trial.IPAM.config_key)
+    assert bump["installed"] == [vendor.IPAM_VERSION, pin]
+    assert bump["images"] == [f"{provider_releases.IPAM_IMAGE}:{pin}"]
+    ipam = [(e["event"], e["pod"]) for e in trial["manager_events"] if "-ipam-" in e["pod"]]
+    assert [event for event, _pod in ipam] == ["started", "stopped", "deleted", "started"]
+    assert ipam[0][1] == ipam[1][1] != ipam[3][1]
+    assert bump["caches"] == {
+        "configmaps": [f"ipam-in-cluster-{vendor.IPAM_VERSION}", f"ipam-in-cluster-{pin}"],
+        "secrets": [],
+    }
+    assert (
+        f"/{provider_releases.IPAM_REPOSITORY}/releases/download/{pin}/ipam-components.yaml"
+        in trial["release_requests"]
+    )
 
 
 def test_a_pin_older_than_the_installed_version_is_refused_and_the_installed_one_kept(trial: Any) -> None:

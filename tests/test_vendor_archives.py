@@ -26,6 +26,11 @@ def test_build_engine_reads_the_same_digests() -> None:
     assert vendor.digests()[vendor.CAPMOX_ARCHIVE] == "6e8f6bbe5f4eb0a3fb6c11da7778dcb875db7f4a559600e3ff5378d596eda475"
 
 
+def test_the_ipam_version_is_the_one_build_engine_builds() -> None:
+    script = (REPO / "e2e/engine/build-engine.sh").read_text()
+    assert f"\nIPAM_VERSION={vendor.IPAM_VERSION.removeprefix('v')}\n" in script
+
+
 def test_an_archive_that_is_not_the_pinned_one_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAB_MGMT_VENDOR", str(tmp_path))
     with pytest.raises(vendor.VendorError, match=re.escape(f"missing {vendor.CAPMOX_ARCHIVE}: put it in {tmp_path}")):

@@ -30,6 +30,9 @@ CLUSTER_API_ARCHIVE = "cluster-api-v1.12.11.tar.gz"
 CAPMOX_ARCHIVE = "cluster-api-provider-proxmox-v0.9.0.tar.gz"
 IPAM_BIN_VARIABLE = "LAB_MGMT_IPAM_BIN"
 IPAM_BINARY = "cluster-api-ipam-in-cluster-manager"
+# The IPAM module version build-engine.sh builds (its IPAM_VERSION; tests/test_vendor_archives.py
+# holds the two together): served as itself beside the pin, which it stands for.
+IPAM_VERSION = "v1.1.0"
 
 
 class VendorError(RuntimeError):

@@ -7,11 +7,13 @@ the Pod's address (the real endpoint slice controller writes it), the five provi
 answered where it asks for them on the owner's lab (provider_releases.py), and the Proxmox VE
 stand-in at the program's CAPMOX credentials. Then the program's five provider CRs
 (components/cluster_api.py's names, namespaces, pins, wait annotation and CAPMOX's configSecret)
-through the operator's webhooks, and what it makes of each: the core installed, Ready once the pod
-runner runs its manager's Pod, then the other four, each Ready with its manager's Pod (CAPMOX's
-with the credentials the operator rendered from the configSecret); beside them, what the program
-must never send: a provider name the operator does not know, and a pin older than the version a
-provider runs.
+through the operator's webhooks (IPAM's at its module's version, as a stack from before a bump
+would), and what it makes of each: the core installed, Ready once the pod runner runs its
+manager's Pod, then the other four, each Ready with its manager's Pod (CAPMOX's with the
+credentials the operator rendered from the configSecret). Then IPAM bumped to the pin, upgraded in
+place; beside them, what the program must never send: a provider name the operator does not know,
+and a pin older than the version a provider runs; last, CAPMOX's token rotated as the program
+rotates it, which must reach a new manager Pod.
 
 tests/test_operator_real.py runs it (`in_new_netns("management.operator_trial.preflight", ...)`).
 """
@@ -40,7 +42,7 @@ from components.cluster_api import (
 from e2e.box.management import cert_manager_trial
 from e2e.box.scenarios import CAPMOX_SECRET, CAPMOX_TOKEN, PROXMOX_ADDRESS, PROXMOX_PORT, VM_ADDRESS
 from e2e.controllers import cert_manager
-from e2e.engine import control_plane, pins
+from e2e.engine import control_plane, pins, vendor
 from e2e.standins.cluster import chart_repo_standin, pod_process, pod_runner, pod_volumes, provider_releases
 from e2e.standins.proxmox import pve_api_standin
 
@@ -252,7 +254,11 @@ def _through_the_operator(
     """Into `out`, as it goes: what was sent and answered, and what the operator said."""
     out["laid_out"] = _sent(cluster, _namespaces_and_credentials())
     crs = provider_crs()
-    out["program"] = _sent(cluster, crs)
+    # IPAM as a stack from before a bump of its pin sends it: at the module's own version.
+    ipam = next(c for c in crs if c["kind"] == IPAM.kind)
+    before_the_bump = json.loads(json.dumps(ipam))
+    before_the_bump["spec"]["version"] = vendor.IPAM_VERSION
+    out["program"] = _sent(cluster, [c if c is not ipam else before_the_bump for c in crs])
     others = [key_of(c) for c in crs if c["kind"] != "CoreProvider"]
     out["preflight_seconds"] = _until(
         cluster,
@@ -272,6 +278,14 @@ def _through_the_operator(
     out["unknown_sent"] = _sent(cluster, [unknown])
     key = f"{kind}/{namespace}/{name}"
     out["unknown_seconds"] = _until(cluster, "the unknown name's preflight", lambda f: _reason(f, key), runner)
+    out["unknown_preflight"] = _providers(cluster)[key]["conditions"]["PreflightCheckPassed"]
+    # Gone again, as its owner would take it away: a provider CR the operator refused stops the
+    # upgrade of every other (clusterctl's plan reads each provider's version: `failed to parse
+    # target version for the capmox-other/infrastructure-proxmox-ve provider`, seen here when it
+    # stayed).
+    out["unknown_deleted"] = cluster.kubectl(
+        "delete", f"{kind.lower()}s.operator.cluster.x-k8s.io", name, "-n", namespace, "--timeout=60s"
+    ).returncode
     core = f"{CORE.kind}/{CORE.namespace}/{CORE.name}"
     out["installed_seconds"] = _until(
         cluster,
@@ -305,8 +319,50 @@ def _through_the_operator(
         lambda found: all(_status(found, k, "Ready") == "True" for k in fetched),
         runner,
     )
-    out["downgrade"] = _downgraded(cluster, next(c for c in crs if c["kind"] == IPAM.kind), runner)
+    out["bump"] = _bumped(cluster, ipam, runner)
+    out["downgrade"] = _downgraded(cluster, ipam, runner)
     out["rotation"] = _rotated(cluster, next(c for c in crs if c["kind"] == INFRASTRUCTURE.kind), runner)
+
+
+def _bumped(
+    cluster: control_plane.ControlPlane, program_cr: dict[str, Any], runner: pod_runner.PodRunner
+) -> dict[str, Any]:
+    """The IPAMProvider, installed and Ready at the module's version, bumped to the program's pin
+    as the program's one-at-a-time upgrade sends it: upgraded in place by the operator (the
+    components of the new release, its manager's new image), and what it leaves of the old
+    version's cache."""
+    key, pin = key_of(program_cr), program_cr["spec"]["version"]
+    resource = f"{IPAM.kind.lower()}s.operator.cluster.x-k8s.io"
+
+    def installed() -> str:
+        jsonpath = "jsonpath={.status.installedVersion}"
+        return cluster.kubectl("get", resource, IPAM.name, "-n", IPAM.namespace, "-o", jsonpath).stdout
+
+    before = installed()
+    sent = _sent(cluster, [program_cr])
+    seconds = _until(
+        cluster,
+        "the IPAM provider upgraded",
+        lambda found: installed() == pin and _status(found, key, "Ready") == "True",
+        runner,
+    )
+    deployments = json.loads(cluster.kubectl("get", "deployments", "-n", IPAM.namespace, "-o", "json").stdout)
+    caches = {
+        kind: sorted(
+            i["metadata"]["name"]
+            for i in json.loads(
+                cluster.kubectl("get", kind, "-n", IPAM.namespace, "-l", CACHE_LABEL, "-o", "json").stdout
+            )["items"]
+        )
+        for kind in ("configmaps", "secrets")
+    }
+    return {
+        "installed": (before, installed()),
+        "sent": sent,
+        "seconds": seconds,
+        "images": [c["image"] for d in deployments["items"] for c in d["spec"]["template"]["spec"]["containers"]],
+        "caches": caches,
+    }
 
 
 def _downgraded(

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.engine import pins
+from e2e.engine import pins, vendor
 from e2e.engine.cli import built_bin
 from e2e.engine.kube_api import Api
 from e2e.standins.cluster import provider_releases
@@ -45,7 +45,9 @@ class Image:
     path: str
     """Where the image holds the binary; its WORKDIR is `/`."""
     tag: str
-    """The only tag the built binary stands for."""
+    """The tag the built binary stands for: the pin."""
+    also: tuple[str, ...] = ()
+    """Other tags it stands for: its own version, where it is served as the pin too."""
     entrypoint: str = ""
     """The image's ENTRYPOINT, found on its PATH, where it has one: then the binary and `beside`
     are laid at their paths in the image, over the folder they are in (an overlay)."""
@@ -70,7 +72,11 @@ IMAGES = {
     },
     # The IPAM in-cluster provider's (its Dockerfile: /manager); v1.1.0 built for the v1.1.1 pin.
     provider_releases.IPAM_IMAGE: Image(
-        "LAB_MGMT_IPAM_BIN", "cluster-api-ipam-in-cluster-manager", "/manager", provider_releases.IPAM_SERVED_AS
+        vendor.IPAM_BIN_VARIABLE,
+        vendor.IPAM_BINARY,
+        "/manager",
+        provider_releases.IPAM_SERVED_AS,
+        also=(vendor.IPAM_VERSION,),
     ),
     # The operator's image as its Makefile builds it: the manager at /manager (its Dockerfile).
     pins.OPERATOR_IMAGE[0]: Image("LAB_MGMT_OPERATOR_BIN", "cluster-api-operator", "/manager", pins.OPERATOR_IMAGE[1]),
@@ -139,7 +145,7 @@ def image_of(container: dict[str, Any]) -> Image:
     repository, _, tag = container["image"].rpartition(":")
     if repository not in IMAGES:
         raise PodError(f"no binary stands for image {container['image']} (known: {', '.join(IMAGES)})")
-    if tag != IMAGES[repository].tag:
+    if tag != IMAGES[repository].tag and tag not in IMAGES[repository].also:
         raise PodError(f"image {container['image']}: the binary built here is {repository}:{IMAGES[repository].tag}")
     return IMAGES[repository]
 

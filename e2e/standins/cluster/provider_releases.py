@@ -78,19 +78,20 @@ IPAM_STAGING_IMAGE = "gcr.io/k8s-staging-capi-ipam-ic/cluster-api-ipam-in-cluste
 
 
 def ipam(work: Path) -> dict[str, bytes]:
-    """The version list and the release files of the IPAM in-cluster provider, served as
-    IPAM_SERVED_AS, by request path."""
-    tree = work / "ipam"
-    shutil.copytree(vendor.ipam_config(), tree / "config")
-    _released(
-        tree / "config" / "default" / "manager_image_patch.yaml", IPAM_STAGING_IMAGE, f"{IPAM_IMAGE}:{IPAM_SERVED_AS}"
-    )
-    download = f"/{IPAM_REPOSITORY}/releases/download/{IPAM_SERVED_AS}"
-    return {
-        f"/github.com/{IPAM_REPOSITORY}/@v/list": f"{IPAM_SERVED_AS}\n".encode(),
-        f"{download}/metadata.yaml": (tree / "config" / "metadata.yaml").read_bytes(),
-        f"{download}/ipam-components.yaml": _kustomized(tree / "config" / "default"),
-    }
+    """The version list and the release files of the IPAM in-cluster provider, served as its
+    module's own version and as IPAM_SERVED_AS (the pin, a bump from it), by request path."""
+    versions = (vendor.IPAM_VERSION, IPAM_SERVED_AS)
+    files = {f"/github.com/{IPAM_REPOSITORY}/@v/list": "".join(f"{v}\n" for v in versions).encode()}
+    for version in versions:
+        tree = work / f"ipam-{version}"
+        shutil.copytree(vendor.ipam_config(), tree / "config")
+        _released(
+            tree / "config" / "default" / "manager_image_patch.yaml", IPAM_STAGING_IMAGE, f"{IPAM_IMAGE}:{version}"
+        )
+        download = f"/{IPAM_REPOSITORY}/releases/download/{version}"
+        files[f"{download}/metadata.yaml"] = (tree / "config" / "metadata.yaml").read_bytes()
+        files[f"{download}/ipam-components.yaml"] = _kustomized(tree / "config" / "default")
+    return files
 
 
 def _release_tree(archive_name: str, tree: Path) -> Path:
