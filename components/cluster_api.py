@@ -365,7 +365,7 @@ def _provider_crs(
 # the release's Secret, but the manager read them into its environment when it started, and the
 # operator's update of an unchanged Deployment starts nothing. A rotation renames the Secret, so
 # this value changes the Deployment's template and the manager is rolled onto the new token before
-# the old one is removed in Proxmox (seen with the real operator, e2e/box/management/operator_trial.py).
+# the old one is removed in Proxmox (seen with the real operator, e2e/box/management/operator_changes.py).
 CREDENTIALS_ROLLOUT_ENV = "LAB_MGMT_CONFIG_SECRET"
 
 

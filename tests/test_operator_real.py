@@ -1,5 +1,6 @@
-"""cluster-api-operator's real manager (issue 68; e2e/box/management/operator_trial.py): its release as
-the program renders it, its Pod run by the pod runner as the binary built here, its webhook
+"""cluster-api-operator's real manager (issue 68; e2e/box/management/operator_trial.py and
+operator_changes.py): its release as the program renders it, its Pod run by the pod runner as the
+binary built here, its webhook
 certificate issued by cert-manager's real controller and injected by its real CA injector, its
 webhooks reached through its Service at the Pod's address, the providers' releases served where it
 asks for them; the program's five provider CRs go through those webhooks, each provider is fetched,
@@ -25,7 +26,7 @@ from components.cluster_api import (
     credentials_secret_name,
 )
 from e2e.box import scenarios
-from e2e.box.management import operator_trial
+from e2e.box.management import operator_changes, operator_trial
 from e2e.engine import pins, vendor
 from e2e.engine.netns import in_new_netns
 from e2e.standins.cluster import provider_releases
@@ -51,11 +52,6 @@ def _key(kind: str, namespace: str, name: str) -> str:
     return f"{kind}/{namespace}/{name}"
 
 
-def _preflight(trial: Any, key: str) -> dict[str, str]:
-    condition: dict[str, str] = trial["providers"][key]["conditions"]["PreflightCheckPassed"]
-    return condition
-
-
 def test_the_operator_ran_as_its_pod_from_the_binary_built_here(trial: Any) -> None:
     assert "failed" not in trial, trial["failed"]
     assert trial["runner_errors"] == []
@@ -75,14 +71,14 @@ def test_its_webhooks_admit_the_program_s_five_crs_and_default_the_credentials_n
     stand-in of the other scenarios does not)."""
     assert trial["program"]["rc"] == 0, trial["program"]["stderr"]
     for cr in operator_trial.provider_crs():
-        live = trial["providers"][operator_trial.key_of(cr)]["spec"]
+        live = trial["providers"][operator_changes.key_of(cr)]["spec"]
         expected = dict(cr["spec"])
         if cr["kind"] == INFRASTRUCTURE.kind:  # as the rotation, sent afterwards, left it
-            rotated = credentials_secret_name(operator_trial.ROTATED)
+            rotated = credentials_secret_name(operator_changes.ROTATED)
             expected["configSecret"] = {"name": rotated, "namespace": INFRASTRUCTURE.namespace}
             expected["deployment"] = credentials_rollout(rotated)
-        if cr["kind"] == operator_trial.IPAM.kind:
-            expected["version"] = operator_trial.OLDER  # the downgrade's control, sent afterwards
+        if cr["kind"] == operator_changes.IPAM.kind:
+            expected["version"] = operator_changes.OLDER  # the downgrade's control, sent afterwards
         assert live == expected
 
 
@@ -180,8 +176,8 @@ def test_a_rotated_capmox_token_reaches_a_new_manager_pod_through_the_operator(t
     ]
     assert len(starts) == len(set(starts)) == 2
     assert trial["capmox_credentials"] == {
-        **operator_trial.ROTATED,
-        CREDENTIALS_ROLLOUT_ENV: credentials_secret_name(operator_trial.ROTATED),
+        **operator_changes.ROTATED,
+        CREDENTIALS_ROLLOUT_ENV: credentials_secret_name(operator_changes.ROTATED),
     }
 
 
@@ -204,7 +200,7 @@ def test_a_bumped_pin_is_upgraded_in_place_and_the_old_version_s_cache_is_left(t
     (`ipam-in-cluster-<version>` ConfigMaps: the operator never removes one, cluster-api-operator
     #873)."""
     bump = trial["bump"]
-    pin = pins.pinned(operator_trial.IPAM.config_key)
+    pin = pins.pinned(operator_changes.IPAM.config_key)
     assert bump["installed"] == [vendor.IPAM_VERSION, pin]
     assert bump["images"] == [f"{provider_releases.IPAM_IMAGE}:{pin}"]
     ipam = [(e["event"], e["pod"]) for e in trial["manager_events"] if "-ipam-" in e["pod"]]
@@ -224,12 +220,12 @@ def test_a_pin_older_than_the_installed_version_is_refused_and_the_installed_one
     """The IPAMProvider the operator installed at the program's pin, then a pin a minor below it
     applied, as a recovery from an older stack file would: refused as a downgrade (v0.28.0's
     message keeps an unformatted `%s`), and the installed provider stays as it was, Ready."""
-    ipam = operator_trial.IPAM
+    ipam = operator_changes.IPAM
     downgrade = trial["downgrade"]
     assert downgrade["installed"] == pins.pinned(ipam.config_key)
     assert downgrade["sent"]["rc"] == 0, "the webhooks let it through; the preflight refuses it"
     found = trial["providers"][_key(ipam.kind, ipam.namespace, ipam.name)]
-    assert found["spec"]["version"] == operator_trial.OLDER
+    assert found["spec"]["version"] == operator_changes.OLDER
     refused = found["conditions"]["PreflightCheckPassed"]
     assert (refused["status"], refused["reason"]) == ("False", "UnsupportedProviderDowngradeReason")
     assert found["conditions"]["Ready"]["status"] == "True"
