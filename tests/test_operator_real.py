@@ -78,7 +78,7 @@ def test_its_webhooks_admit_the_program_s_five_crs_and_default_the_credentials_n
             expected["configSecret"] = {"name": rotated, "namespace": INFRASTRUCTURE.namespace}
             expected["deployment"] = credentials_rollout(rotated)
         if cr["kind"] == operator_changes.IPAM.kind:
-            expected["version"] = operator_changes.OLDER  # the downgrade's control, sent afterwards
+            expected["version"] = operator_changes.UNRELEASED  # the no-release control, sent last
         assert live == expected
 
 
@@ -139,7 +139,7 @@ def test_the_other_four_wait_for_the_core_then_are_installed_and_ready(trial: An
             continue
         key = _key(p.kind, p.namespace, p.name)
         assert trial["before_the_core"][key] == operator_trial.WAITING_FOR_CORE
-        conditions = trial["providers"][key]["conditions"]
+        conditions = trial["once_ready"][key]["conditions"]
         assert [conditions[c]["status"] for c in ("ProviderInstalled", "Ready")] == ["True"] * 2, conditions
 
 
@@ -224,8 +224,28 @@ def test_a_pin_older_than_the_installed_version_is_refused_and_the_installed_one
     downgrade = trial["downgrade"]
     assert downgrade["installed"] == pins.pinned(ipam.config_key)
     assert downgrade["sent"]["rc"] == 0, "the webhooks let it through; the preflight refuses it"
-    found = trial["providers"][_key(ipam.kind, ipam.namespace, ipam.name)]
+    found = downgrade["found"]
     assert found["spec"]["version"] == operator_changes.OLDER
     refused = found["conditions"]["PreflightCheckPassed"]
     assert (refused["status"], refused["reason"]) == ("False", "UnsupportedProviderDowngradeReason")
     assert found["conditions"]["Ready"]["status"] == "True"
+
+
+def test_a_pin_with_no_release_is_named_and_the_program_s_wait_does_not_pass(trial: Any) -> None:
+    """The IPAMProvider sent at a version its repository never released, as a mistyped pin would
+    send it: the operator asks for the release where the owner's lab does, finds none and says so
+    with the version, and keeps the installed one running. Its Ready condition stays True, but of
+    an older generation of the CR, so the program's `condition=Ready` wait does not pass on it
+    (pulumi-kubernetes's condition wait, await/condition/kubectl.go, wants a current
+    observedGeneration): the `up` fails at its bound instead of reporting the pin installed."""
+    unreleased, ipam = trial["unreleased"], operator_changes.IPAM
+    assert unreleased["sent"]["rc"] == 0, "the webhooks let it through; the fetch fails"
+    assert unreleased["installed"] == pins.pinned(ipam.config_key)
+    installed = unreleased["conditions"]["ProviderInstalled"]
+    assert (installed["status"], installed["reason"]) == ("False", "ComponentsFetchError")
+    assert f"release not found for version {operator_changes.UNRELEASED}" in installed["message"]
+    ready = unreleased["conditions"]["Ready"]
+    assert ready["status"] == "True"
+    assert ready["observedGeneration"] < unreleased["generation"]
+    download = f"/{provider_releases.IPAM_REPOSITORY}/releases/download/{operator_changes.UNRELEASED}"
+    assert f"GET {download}/metadata.yaml" in trial["release_unknown"]

@@ -1,8 +1,9 @@
 """What the program changes through cluster-api-operator's real manager once the providers run
 (issue 68), the last steps of the operator trial (operator_trial.py): a pin bumped, upgraded in
 place; a pin older than the installed version, refused; CAPMOX's token rotated as the program
-rotates it, which must reach a new manager Pod. And what the trial's steps share: a send retried
-while the operator's webhooks start, the provider CRs' conditions, and the wait on them.
+rotates it, which must reach a new manager Pod; a pin with no release, named. And what the
+trial's steps share: a send retried while the operator's webhooks start, the provider CRs'
+conditions, and the wait on them.
 """
 
 from __future__ import annotations
@@ -35,9 +36,12 @@ ROTATED = credentials_data(CREDENTIALS["PROXMOX_URL"], CAPMOX_TOKEN, "b2c3d4e5-f
 # The Secret the operator renders from the InfrastructureProvider's configSecret for CAPMOX's manager.
 MANAGER_CREDENTIALS = "capmox-manager-credentials"
 IPAM = next(p for p in PROVIDERS if p.kind == "IPAMProvider")
+IPAM_RESOURCE = f"{IPAM.kind.lower()}s.operator.cluster.x-k8s.io"
 CAPMOX_MANAGER = "capmox-controller-manager"
 # A minor below the IPAM pin, as an older stack file would send once the pin is installed.
 OLDER = "v1.0.0"
+# A minor above the IPAM pin that its repository never released: a mistyped pin.
+UNRELEASED = "v1.2.0"
 
 
 def credentials_secret(credentials: dict[str, str]) -> dict[str, Any]:
@@ -108,11 +112,9 @@ def bumped(
     components of the new release, its manager's new image), and what it leaves of the old
     version's cache."""
     key, pin = key_of(program_cr), program_cr["spec"]["version"]
-    resource = f"{IPAM.kind.lower()}s.operator.cluster.x-k8s.io"
 
     def installed() -> str:
-        jsonpath = "jsonpath={.status.installedVersion}"
-        return cluster.kubectl("get", resource, IPAM.name, "-n", IPAM.namespace, "-o", jsonpath).stdout
+        return _ipam_field(cluster, ".status.installedVersion")
 
     before = installed()
     answered = sent(cluster, [program_cr])
@@ -147,17 +149,14 @@ def downgraded(
     """The IPAMProvider the operator installed at the program's pin, then a pin a minor below it
     applied over it, as a recovery from an older stack file would: what the operator said."""
     key = key_of(program_cr)
-    resource = f"{IPAM.kind.lower()}s.operator.cluster.x-k8s.io"
-    installed = cluster.kubectl(
-        "get", resource, IPAM.name, "-n", IPAM.namespace, "-o", "jsonpath={.status.installedVersion}"
-    ).stdout
+    installed = _ipam_field(cluster, ".status.installedVersion")
     older = json.loads(json.dumps(program_cr))
     older["spec"]["version"] = OLDER
     answered = sent(cluster, [older])
     seconds = until(
         cluster, "the downgrade's preflight", lambda f: status(f, key, "PreflightCheckPassed") == "False", runner
     )
-    return {"installed": installed, "sent": answered, "seconds": seconds}
+    return {"installed": installed, "sent": answered, "seconds": seconds, "found": providers(cluster)[key]}
 
 
 def rotated(
@@ -210,3 +209,31 @@ def credentials_of(events: list[dict[str, Any]]) -> dict[str, str]:
     return {
         key: found.get(key, "") for key in ("PROXMOX_URL", "PROXMOX_TOKEN", "PROXMOX_SECRET", CREDENTIALS_ROLLOUT_ENV)
     }
+
+
+def unreleased(
+    cluster: control_plane.ControlPlane, program_cr: dict[str, Any], runner: pod_runner.PodRunner
+) -> dict[str, Any]:
+    """The IPAMProvider sent at a version its repository never released (UNRELEASED), as a pin
+    mistyped in the program would send it: what the operator says, the version it keeps, and the
+    generation its conditions are of."""
+    key = key_of(program_cr)
+    cr = json.loads(json.dumps(program_cr))
+    cr["spec"]["version"] = UNRELEASED
+    answered = sent(cluster, [cr])
+
+    def said(found: dict[str, Any]) -> bool:
+        conditions = found.get(key, {}).get("conditions", {}).values()
+        return any(UNRELEASED in str(c.get("message", "")) for c in conditions)
+
+    return {
+        "sent": answered,
+        "seconds": until(cluster, "the operator's word on an unreleased version", said, runner),
+        "installed": _ipam_field(cluster, ".status.installedVersion"),
+        "generation": int(_ipam_field(cluster, ".metadata.generation")),
+        "conditions": providers(cluster)[key]["conditions"],
+    }
+
+
+def _ipam_field(cluster: control_plane.ControlPlane, path: str) -> str:
+    return cluster.kubectl("get", IPAM_RESOURCE, IPAM.name, "-n", IPAM.namespace, "-o", f"jsonpath={{{path}}}").stdout

@@ -247,8 +247,11 @@ def _through_the_operator(
         lambda found: all(status(found, k, "Ready") == "True" for k in fetched),
         runner,
     )
+    out["once_ready"] = providers(cluster)
     out["bump"] = operator_changes.bumped(cluster, ipam, runner)
     out["downgrade"] = operator_changes.downgraded(cluster, ipam, runner)
     out["rotation"] = operator_changes.rotated(
         cluster, next(c for c in crs if c["kind"] == INFRASTRUCTURE.kind), runner
     )
+    # Last: a provider CR the operator cannot act on stops the upgrade of every other.
+    out["unreleased"] = operator_changes.unreleased(cluster, ipam, runner)
