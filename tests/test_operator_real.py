@@ -13,9 +13,12 @@ operator).
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from components.cluster_api import (
     CREDENTIALS_ROLLOUT_ENV,
@@ -249,3 +252,18 @@ def test_a_pin_with_no_release_is_named_and_the_program_s_wait_does_not_pass(tri
     assert ready["observedGeneration"] < unreleased["generation"]
     download = f"/{provider_releases.IPAM_REPOSITORY}/releases/download/{operator_changes.UNRELEASED}"
     assert f"GET {download}/metadata.yaml" in trial["release_unknown"]
+
+
+def test_the_program_s_credentials_keys_are_every_variable_capmox_s_release_reads(tmp_path: Path) -> None:
+    """The variables of CAPMOX's release that the operator fills from the configSecret are the
+    keys the program writes, no more, no fewer. A key misnamed by the program would pass unseen:
+    the release defaults each to "" (`${PROXMOX_TOKEN=""}`), the operator installs it and says
+    Ready, and CAPMOX's manager, given any of the three empty, starts without a Proxmox client at
+    all and fails only each cluster it reconciles (cmd/main.go `setupProxmoxClient`)."""
+    served = provider_releases.capmox(tmp_path)
+    download = f"/{provider_releases.CAPMOX_REPOSITORY}/releases/download/{provider_releases.CAPMOX_SERVED_AS}"
+    documents = yaml.safe_load_all(served[f"{download}/infrastructure-components.yaml"])
+    [secret] = [d for d in documents if d and d["metadata"]["name"] == operator_changes.MANAGER_CREDENTIALS]
+    variables = [re.fullmatch(r'\$\{([A-Z_]+)=""\}', value) for value in secret["stringData"].values()]
+    assert all(variables), secret["stringData"]
+    assert {found[1] for found in variables if found} == set(operator_changes.CREDENTIALS)
