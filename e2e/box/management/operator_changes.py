@@ -36,7 +36,6 @@ ROTATED = credentials_data(CREDENTIALS["PROXMOX_URL"], CAPMOX_TOKEN, "b2c3d4e5-f
 # The Secret the operator renders from the InfrastructureProvider's configSecret for CAPMOX's manager.
 MANAGER_CREDENTIALS = "capmox-manager-credentials"
 IPAM = next(p for p in PROVIDERS if p.kind == "IPAMProvider")
-IPAM_RESOURCE = f"{IPAM.kind.lower()}s.operator.cluster.x-k8s.io"
 CAPMOX_MANAGER = "capmox-controller-manager"
 # A minor below the IPAM pin, as an older stack file would send once the pin is installed.
 OLDER = "v1.0.0"
@@ -71,7 +70,7 @@ def sent(cluster: control_plane.ControlPlane, items: list[dict[str, Any]]) -> di
 
 def providers(cluster: control_plane.ControlPlane) -> dict[str, Any]:
     """Each provider CR by kind/namespace/name: its spec and conditions."""
-    kinds = ",".join(f"{p.kind.lower()}s.operator.cluster.x-k8s.io" for p in PROVIDERS)
+    kinds = ",".join(resource_of(p.kind) for p in PROVIDERS)
     listed = json.loads(cluster.kubectl("get", kinds, "-A", "-o", "json").stdout)["items"]
     return {
         key_of(i): {
@@ -90,6 +89,11 @@ def until(cluster: control_plane.ControlPlane, what: str, done: Any, runner: pod
             raise RuntimeError(f"{what} not within {BOUND_SECONDS}s; the operator's log:\n{runner.logs()}")
         time.sleep(1)
     return round(time.monotonic() - began, 1)
+
+
+def resource_of(kind: str) -> str:
+    """The provider kind's resource, as kubectl names it."""
+    return f"{kind.lower()}s.operator.cluster.x-k8s.io"
 
 
 def key_of(item: dict[str, Any]) -> str:
@@ -236,4 +240,5 @@ def unreleased(
 
 
 def _ipam_field(cluster: control_plane.ControlPlane, path: str) -> str:
-    return cluster.kubectl("get", IPAM_RESOURCE, IPAM.name, "-n", IPAM.namespace, "-o", f"jsonpath={{{path}}}").stdout
+    jsonpath = f"jsonpath={{{path}}}"
+    return cluster.kubectl("get", resource_of(IPAM.kind), IPAM.name, "-n", IPAM.namespace, "-o", jsonpath).stdout

@@ -7,13 +7,13 @@ the Pod's address (the real endpoint slice controller writes it), the five provi
 answered where it asks for them on the owner's lab (provider_releases.py), and the Proxmox VE
 stand-in at the program's CAPMOX credentials. Then the program's five provider CRs
 (components/cluster_api.py's names, namespaces, pins, wait annotation and CAPMOX's configSecret)
-through the operator's webhooks (operator_changes.IPAM's at its module's version, as a stack from before a bump
+through the operator's webhooks (IPAM's at its module's version, as a stack from before a bump
 would), and what it makes of each: the core installed, Ready once the pod runner runs its
 manager's Pod, then the other four, each Ready with its manager's Pod (CAPMOX's with the
-credentials the operator rendered from the configSecret). Then operator_changes.IPAM bumped to the pin, upgraded in
+credentials the operator rendered from the configSecret). Then IPAM bumped to the pin, upgraded in
 place; beside them, what the program must never send: a provider name the operator does not know,
-and a pin older than the version a provider runs; last, CAPMOX's token rotated as the program
-rotates it, which must reach a new manager Pod.
+and a pin older than the version a provider runs; CAPMOX's token rotated as the program rotates
+it, which must reach a new manager Pod; last, a pin with no release.
 
 tests/test_operator_real.py runs it (`in_new_netns("management.operator_trial.preflight", ...)`).
 """
@@ -36,7 +36,7 @@ from components.cluster_api import (
     credentials_secret_name,
 )
 from e2e.box.management import cert_manager_trial, operator_changes
-from e2e.box.management.operator_changes import key_of, providers, reason, sent, status, until
+from e2e.box.management.operator_changes import key_of, providers, reason, resource_of, sent, status, until
 from e2e.box.scenarios import CAPMOX_SECRET, CAPMOX_TOKEN, PROXMOX_ADDRESS, PROXMOX_PORT, VM_ADDRESS
 from e2e.controllers import cert_manager
 from e2e.engine import control_plane, pins, vendor
@@ -180,7 +180,7 @@ def _through_the_operator(
     """Into `out`, as it goes: what was sent and answered, and what the operator said."""
     out["laid_out"] = sent(cluster, _namespaces_and_credentials())
     crs = provider_crs()
-    # operator_changes.IPAM as a stack from before a bump of its pin sends it: at the module's own version.
+    # IPAM as a stack from before a bump of its pin sends it: at the module's own version.
     ipam = next(c for c in crs if c["kind"] == operator_changes.IPAM.kind)
     before_the_bump = json.loads(json.dumps(ipam))
     before_the_bump["spec"]["version"] = vendor.IPAM_VERSION
@@ -210,7 +210,7 @@ def _through_the_operator(
     # target version for the capmox-other/infrastructure-proxmox-ve provider`, seen here when it
     # stayed).
     out["unknown_deleted"] = cluster.kubectl(
-        "delete", f"{kind.lower()}s.operator.cluster.x-k8s.io", name, "-n", namespace, "--timeout=60s"
+        "delete", resource_of(kind), name, "-n", namespace, "--timeout=60s"
     ).returncode
     core = f"{CORE.kind}/{CORE.namespace}/{CORE.name}"
     out["installed_seconds"] = until(
@@ -243,7 +243,7 @@ def _through_the_operator(
     fetched = [key_of(c) for c in crs if c["kind"] != "CoreProvider"]
     out["others_ready_seconds"] = until(
         cluster,
-        "the kubeadm, operator_changes.IPAM and CAPMOX providers' Ready",
+        "the kubeadm, IPAM and CAPMOX providers' Ready",
         lambda found: all(status(found, k, "Ready") == "True" for k in fetched),
         runner,
     )

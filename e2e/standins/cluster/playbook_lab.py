@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from e2e.engine.cli import REPO
+from e2e.engine import pins
 from e2e.engine.control_plane import ControlPlane
 from e2e.standins.cluster import cainjector_standin
 
@@ -97,15 +97,8 @@ def helmchart(name: str) -> str:
     )
 
 
-def stack_versions() -> dict[str, str]:
-    """The versions the lab's stack file pins, which the playbook deployed."""
-    config = yaml.safe_load((REPO / "Pulumi.lab.yaml").read_text())["config"]
-    return {key.removeprefix("lab-mgmt:"): str(value) for key, value in config.items() if key.endswith("Version")}
-
-
 def capi_providers_yaml(capmox_data: dict[str, str]) -> str:
     """/opt/lab-mgmt/capi-providers.yaml: the provider namespaces, CAPMOX's Secret, the CRs."""
-    versions = stack_versions()
     documents: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
         for namespace, _, _ in PROVIDERS.values()
@@ -120,7 +113,8 @@ def capi_providers_yaml(capmox_data: dict[str, str]) -> str:
         }
     )
     for kind, (namespace, name, setting) in PROVIDERS.items():
-        spec: dict[str, Any] = {"version": versions[setting]}
+        # The versions the lab's stack file pins, which the playbook deployed.
+        spec: dict[str, Any] = {"version": pins.pinned(setting)}
         if kind == "InfrastructureProvider":
             spec["configSecret"] = {"name": CAPMOX_SECRET}
         documents.append(
